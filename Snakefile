@@ -1,0 +1,23 @@
+# perflab: every measurement of "Performance: What Is the Machine Waiting For?"
+# `snakemake --cores 1` runs each experiment as its own job (a fresh process),
+# then builds the ledger, the figures and the HTML report for this machine.
+from snakemake.utils import min_version
+
+min_version("8.20")
+
+
+configfile: "config/config.yaml"
+
+
+# schema validation (defaults filled) + the checks a schema cannot make; one
+# error naming the key stops the run before any job starts
+include: "workflow/rules/common.smk"
+include: "workflow/rules/hygiene.smk"
+include: "workflow/rules/localize.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

@@ -1,0 +1,273 @@
+"""Load, validate and resolve the configuration — before any job runs.
+
+``resolve(config)`` is what the Snakefile calls at parse time and what a
+standalone script calls on its own: it validates against
+``workflow/schemas/config.schema.yaml`` (filling defaults), applies the scale
+patch, checks what a schema cannot (scale names, experiment ids, workload
+targets, device availability, device/dtype combinations), picks the device
+and names the result directory. Any problem raises :class:`ConfigError`
+with one message that names the offending key.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from perflab.catalogue import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot run; the message names its key."""
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft7Validator)
+
+
+def load_schema() -> dict:
+    with open(SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _schema_check(cfg: dict, schema: dict, where: str = "") -> None:
+    errors = sorted(_Validator(schema).iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return
+    err = jsonschema.exceptions.best_match(errors)
+    path = list(err.absolute_path)
+    if err.validator == "additionalProperties":
+        # name the unknown key itself, not its parent
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        key = _key(path + extra[:1])
+        raise ConfigError(
+            f"config error at '{key}'{where}: unknown key"
+            + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
+        )
+    msg = err.message
+    if err.validator == "oneOf":
+        msg = f"{err.instance!r} is not valid ({err.schema.get('description', 'see the schema')})"
+    raise ConfigError(f"config error at '{_key(path)}'{where}: {msg}")
+
+
+def deep_merge(base: Mapping, patch: Mapping) -> dict:
+    out = copy.deepcopy(dict(base))
+    for k, v in patch.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    with open(path) as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping at its top level")
+    return data
+
+
+def selected_experiments(run: str | list[str]) -> list[str]:
+    if isinstance(run, str):
+        items = [s.strip() for s in run.split(",") if s.strip()]
+    else:
+        items = list(run)
+    if items == ["all"]:
+        return list(EXPERIMENTS)
+    ids = []
+    for item in items:
+        eid = item.upper()
+        if eid not in EXPERIMENTS:
+            raise ConfigError(
+                f"config error at 'run': unknown experiment {item!r} "
+                f"(available: all, {', '.join(EXPERIMENTS)})"
+            )
+        if eid not in ids:
+            ids.append(eid)
+    return ids
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"config error at 'device': {requested!r} requested but this torch sees no "
+                "CUDA device (use device: auto or cpu)"
+            )
+        index = int(requested.split(":")[1]) if ":" in requested else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"config error at 'device': {requested!r} but only "
+                f"{torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+        return f"cuda:{index}"
+    return "cpu"
+
+
+def _check_workloads(cfg: dict) -> None:
+    from perflab.workloads import REGISTRY, WorkloadError, resolve_target
+
+    for name, params in cfg["workloads"].items():
+        target = params.get("target", name)
+        try:
+            resolve_target(target)
+        except WorkloadError as exc:
+            raise ConfigError(f"config error at 'workloads.{name}.target': {exc}") from None
+    w = cfg["workload"]
+    if w not in cfg["workloads"]:
+        try:
+            resolve_target(w)
+        except WorkloadError as exc:
+            raise ConfigError(
+                f"config error at 'workload': {exc} (or a name under workloads: "
+                f"{', '.join(sorted(cfg['workloads'])) or 'none defined'}; registered: "
+                f"{', '.join(sorted(REGISTRY))})"
+            ) from None
+
+
+def resolve(config: Mapping[str, Any]) -> dict:
+    """Validate ``config`` and return the resolved run configuration.
+
+    The result is the validated config with the scale patch applied and three
+    derived keys: ``resolved_device`` (``cpu`` or ``cuda:N``),
+    ``resolved_scale`` and ``resolved_tag`` (the result directory name).
+    """
+    schema = load_schema()
+    cfg = copy.deepcopy(dict(config))
+    _schema_check(cfg, schema)
+
+    device = _resolve_device(cfg["device"])
+    scale = cfg["scale"]
+    if scale == "auto":
+        scale = "chapter" if device.startswith("cuda") else "cpu"
+    if scale != "chapter":
+        if scale not in cfg["scales"]:
+            raise ConfigError(
+                f"config error at 'scale': unknown scale {scale!r} "
+                f"(defined: auto, chapter, {', '.join(sorted(cfg['scales']))})"
+            )
+        patch = cfg["scales"][scale]
+        if "scales" in patch or "scale" in patch:
+            raise ConfigError(f"config error at 'scales.{scale}': a scale cannot set scale(s)")
+        cfg = deep_merge(cfg, patch)
+        _schema_check(cfg, schema, where=f" (after applying scales.{scale})")
+
+    if cfg["dtype"] == "float16" and device == "cpu":
+        raise ConfigError(
+            "config error at 'dtype': float16 training on the CPU is not a contract this "
+            "pipeline measures (use float32 or bfloat16, or a CUDA device)"
+        )
+    _check_workloads(cfg)
+    experiments = selected_experiments(cfg["run"])
+
+    from perflab.env import device_tag
+
+    tag = cfg["tag"]
+    if tag == "auto":
+        tag = device_tag(device)
+        default_scale = "chapter" if device.startswith("cuda") else "cpu"
+        if scale != default_scale:
+            tag += f"-{scale}"
+    cfg.update(
+        resolved_device=device,
+        resolved_scale=scale,
+        resolved_tag=tag,
+        resolved_experiments=experiments,
+    )
+    return cfg
+
+
+def workload_spec(cfg: Mapping[str, Any], name: str | None = None) -> tuple[str, dict]:
+    """(target, params) of a named workload; the controlled one by default."""
+    name = name or cfg["workload"]
+    params = dict(cfg["workloads"].get(name, {}))
+    target = params.pop("target", name)
+    params.setdefault("seed", cfg["seed"])
+    return target, params
+
+
+def contract(cfg: Mapping[str, Any], eid: str) -> dict:
+    """The slice of the resolved config that experiment ``eid`` depends on.
+
+    Passed to the job as its parameters, so changing anything else does not
+    invalidate its result, and written into its provenance.
+    """
+    exp = EXPERIMENTS[eid]
+    names = {cfg["workload"] if w == "controlled" else w for w in exp.workloads}
+    return {
+        "experiment": eid,
+        "device": cfg["resolved_device"],
+        "dtype": cfg["dtype"],
+        "scale": cfg["resolved_scale"],
+        "tag": cfg["resolved_tag"],
+        "seed": cfg["seed"],
+        "threads": cfg["threads"],
+        "timing": dict(cfg["timing"]),
+        "workload": cfg["workload"],
+        "workloads": {n: dict(zip(("target", "params"), workload_spec(cfg, n))) for n in sorted(names)},
+        "params": dict(cfg["experiments"].get(eid, {})),
+    }
+
+
+def result_dir(cfg: Mapping[str, Any]) -> Path:
+    return Path(cfg["results_dir"]) / cfg["resolved_tag"]
+
+
+def experiment_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:
+    """The three files an experiment job writes: rows, raw samples, provenance."""
+    d = result_dir(cfg)
+    slug = EXPERIMENTS[eid].slug
+    return {
+        "csv": str(d / f"{slug}.csv"),
+        "samples": str(d / f"{slug}_samples.csv"),
+        "provenance": str(d / f"{slug}.json"),
+    }
+
+
+def load(configfiles: list[str | Path] | None = None, overrides: Mapping[str, Any] | None = None) -> dict:
+    """Read config/config.yaml, merge further files and overrides, and resolve."""
+    cfg = load_yaml(DEFAULT_CONFIG)
+    for f in configfiles or []:
+        cfg = deep_merge(cfg, load_yaml(f))
+    cfg = deep_merge(cfg, overrides or {})
+    return resolve(cfg)

@@ -1,0 +1,179 @@
+"""The CSV contract: tidy rows that carry their measurement contract.
+
+Every result row says what was measured (experiment, variant, workload,
+model, input shape, dtype, device, mode, execution), how (metric, window,
+sync boundary), which summary it is (statistic), the value with its unit and
+sample count, and whether the measurement happened (status, with a reason
+whenever it is not ``ok``). Tables are regenerated from these rows alone.
+
+All writes are atomic: a temporary file in the destination directory, then a
+rename, so a job that dies leaves either the old file or none, never half.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perflab.stats import SUMMARY_STATISTICS
+
+COLUMNS = [
+    "experiment",
+    "variant",
+    "workload",
+    "model",
+    "input_shape",
+    "dtype",
+    "device",
+    "device_name",
+    "mode",
+    "execution",
+    "metric",
+    "window",
+    "sync_boundary",
+    "statistic",
+    "value",
+    "unit",
+    "n",
+    "status",
+    "reason",
+]
+STATUSES = ("ok", "unsupported", "oom", "error")
+STATISTICS = (*SUMMARY_STATISTICS, "value")
+#: columns that must be non-empty on every row
+REQUIRED_TEXT = [
+    "experiment",
+    "variant",
+    "workload",
+    "dtype",
+    "device",
+    "mode",
+    "execution",
+    "metric",
+    "window",
+    "sync_boundary",
+    "statistic",
+    "unit",
+    "status",
+]
+SAMPLE_COLUMNS = ["experiment", "variant", "metric", "unit", "block", "index", "value"]
+
+
+class ContractError(ValueError):
+    """A result row that breaks the CSV contract."""
+
+
+def _atomic_write(path: Path, write) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    _atomic_write(Path(path), lambda fh: fh.write(text))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def atomic_write_csv(path: str | Path, frame: pd.DataFrame) -> None:
+    _atomic_write(Path(path), lambda fh: frame.to_csv(fh, index=False))
+
+
+def validate_rows(frame: pd.DataFrame) -> None:
+    """Raise :class:`ContractError` naming the first row that breaks the contract."""
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise ContractError(f"missing contract columns: {missing}")
+    extra = [c for c in frame.columns if c not in COLUMNS]
+    if extra:
+        raise ContractError(f"columns outside the contract: {extra}")
+    for i, row in enumerate(frame.to_dict("records")):
+        where = f"row {i} ({row.get('experiment')}/{row.get('variant')}/{row.get('metric')})"
+        for col in REQUIRED_TEXT:
+            v = row[col]
+            if v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == "":
+                raise ContractError(f"{where}: empty {col!r}")
+        if row["status"] not in STATUSES:
+            raise ContractError(f"{where}: status {row['status']!r} not in {STATUSES}")
+        if row["statistic"] not in STATISTICS:
+            raise ContractError(f"{where}: statistic {row['statistic']!r} not in {STATISTICS}")
+        value = row["value"]
+        is_nan = value is None or (isinstance(value, float) and math.isnan(value))
+        if row["status"] == "ok":
+            if is_nan:
+                raise ContractError(f"{where}: status ok but no value")
+            try:
+                if not math.isfinite(float(value)):
+                    raise ContractError(f"{where}: non-finite value {value!r}")
+            except (TypeError, ValueError):
+                raise ContractError(f"{where}: value {value!r} is not a number") from None
+        else:
+            reason = row["reason"]
+            if reason is None or (isinstance(reason, float) and math.isnan(reason)) or not str(reason).strip():
+                raise ContractError(f"{where}: status {row['status']} needs a reason")
+            if not is_nan:
+                raise ContractError(f"{where}: status {row['status']} must not carry a value")
+
+
+def rows_to_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(list(rows), columns=COLUMNS)
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame
+
+
+def write_results(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Validate and atomically write result rows; return the frame written."""
+    frame = rows_to_frame(rows)
+    if frame.empty:
+        raise ContractError("an experiment must write at least one row")
+    validate_rows(frame)
+    atomic_write_csv(path, frame)
+    return frame
+
+
+def write_samples(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(list(rows), columns=SAMPLE_COLUMNS)
+    atomic_write_csv(path, frame)
+    return frame
+
+
+def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Concatenate result CSVs (validating each)."""
+    frames = []
+    for p in paths:
+        # text is text: "n/a" or "None" in a window or reason must not become NaN
+        f = pd.read_csv(p, keep_default_na=False, dtype=str)
+        missing = [c for c in COLUMNS if c not in f.columns]
+        if missing:
+            raise ContractError(f"{p}: not a result CSV (missing columns {missing})")
+        f["value"] = pd.to_numeric(f["value"].replace("", None), errors="coerce")
+        f["n"] = pd.to_numeric(f["n"], errors="coerce")
+        try:
+            validate_rows(f)
+        except ContractError as exc:
+            raise ContractError(f"{p}: {exc}") from None
+        frames.append(f)
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(frames, ignore_index=True)

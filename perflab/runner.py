@@ -1,0 +1,351 @@
+"""The experiment harness: one script = one fresh process = one experiment.
+
+An experiment script defines ``measure(ctx)`` and ends with::
+
+    if __name__ == "__main__":
+        run("E01", measure, globals().get("snakemake"))
+
+Under Snakemake's ``script:`` directive the job's contract, outputs and log
+come from the injected ``snakemake`` object; run by hand
+(``python scripts/e01_lying_benchmark.py --help``) they come from the command
+line and ``config/config.yaml``. Either way the harness sets seeds and
+threads, gives the process a private Inductor cache (compile caches never
+leak between jobs), logs progress with elapsed time, and writes the three
+outputs atomically — rows, raw samples, provenance — only if ``measure``
+returns; an exception leaves no result behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perflab import config as cfgmod
+from perflab import env, io, stats, steps, timing, workloads
+from perflab.catalogue import EXPERIMENTS
+
+
+class Context:
+    """What ``measure(ctx)`` works with: device, contract, instruments' sync, row sink."""
+
+    def __init__(self, eid: str, contract: Mapping[str, Any], log: Callable[[str], None]):
+        self.eid = eid
+        self.experiment = EXPERIMENTS[eid]
+        self.contract = dict(contract)
+        self.params: dict[str, Any] = dict(contract.get("params", {}))
+        self.timing: dict[str, int] = dict(contract["timing"])
+        self.device = torch.device(contract["device"])
+        self.is_cuda = self.device.type == "cuda"
+        self.dtype = getattr(torch, contract["dtype"])
+        self.sync = timing.synchronizer(self.device)
+        self.device_name = env.device_name(self.device)
+        self.log = log
+        self.rows: list[dict[str, Any]] = []
+        self.workloads_built: dict[str, dict[str, Any]] = {}
+        self.samples: list[dict[str, Any]] = []
+        self._defaults: dict[str, Any] = {
+            "experiment": eid,
+            "device": str(self.device),
+            "device_name": self.device_name,
+            "dtype": contract["dtype"],
+            "mode": "train",
+            "execution": "eager",
+            "workload": contract.get("workload", ""),
+            "model": "",
+            "input_shape": "",
+        }
+
+    # ------------------------------------------------------------ workloads
+    def workload(self, name: str | None = None, **overrides: Any) -> workloads.Workload:
+        """Build a configured workload (the controlled one by default) on this device.
+
+        Row defaults (workload, model, input shape, dtype) follow the most
+        recently built workload.
+        """
+        name = name or self.contract["workload"]
+        spec = self.contract["workloads"][name]
+        params = {**spec["params"], **overrides}
+        w = workloads.cast(workloads.build(spec["target"], self.device, **params), self.dtype)
+        self.workloads_built[name] = {
+            "target": spec["target"],
+            "description": w.description,
+            "optimizer": w.optimizer_name,
+            "parameters": w.parameter_count(),
+            "batch_size": w.batch_size,
+            "input_shape": w.input_shape(),
+            "dtype": str(w.dtype).removeprefix("torch."),
+        }
+        self.set_defaults(
+            workload=name,
+            model=w.description,
+            input_shape=w.input_shape(),
+            dtype=str(w.dtype).removeprefix("torch."),
+        )
+        return w
+
+    def training_step(self, name: str | None = None) -> Callable[[], Any] | None:
+        """The controlled training step (zero_grad, forward, loss, backward, step).
+
+        Built on this device from the configured workload with its batch
+        resident on the device. A workload with no optimizer has no training
+        step: an ``unsupported`` row says so and ``None`` is returned.
+        """
+        w = self.workload(name)
+        if w.make_optimizer is None:
+            self.unsupported(variant="all", metric="step_latency", unit="ms",
+                             reason=f"workload {w.name!r} has no optimizer: no training step")
+            return None
+        opt = w.make_optimizer(w.model.parameters())
+        x, y = w.batch_on(self.device)
+        return steps.train_step(w.model, w, opt, x, y)
+
+    def set_defaults(self, **kw: Any) -> None:
+        unknown = set(kw) - set(io.COLUMNS)
+        if unknown:
+            raise KeyError(f"not contract columns: {sorted(unknown)}")
+        self._defaults.update(kw)
+
+    # ------------------------------------------------------------ rows
+    def row(
+        self,
+        *,
+        variant: str,
+        metric: str,
+        value: float | None,
+        unit: str,
+        window: str,
+        sync_boundary: str,
+        statistic: str = "value",
+        n: int = 1,
+        status: str = "ok",
+        reason: str = "",
+        **kw: Any,
+    ) -> None:
+        r = {
+            **self._defaults,
+            **kw,
+            "variant": variant,
+            "metric": metric,
+            "statistic": statistic,
+            "value": value if status == "ok" else None,
+            "unit": unit,
+            "n": n,
+            "window": window,
+            "sync_boundary": sync_boundary,
+            "status": status,
+            "reason": reason,
+        }
+        self.rows.append(r)
+
+    def summary(
+        self,
+        samples: Iterable[float],
+        *,
+        variant: str,
+        metric: str,
+        unit: str = "ms",
+        window: str,
+        sync_boundary: str,
+        statistics: Iterable[str] = ("median", "iqr", "p25", "p75", "mean", "std", "min", "max"),
+        block: int | Iterable[int] = 0,
+        **kw: Any,
+    ) -> dict[str, float]:
+        """Summary rows for a sample series, and the raw samples for the samples file."""
+        samples = list(samples)
+        s = stats.summarize(samples)
+        for name in statistics:
+            self.row(
+                variant=variant,
+                metric=metric,
+                value=s[name],
+                unit="count" if name in ("count", "tail_count") else unit,
+                window=window,
+                sync_boundary=sync_boundary,
+                statistic=name,
+                n=len(samples),
+                **kw,
+            )
+        blocks = [block] * len(samples) if isinstance(block, int) else list(block)
+        for i, (v, b) in enumerate(zip(samples, blocks)):
+            self.samples.append(
+                {"experiment": self.eid, "variant": variant, "metric": metric, "unit": unit,
+                 "block": b, "index": i, "value": v}
+            )
+        return s
+
+    def unsupported(
+        self, *, variant: str, metric: str, unit: str, reason: str, window: str = "n/a",
+        sync_boundary: str = "n/a", status: str = "unsupported", **kw: Any
+    ) -> None:
+        self.row(variant=variant, metric=metric, value=None, unit=unit, window=window,
+                 sync_boundary=sync_boundary, status=status, reason=reason, **kw)
+
+    @property
+    def sync_name(self) -> str:
+        """How the chapter's sync boundary is realised on this device."""
+        return "torch.cuda.synchronize" if self.is_cuda else "none needed (CPU is synchronous)"
+
+
+# ---------------------------------------------------------------- process set-up
+
+
+class _Tee:
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, s):
+        for st in self.streams:
+            st.write(s)
+            st.flush()
+        return len(s)
+
+    def flush(self):
+        for st in self.streams:
+            st.flush()
+
+
+@contextmanager
+def _logging(log_path: str | None):
+    fh = None
+    saved = sys.stderr
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        fh = open(log_path, "w")
+        sys.stderr = _Tee(saved, fh)
+    try:
+        yield
+    finally:
+        sys.stderr = saved
+        if fh:
+            fh.close()
+
+
+@contextmanager
+def _private_compile_cache(contract: Mapping[str, Any]):
+    """A fresh Inductor/Triton cache per job unless the contract names one."""
+    given = contract.get("params", {}).get("inductor_cache_dir")
+    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    tmp = None
+    if given:
+        cache = Path(given).resolve()
+    else:
+        tmp = cache = Path(tempfile.mkdtemp(prefix="perflab-inductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+    try:
+        yield str(cache)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str, Any],
+            outputs: Mapping[str, str], log_path: str | None = None) -> Context:
+    """Run ``measure`` under ``contract`` and write ``outputs`` (csv, samples, provenance)."""
+    t_start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{eid} +{time.perf_counter() - t_start:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    with _logging(log_path), _private_compile_cache(contract) as cache_dir:
+        torch.manual_seed(contract["seed"])
+        if contract["threads"] != "auto":
+            torch.set_num_threads(int(contract["threads"]))
+        ctx = Context(eid, contract, log)
+        gpu_index = ctx.device.index or 0
+        started = _now()
+        gpu_before = env.gpu_state(gpu_index) if ctx.is_cuda else None
+        log(f"{EXPERIMENTS[eid].title} on {ctx.device} ({ctx.device_name}), "
+            f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+        try:
+            measure(ctx)
+        except Exception:
+            log("FAILED; no result written:\n" + traceback.format_exc())
+            raise
+        gpu_after = env.gpu_state(gpu_index) if ctx.is_cuda else None
+        provenance = {
+            "experiment": eid,
+            "title": EXPERIMENTS[eid].title,
+            "contract": dict(contract),
+            "environment": env.environment_report(ctx.device, cfg_hash=env.config_hash(contract)),
+            "started": started,
+            "finished": _now(),
+            "wall_s": round(time.perf_counter() - t_start, 3),
+            "gpu_state_before": gpu_before,
+            "gpu_state_after": gpu_after,
+            "inductor_cache_dir": cache_dir,
+            "workloads": ctx.workloads_built,
+            "argv": sys.argv,
+            "rows": len(ctx.rows),
+            "samples": len(ctx.samples),
+        }
+        # rows are validated before anything is written: a contract violation writes nothing
+        frame = io.rows_to_frame(ctx.rows)
+        if frame.empty:
+            raise io.ContractError(f"{eid} measured nothing")
+        io.validate_rows(frame)
+        io.write_samples(outputs["samples"], ctx.samples)
+        io.atomic_write_json(outputs["provenance"], provenance)
+        io.write_results(outputs["csv"], ctx.rows)
+        log(f"wrote {len(ctx.rows)} rows, {len(ctx.samples)} samples -> {outputs['csv']}")
+    return ctx
+
+
+def _parse_args(eid: str, argv: list[str] | None) -> argparse.Namespace:
+    e = EXPERIMENTS[eid]
+    p = argparse.ArgumentParser(
+        prog=f"scripts/{e.slug}.py",
+        description=f"{eid}: {e.title}. Runs one experiment in this process and writes its "
+        "CSV, samples CSV and provenance JSON (the same files the Snakemake rule writes).",
+    )
+    p.add_argument("--configfile", action="append", default=[],
+                   help="YAML merged over config/config.yaml (repeatable)")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides the config)")
+    p.add_argument("--scale", help="auto, chapter or a name under `scales` (overrides the config)")
+    p.add_argument("--outdir", help="result root (default: the config's results_dir)")
+    p.add_argument("--log", help="also write the progress log here")
+    return p.parse_args(argv)
+
+
+def run(eid: str, measure: Callable[[Context], None], snakemake: Any = None,
+        argv: list[str] | None = None) -> Context:
+    """Entry point of every experiment script (Snakemake job or command line)."""
+    if snakemake is not None:
+        return execute(
+            eid,
+            measure,
+            snakemake.params.contract,
+            {k: snakemake.output[k] for k in ("csv", "samples", "provenance")},
+            snakemake.log[0] if snakemake.log else None,
+        )
+    args = _parse_args(eid, argv)
+    overrides = {k: v for k, v in (("device", args.device), ("scale", args.scale)) if v}
+    if args.outdir:
+        overrides["results_dir"] = args.outdir
+    try:
+        cfg = cfgmod.load(args.configfile, overrides)
+    except cfgmod.ConfigError as exc:
+        sys.exit(str(exc))
+    return execute(eid, measure, cfgmod.contract(cfg, eid), cfgmod.experiment_outputs(cfg, eid),
+                   args.log)

@@ -1,0 +1,29 @@
+"""Build the PERFORMANCE LEDGER (Markdown block + cited rows) from the result CSVs."""
+
+import sys
+
+from perflab import io, ledger
+
+
+def main(csvs, md_out, csv_out):
+    rows, md = ledger.build(csvs)
+    io.atomic_write_csv(csv_out, rows)
+    io.atomic_write_text(md_out, md)
+    print(md, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    smk = globals().get("snakemake")
+    if smk is not None:
+        with open(smk.log[0], "w") as log:
+            sys.stderr = log
+            main(list(smk.input.csv), smk.output.md, smk.output.csv)
+    else:
+        import argparse
+
+        p = argparse.ArgumentParser(description=__doc__)
+        p.add_argument("csv", nargs="+", help="experiment result CSVs of one device")
+        p.add_argument("--md", required=True)
+        p.add_argument("--out-csv", required=True)
+        a = p.parse_args()
+        main(a.csv, a.md, a.out_csv)

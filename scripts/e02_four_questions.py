@@ -1,0 +1,72 @@
+"""E02 — "How fast is the model?" is four questions.
+
+Times one model and one batch four legitimate ways — forward under
+inference_mode, forward with grad enabled, forward + backward, the full
+training step — each warmed and synchronized. With ``compile: true`` the
+same four run on ``torch.compile(model)``, the first compiled call of each
+reported apart from its steady state (the first call is compilation).
+"""
+
+import torch
+
+from perflab import steps, timing
+from perflab.runner import run
+
+SYNCED = "synchronized at both ends of each call"
+
+
+def four_questions(w, model, opt, x, y):
+    return {
+        "forward_inference": ("inference", steps.forward_inference(model, x)),
+        "forward_grad": ("train", steps.forward_grad(model, x)),
+        "forward_backward": ("train", steps.forward_backward(model, w, x, y)),
+        "train_step": ("train", steps.train_step(model, w, opt, x, y) if opt else None),
+    }
+
+
+def measure(ctx):
+    t = ctx.timing
+    w = ctx.workload()
+    x, y = w.batch_on(ctx.device)
+    opt = w.make_optimizer(w.model.parameters()) if w.make_optimizer else None
+    window = f"steady state after warmup {t['warmup']}"
+
+    for variant, (mode, fn) in four_questions(w, w.model, opt, x, y).items():
+        if fn is None:
+            ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
+                            reason="workload has no optimizer")
+            continue
+        s = ctx.summary(timing.time_calls(fn, warmup=t["warmup"], repeats=t["repeats"],
+                                          sync=ctx.sync),
+                        variant=variant, metric="step_latency", mode=mode, window=window,
+                        sync_boundary=SYNCED)
+        ctx.log(f"eager {variant}: median {s['median']:.3f} ms")
+
+    if not ctx.params["compile"]:
+        return
+    compiled = torch.compile(w.model)
+    for variant, (mode, fn) in four_questions(w, compiled, opt, x, y).items():
+        if fn is None:
+            continue
+        torch._dynamo.reset()  # each variant's first call traces and compiles afresh
+        try:
+            first = timing.time_first_call(fn, ctx.sync)
+        except Exception as exc:  # no C++ compiler, unsupported op, ...
+            msg = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            ctx.log(msg)
+            ctx.unsupported(variant=variant, metric="first_call", unit="ms", mode=mode,
+                            execution="compiled", status="error", reason=msg)
+            continue
+        ctx.row(variant=variant, metric="first_call", value=first, unit="ms", mode=mode,
+                execution="compiled", sync_boundary=SYNCED,
+                window="first compiled call after torch._dynamo.reset(); Inductor cache "
+                       "private to this job (may hold graphs of earlier variants)")
+        s = ctx.summary(timing.time_calls(fn, warmup=t["warmup"], repeats=t["repeats"],
+                                          sync=ctx.sync),
+                        variant=variant, metric="step_latency", mode=mode, execution="compiled",
+                        window=window, sync_boundary=SYNCED)
+        ctx.log(f"compiled {variant}: first call {first / 1e3:.2f} s, median {s['median']:.3f} ms")
+
+
+if __name__ == "__main__":
+    run("E02", measure, globals().get("snakemake"))

@@ -1,0 +1,40 @@
+"""E03 — warmup and spread.
+
+Repeats the synchronized training step after warmup 0, 1 and 30 (in that
+order, the first series starting in a fresh process, so warmup 0 includes the
+process's first step), then 400 warmed steps summarised by median, IQR,
+quartiles, mean, std, max and the count of steps above median + 3 IQR.
+"""
+
+from perflab import timing
+from perflab.runner import run
+
+SYNCED = "synchronized at both ends of each call"
+
+
+def measure(ctx):
+    p, t = ctx.params, ctx.timing
+    step = ctx.training_step()
+    if step is None:
+        return
+
+    for i, wu in enumerate(p["warmups"]):
+        samples = timing.time_calls(step, warmup=wu, repeats=p["repeats"], sync=ctx.sync)
+        where = "fresh process" if i == 0 else "after the previous series"
+        s = ctx.summary(samples, variant=f"warmup_{wu}", metric="step_latency",
+                        window=f"warmup {wu} ({where}), then {p['repeats']} repeats",
+                        sync_boundary=SYNCED)
+        ctx.log(f"warmup {wu}: median {s['median']:.3f} mean {s['mean']:.3f} max {s['max']:.3f}")
+
+    samples = timing.time_calls(step, warmup=t["warmup"], repeats=p["spread_repeats"],
+                                sync=ctx.sync)
+    s = ctx.summary(samples, variant="spread", metric="step_latency",
+                    window=f"steady state after warmup {t['warmup']}", sync_boundary=SYNCED,
+                    statistics=("median", "iqr", "p25", "p75", "mean", "std", "min", "max",
+                                "count", "tail_count"))
+    ctx.log(f"spread: median {s['median']:.3f} IQR {s['iqr']:.3f} "
+            f"tail {int(s['tail_count'])}/{int(s['count'])}")
+
+
+if __name__ == "__main__":
+    run("E03", measure, globals().get("snakemake"))

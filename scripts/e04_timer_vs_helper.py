@@ -1,0 +1,46 @@
+"""E04 — torch.utils.benchmark.Timer vs the project's helper.
+
+The same mutable training step measured by Timer.blocked_autorange (which
+chooses a block size and times blocks of calls) and by the helper (warmup,
+then per-call synchronized samples). Both are valid; they measure slightly
+different boundaries, so the report shows them side by side.
+"""
+
+from perflab import timing
+from perflab.runner import run
+
+
+def measure(ctx):
+    p, t = ctx.params, ctx.timing
+    step = ctx.training_step()
+    if step is None:
+        return
+    timing.warm(step, t["warmup"], ctx.sync)
+
+    m = timing.timer_blocked_autorange(step, min_run_time=p["min_run_time_s"])
+    window = f"blocked_autorange(min_run_time={p['min_run_time_s']} s) after warmup {t['warmup']}"
+    boundary = (f"{ctx.sync_name} at each block's ends; per-call time = block / "
+                f"{m['number_per_run']}")
+    kw = dict(variant="timer_blocked_autorange", window=window, sync_boundary=boundary)
+    ctx.row(metric="step_latency", statistic="median", value=m["median_ms"], unit="ms",
+            n=m["runs"], **kw)
+    ctx.row(metric="step_latency", statistic="iqr", value=m["iqr_ms"], unit="ms", n=m["runs"], **kw)
+    ctx.row(metric="step_latency", statistic="mean", value=m["mean_ms"], unit="ms", n=m["runs"], **kw)
+    ctx.row(metric="number_per_run", value=m["number_per_run"], unit="calls", **kw)
+    ctx.row(metric="runs", value=m["runs"], unit="blocks", **kw)
+    for i, v in enumerate(m["times_ms"]):
+        ctx.samples.append({"experiment": ctx.eid, "variant": kw["variant"],
+                            "metric": "step_latency", "unit": "ms", "block": i, "index": i,
+                            "value": v})
+    ctx.log(f"Timer: median {m['median_ms']:.3f} ms IQR {m['iqr_ms']:.3f} "
+            f"n_per_run {m['number_per_run']} runs {m['runs']}")
+
+    samples = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
+    s = ctx.summary(samples, variant="helper", metric="step_latency",
+                    window=f"warmup {t['warmup']}, repeats {t['repeats']}",
+                    sync_boundary="synchronized at both ends of each call")
+    ctx.log(f"helper: median {s['median']:.3f} ms IQR {s['iqr']:.3f}")
+
+
+if __name__ == "__main__":
+    run("E04", measure, globals().get("snakemake"))

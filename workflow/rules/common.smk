@@ -1,0 +1,83 @@
+# Helpers shared by every rule file: the validated configuration, output paths
+# and per-experiment contracts. Rules call these; they hold no logic of their own.
+import os
+import sys
+
+from snakemake.exceptions import WorkflowError
+
+# the pipeline's package must import in this process and in every job's process
+sys.path.insert(0, workflow.basedir)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p
+)
+
+from perflab import config as perflab_config  # noqa: E402
+from perflab.catalogue import EXPERIMENTS  # noqa: E402
+
+try:
+    RUN = perflab_config.resolve(config)
+except perflab_config.ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+
+TAG = RUN["resolved_tag"]
+RESULTS = f"{RUN['results_dir']}/{TAG}"
+FIGURES = f"{RUN['figures_dir']}/{TAG}"
+LOGS = f"logs/{TAG}"
+
+
+def exp_outputs(eid):
+    """csv, samples and provenance paths of experiment `eid`."""
+    return perflab_config.experiment_outputs(RUN, eid)
+
+
+def exp_log(eid):
+    return f"{LOGS}/{EXPERIMENTS[eid].slug}.log"
+
+
+def exp_contract(eid):
+    """The config slice the job depends on (a change to it reruns the job)."""
+    return perflab_config.contract(RUN, eid)
+
+
+def exp_script(eid):
+    return f"../../scripts/{EXPERIMENTS[eid].slug}.py"
+
+
+def gpu_request():
+    """GPU jobs ask for one GPU, so a multi-core run never shares it between two timing jobs."""
+    return 1 if RUN["resolved_device"].startswith("cuda") else 0
+
+
+def timing_threads():
+    """A timing job takes every core it is given: two timing jobs never overlap locally."""
+    return workflow.cores
+
+
+def selected():
+    return RUN["resolved_experiments"]
+
+
+def selected_csvs():
+    return [exp_outputs(e)["csv"] for e in selected()]
+
+
+def selected_samples():
+    return [exp_outputs(e)["samples"] for e in selected()]
+
+
+def figure_path(eid):
+    return f"{FIGURES}/{EXPERIMENTS[eid].slug}.png"
+
+
+def figure_inputs(wildcards):
+    """The figure of experiment {eid} reads its rows and its raw samples."""
+    out = exp_outputs(wildcards.eid.upper())
+    return {"csv": out["csv"], "samples": out["samples"]}
+
+
+def final_outputs():
+    return [
+        f"{RESULTS}/ledger.md",
+        f"{RESULTS}/report.html",
+        *[figure_path(e) for e in selected()],
+    ]

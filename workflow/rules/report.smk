@@ -1,0 +1,51 @@
+# Downstream of the experiments: the ledger, one figure per experiment, the HTML report.
+
+
+rule ledger:
+    input:
+        csv=selected_csvs(),
+    output:
+        md=f"{RESULTS}/ledger.md",
+        csv=f"{RESULTS}/ledger.csv",
+    log:
+        f"{LOGS}/ledger.log",
+    script:
+        "../../scripts/build_ledger.py"
+
+
+rule figure:
+    input:
+        unpack(figure_inputs),
+    output:
+        report(
+            f"{FIGURES}/{{eid}}_{{name}}.png",
+            caption="../../report/captions/{eid}.rst",
+            category="Figures",
+            labels={"experiment": "{eid}"},
+        ),
+    log:
+        f"{LOGS}/figure_{{eid}}_{{name}}.log",
+    wildcard_constraints:
+        eid="e[0-9]+",
+    script:
+        "../../scripts/make_figure.py"
+
+
+rule report_html:
+    input:
+        csv=selected_csvs(),
+        samples=selected_samples(),
+        provenance=[exp_outputs(e)["provenance"] for e in selected()],
+        ledger=f"{RESULTS}/ledger.md",
+        figures=[figure_path(e) for e in selected()],
+        notebook="report/perflab.py",
+    output:
+        report(
+            f"{RESULTS}/report.html",
+            caption="../../report/captions/report.rst",
+            category="Report",
+        ),
+    log:
+        f"{LOGS}/report.log",
+    script:
+        "../../scripts/render_report.py"
