@@ -60,6 +60,9 @@ def _schema_check(cfg: dict, schema: dict, where: str = "") -> None:
     if not errors:
         return
     err = jsonschema.exceptions.best_match(errors)
+    # an alternative of a oneOf ("not one of ['auto']") misleads: report the oneOf itself
+    while err.parent is not None and err.parent.validator == "oneOf":
+        err = err.parent
     path = list(err.absolute_path)
     if err.validator == "additionalProperties":
         # name the unknown key itself, not its parent
@@ -71,8 +74,11 @@ def _schema_check(cfg: dict, schema: dict, where: str = "") -> None:
             + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
         )
     msg = err.message
+    desc = (err.schema.get("description") or "").strip()
     if err.validator == "oneOf":
-        msg = f"{err.instance!r} is not valid ({err.schema.get('description', 'see the schema')})"
+        msg = f"{err.instance!r} is not valid"
+    if desc:
+        msg += f" (expected: {desc})"
     raise ConfigError(f"config error at '{_key(path)}'{where}: {msg}")
 
 
@@ -102,6 +108,8 @@ def selected_experiments(run: str | list[str]) -> list[str]:
         items = [s.strip() for s in run.split(",") if s.strip()]
     else:
         items = list(run)
+    if not items:
+        raise ConfigError("config error at 'run': no experiment named (use all or ids like E01,E03)")
     if items == ["all"]:
         return list(EXPERIMENTS)
     ids = []
@@ -145,7 +153,7 @@ def _resolve_device(requested: str) -> str:
 
 
 def _check_workloads(cfg: dict) -> None:
-    from perflab.workloads import REGISTRY, WorkloadError, resolve_target
+    from perflab.workloads import REGISTRY, WorkloadError, check_params, resolve_target
 
     for name, params in cfg["workloads"].items():
         target = params.get("target", name)
@@ -153,6 +161,11 @@ def _check_workloads(cfg: dict) -> None:
             resolve_target(target)
         except WorkloadError as exc:
             raise ConfigError(f"config error at 'workloads.{name}.target': {exc}") from None
+        rest = {k: v for k, v in params.items() if k != "target"}
+        try:
+            check_params(target, {**rest, "seed": cfg["seed"]})
+        except WorkloadError as exc:
+            raise ConfigError(f"config error at 'workloads.{name}.{exc.param}': {exc}") from None
     w = cfg["workload"]
     if w not in cfg["workloads"]:
         try:
@@ -184,7 +197,7 @@ def resolve(config: Mapping[str, Any]) -> dict:
         if scale not in cfg["scales"]:
             raise ConfigError(
                 f"config error at 'scale': unknown scale {scale!r} "
-                f"(defined: auto, chapter, {', '.join(sorted(cfg['scales']))})"
+                f"(defined: {', '.join(['auto', 'chapter', *sorted(cfg['scales'])])})"
             )
         patch = cfg["scales"][scale]
         if "scales" in patch or "scale" in patch:
@@ -242,6 +255,11 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
         "tag": cfg["resolved_tag"],
         "seed": cfg["seed"],
         "threads": cfg["threads"],
+        "flush_denormal": (
+            cfg["resolved_device"] == "cpu"
+            if cfg["flush_denormal"] == "auto"
+            else bool(cfg["flush_denormal"])
+        ),
         "timing": dict(cfg["timing"]),
         "workload": cfg["workload"],
         "workloads": {n: dict(zip(("target", "params"), workload_spec(cfg, n))) for n in sorted(names)},

@@ -32,7 +32,13 @@ def cpu_model() -> str:
 
 
 def git_commit(path: str | Path | None = None) -> str:
-    """The commit the code ran at, with '+dirty' when the tree has changes."""
+    """The commit the code ran at, with '+dirty' when the tree has changes.
+
+    ``PERFLAB_GIT_COMMIT`` wins when set: a copy of the tree without its .git
+    (a cluster node, a lent GPU machine) can still say which commit it ran.
+    """
+    if os.environ.get("PERFLAB_GIT_COMMIT"):
+        return os.environ["PERFLAB_GIT_COMMIT"]
     cwd = Path(path) if path else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(

@@ -63,22 +63,27 @@ REQUIRED_TEXT = [
     "unit",
     "status",
 ]
-SAMPLE_COLUMNS = ["experiment", "variant", "metric", "unit", "block", "index", "value"]
+SAMPLE_COLUMNS = ["experiment", "variant", "execution", "metric", "unit", "block", "index", "value"]
 
 
 class ContractError(ValueError):
     """A result row that breaks the CSV contract."""
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: str | Path, write, *, binary: bool = False) -> None:
+    """Call ``write(fh)`` on a temp file beside ``path``, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline="")) as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp creates 0600; give the result the permissions a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -89,7 +94,7 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    _atomic_write(Path(path), lambda fh: fh.write(text))
+    atomic_write(path, lambda fh: fh.write(text))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
@@ -97,7 +102,7 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 
 def atomic_write_csv(path: str | Path, frame: pd.DataFrame) -> None:
-    _atomic_write(Path(path), lambda fh: frame.to_csv(fh, index=False))
+    atomic_write(path, lambda fh: frame.to_csv(fh, index=False))
 
 
 def validate_rows(frame: pd.DataFrame) -> None:
@@ -124,10 +129,11 @@ def validate_rows(frame: pd.DataFrame) -> None:
             if is_nan:
                 raise ContractError(f"{where}: status ok but no value")
             try:
-                if not math.isfinite(float(value)):
-                    raise ContractError(f"{where}: non-finite value {value!r}")
+                number = float(value)
             except (TypeError, ValueError):
                 raise ContractError(f"{where}: value {value!r} is not a number") from None
+            if not math.isfinite(number):
+                raise ContractError(f"{where}: non-finite value {value!r}")
         else:
             reason = row["reason"]
             if reason is None or (isinstance(reason, float) and math.isnan(reason)) or not str(reason).strip():
@@ -137,7 +143,12 @@ def validate_rows(frame: pd.DataFrame) -> None:
 
 
 def rows_to_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    frame = pd.DataFrame(list(rows), columns=COLUMNS)
+    rows = list(rows)
+    for i, r in enumerate(rows):
+        extra = set(r) - set(COLUMNS)
+        if extra:  # a misspelled column must not vanish silently
+            raise ContractError(f"row {i}: keys outside the contract: {sorted(extra)}")
+    frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
     return frame
 

@@ -180,8 +180,9 @@ class Context:
         blocks = [block] * len(samples) if isinstance(block, int) else list(block)
         for i, (v, b) in enumerate(zip(samples, blocks)):
             self.samples.append(
-                {"experiment": self.eid, "variant": variant, "metric": metric, "unit": unit,
-                 "block": b, "index": i, "value": v}
+                {"experiment": self.eid, "variant": variant,
+                 "execution": kw.get("execution", self._defaults["execution"]),
+                 "metric": metric, "unit": unit, "block": b, "index": i, "value": v}
             )
         return s
 
@@ -195,7 +196,7 @@ class Context:
     @property
     def sync_name(self) -> str:
         """How the chapter's sync boundary is realised on this device."""
-        return "torch.cuda.synchronize" if self.is_cuda else "none needed (CPU is synchronous)"
+        return "torch.cuda.synchronize()" if self.is_cuda else "a no-op: the CPU runs synchronously"
 
 
 # ---------------------------------------------------------------- process set-up
@@ -256,6 +257,21 @@ def _private_compile_cache(contract: Mapping[str, Any]):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextmanager
+def log_to(path: str | Path):
+    """Send stderr to a job's log; a failure's traceback lands there before it propagates."""
+    saved = sys.stderr
+    with open(path, "w") as fh:
+        sys.stderr = fh
+        try:
+            yield
+        except BaseException:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stderr = saved
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -272,12 +288,16 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         torch.manual_seed(contract["seed"])
         if contract["threads"] != "auto":
             torch.set_num_threads(int(contract["threads"]))
+        # subnormal floats take a slow path on x86 cores: the step time drifts upward as
+        # training produces them, unless the contract says to flush them (CPU default)
+        torch.set_flush_denormal(bool(contract.get("flush_denormal", False)))
         ctx = Context(eid, contract, log)
         gpu_index = ctx.device.index or 0
         started = _now()
         gpu_before = env.gpu_state(gpu_index) if ctx.is_cuda else None
         log(f"{EXPERIMENTS[eid].title} on {ctx.device} ({ctx.device_name}), "
-            f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+            f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+            f"flush denormals {bool(contract.get('flush_denormal', False))}")
         try:
             measure(ctx)
         except Exception:

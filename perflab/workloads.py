@@ -28,7 +28,14 @@ Tensor = torch.Tensor
 
 
 class WorkloadError(ValueError):
-    """A workload target that cannot be resolved or breaks the contract."""
+    """A workload target that cannot be resolved or breaks the contract.
+
+    ``param`` names the offending parameter when one is to blame.
+    """
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass
@@ -254,11 +261,14 @@ def resolve_target(target: str) -> Callable[..., Workload]:
         raise WorkloadError(f"workload target {target!r} must look like 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise WorkloadError(f"workload target {target!r}: cannot import {module_name!r} ({exc})") from exc
-    fn = getattr(module, attr, None)
-    if fn is None:
+    except Exception as exc:  # missing, or broken while importing (SyntaxError, ...)
+        raise WorkloadError(
+            f"workload target {target!r}: cannot import {module_name!r} "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
+    if not hasattr(module, attr):
         raise WorkloadError(f"workload target {target!r}: module {module_name!r} has no {attr!r}")
+    fn = getattr(module, attr)
     if not callable(fn):
         raise WorkloadError(f"workload target {target!r}: {attr!r} is not callable")
     return fn
@@ -280,6 +290,28 @@ def cast(w: Workload, dtype: torch.dtype) -> Workload:
     w.make_batch = make_batch
     w.dtype = dtype
     return w
+
+
+def check_params(target: str, params: dict[str, Any]) -> None:
+    """Raise if ``params`` names an argument the builder does not take."""
+    import inspect
+
+    fn = resolve_target(target)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    accepted = {n for n, p in sig.parameters.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    accepted.discard("device")
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise WorkloadError(
+            f"workload {target!r} takes no parameter {unknown[0]!r} "
+            f"(it takes: {', '.join(sorted(accepted))})",
+            param=unknown[0],
+        )
 
 
 def build(target: str, device: torch.device | str, **params: Any) -> Workload:

@@ -43,7 +43,7 @@ def measure(ctx):
                 sync_boundary="none inside the loop; clock read when the loop returns")
         ctx.row(variant=f"naive_loop_{n}", metric="backlog_at_final_sync",
                 value=lt.backlog_ms, unit="ms", n=n, window=window,
-                sync_boundary=f"time one {ctx.sync_name} blocked after the loop")
+                sync_boundary=f"time the final sync ({ctx.sync_name}) blocked after the loop")
         ctx.row(variant=f"naive_loop_{n}", metric="real_ms_per_step",
                 value=lt.real_ms_per_step, unit="ms", n=n, window=window,
                 sync_boundary="loop + final sync")

@@ -47,6 +47,8 @@ def measure(ctx):
     compiled = torch.compile(w.model)
     for variant, (mode, fn) in four_questions(w, compiled, opt, x, y).items():
         if fn is None:
+            ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
+                            execution="compiled", reason="workload has no optimizer")
             continue
         torch._dynamo.reset()  # each variant's first call traces and compiles afresh
         try:

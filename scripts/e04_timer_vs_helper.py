@@ -19,7 +19,7 @@ def measure(ctx):
 
     m = timing.timer_blocked_autorange(step, min_run_time=p["min_run_time_s"])
     window = f"blocked_autorange(min_run_time={p['min_run_time_s']} s) after warmup {t['warmup']}"
-    boundary = (f"{ctx.sync_name} at each block's ends; per-call time = block / "
+    boundary = (f"sync ({ctx.sync_name}) at each block's ends; per-call time = block / "
                 f"{m['number_per_run']}")
     kw = dict(variant="timer_blocked_autorange", window=window, sync_boundary=boundary)
     ctx.row(metric="step_latency", statistic="median", value=m["median_ms"], unit="ms",
@@ -29,7 +29,7 @@ def measure(ctx):
     ctx.row(metric="number_per_run", value=m["number_per_run"], unit="calls", **kw)
     ctx.row(metric="runs", value=m["runs"], unit="blocks", **kw)
     for i, v in enumerate(m["times_ms"]):
-        ctx.samples.append({"experiment": ctx.eid, "variant": kw["variant"],
+        ctx.samples.append({"experiment": ctx.eid, "variant": kw["variant"], "execution": "eager",
                             "metric": "step_latency", "unit": "ms", "block": i, "index": i,
                             "value": v})
     ctx.log(f"Timer: median {m['median_ms']:.3f} ms IQR {m['iqr_ms']:.3f} "
