@@ -1,12 +1,15 @@
 # perflab: every measurement of "Performance: What Is the Machine Waiting For?"
 # `snakemake --cores 1` runs each experiment as its own job (a fresh process),
 # then builds the ledger, the figures and the HTML report for this machine.
+import os
+
 from snakemake.utils import min_version
 
 min_version("8.20")
 
 
-configfile: "config/config.yaml"
+# found from any working directory (`--directory`), so outputs can live elsewhere
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 # schema validation (defaults filled) + the checks a schema cannot make; one

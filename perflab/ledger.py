@@ -11,26 +11,24 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
-from perflab import io
+from perflab import io, tables
 
 LEDGER_COLUMNS = ["section", "field", "value", "unit", "source"]
 
 
 def _get(frame: pd.DataFrame, eid: str, variant: str, metric: str, statistic: str = "median"):
-    sel = frame[
-        (frame.experiment == eid)
-        & (frame.variant == variant)
-        & (frame.metric == metric)
-        & (frame.statistic == statistic)
-        & (frame.status == "ok")
-    ]
-    if sel.empty:
+    """The measured row's value and sample count, or None when it was not measured."""
+    rows = frame[frame.experiment == eid]
+    value = tables.pick(rows, variant, metric, statistic)
+    if isinstance(value, tables.Missing):
         return None
-    return sel.iloc[0]
+    return SimpleNamespace(value=float(value), n=tables.pick(rows, variant, metric, statistic,
+                                                             field="n"))
 
 
 def _provenance(csv_paths: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
@@ -76,6 +74,8 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
     add("workload", "device", device, source="provenance")
     add("workload", "execution", "eager")
     add("workload", "scale", contract.get("scale", ""), source="provenance")
+    add("workload", "threads", envr.get("torch_num_threads"), source="provenance")
+    add("workload", "flush_denormal", contract.get("flush_denormal"), source="provenance")
 
     # benchmark: the best warmed, synchronized series in this run
     bench = None
@@ -157,7 +157,8 @@ def render_markdown(ledger: pd.DataFrame) -> str:
         "",
         f"workload    train step | batch {val('workload', 'input_shape')} | "
         f"{val('workload', 'dtype')} | {val('workload', 'device')} | eager | "
-        f"scale {val('workload', 'scale')}",
+        f"scale {val('workload', 'scale')} | threads {val('workload', 'threads')}"
+        + (" | denormals flushed" if val("workload", "flush_denormal") == "True" else ""),
     ]
     med = val("benchmark", "step_latency_median")
     if med:

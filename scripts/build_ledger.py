@@ -3,6 +3,7 @@
 import sys
 
 from perflab import io, ledger
+from perflab.runner import log_to
 
 
 def main(csvs, md_out, csv_out):
@@ -15,8 +16,7 @@ def main(csvs, md_out, csv_out):
 if __name__ == "__main__":
     smk = globals().get("snakemake")
     if smk is not None:
-        with open(smk.log[0], "w") as log:
-            sys.stderr = log
+        with log_to(smk.log[0]):
             main(list(smk.input.csv), smk.output.md, smk.output.csv)
     else:
         import argparse

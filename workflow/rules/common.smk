@@ -1,15 +1,11 @@
-# Helpers shared by every rule file: the validated configuration, output paths
-# and per-experiment contracts. Rules call these; they hold no logic of their own.
-import os
+# Helpers shared by the workflow's .smk files: the validated configuration,
+# output paths and per-experiment contracts, computed here and nowhere else.
 import sys
 
 from snakemake.exceptions import WorkflowError
 
-# the pipeline's package must import in this process and in every job's process
+# the package imports here even before `pip install -e .`; jobs need it installed
 sys.path.insert(0, workflow.basedir)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p
-)
 
 from perflab import config as perflab_config  # noqa: E402
 from perflab.catalogue import EXPERIMENTS  # noqa: E402
@@ -39,6 +35,9 @@ def exp_contract(eid):
     return perflab_config.contract(RUN, eid)
 
 
+ENV = "../../envs/perflab.yaml"
+
+
 def exp_script(eid):
     return f"../../scripts/{EXPERIMENTS[eid].slug}.py"
 
@@ -50,7 +49,10 @@ def gpu_request():
 
 def timing_threads():
     """A timing job takes every core it is given: two timing jobs never overlap locally."""
-    return workflow.cores
+    try:
+        return workflow.cores
+    except WorkflowError:  # no --cores given (e.g. --report): nothing will run
+        return 1
 
 
 def selected():

@@ -12,6 +12,8 @@ rule e01_lying_benchmark:
     threads: timing_threads()
     resources:
         gpu=gpu_request(),
+    conda:
+        ENV
     script:
         exp_script("E01")
 
@@ -26,6 +28,8 @@ rule e02_four_questions:
     threads: timing_threads()
     resources:
         gpu=gpu_request(),
+    conda:
+        ENV
     script:
         exp_script("E02")
 
@@ -40,6 +44,8 @@ rule e03_warmup_spread:
     threads: timing_threads()
     resources:
         gpu=gpu_request(),
+    conda:
+        ENV
     script:
         exp_script("E03")
 
@@ -54,5 +60,7 @@ rule e04_timer_vs_helper:
     threads: timing_threads()
     resources:
         gpu=gpu_request(),
+    conda:
+        ENV
     script:
         exp_script("E04")

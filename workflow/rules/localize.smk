@@ -11,5 +11,7 @@ rule e06_events_vs_wall:
     threads: timing_threads()
     resources:
         gpu=gpu_request(),
+    conda:
+        ENV
     script:
         exp_script("E06")

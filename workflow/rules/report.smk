@@ -9,6 +9,8 @@ rule ledger:
         csv=f"{RESULTS}/ledger.csv",
     log:
         f"{LOGS}/ledger.log",
+    conda:
+        ENV
     script:
         "../../scripts/build_ledger.py"
 
@@ -19,7 +21,7 @@ rule figure:
     output:
         report(
             f"{FIGURES}/{{eid}}_{{name}}.png",
-            caption="../../report/captions/{eid}.rst",
+            caption="../../report/captions/figure.rst",
             category="Figures",
             labels={"experiment": "{eid}"},
         ),
@@ -27,6 +29,8 @@ rule figure:
         f"{LOGS}/figure_{{eid}}_{{name}}.log",
     wildcard_constraints:
         eid="e[0-9]+",
+    conda:
+        ENV
     script:
         "../../scripts/make_figure.py"
 
@@ -38,7 +42,7 @@ rule report_html:
         provenance=[exp_outputs(e)["provenance"] for e in selected()],
         ledger=f"{RESULTS}/ledger.md",
         figures=[figure_path(e) for e in selected()],
-        notebook="report/perflab.py",
+        notebook=os.path.join(workflow.basedir, "report", "perflab.py"),
     output:
         report(
             f"{RESULTS}/report.html",
@@ -47,5 +51,7 @@ rule report_html:
         ),
     log:
         f"{LOGS}/report.log",
+    conda:
+        ENV
     script:
         "../../scripts/render_report.py"

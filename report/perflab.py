@@ -1,0 +1,148 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # perflab report
+#
+# The measurements of *Performance: What Is the Machine Waiting For?*, repeated on
+# this machine. Every number below is read from this run's result files; a
+# measurement this device cannot make is shown with its reason, never invented.
+
+# %%
+# Setup: where the results and figures are (set by scripts/render_report.py).
+import base64
+import html
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import HTML, Markdown, display
+
+from perflab import io, tables
+from perflab.catalogue import EXPERIMENTS
+
+RESULTS = Path(os.environ["PERFLAB_RESULTS"])
+FIGURES = Path(os.environ["PERFLAB_FIGURES"])
+if not RESULTS.is_dir():
+    raise FileNotFoundError(f"PERFLAB_RESULTS={RESULTS} is not a directory")
+
+# experiments of the catalogue whose result CSV is in the result directory
+PRESENT = {eid: e for eid, e in EXPERIMENTS.items() if (RESULTS / f"{e.slug}.csv").is_file()}
+ROWS = io.read_results([RESULTS / f"{e.slug}.csv" for e in PRESENT.values()])
+PROVENANCE = {
+    eid: json.loads((RESULTS / f"{e.slug}.json").read_text())
+    for eid, e in PRESENT.items()
+    if (RESULTS / f"{e.slug}.json").is_file()
+}
+
+
+def html_table(frame: pd.DataFrame, index: bool = False) -> HTML:
+    """A DataFrame as an escaped HTML table."""
+    return HTML(frame.to_html(index=index, escape=True, border=0, na_rep=""))
+
+
+def key_value(pairs: dict) -> HTML:
+    """A two-column table of fields and their values."""
+    values = [str(v) for v in pairs.values()]
+    return html_table(pd.DataFrame({"field": list(pairs), "value": values}))
+
+
+# %% [markdown]
+# ## Run and environment
+
+# %%
+if not PROVENANCE:
+    display(Markdown("No provenance JSON in the result directory: environment unknown."))
+else:
+    first = next(iter(PROVENANCE.values()))
+    contract, environment = first.get("contract", {}), first.get("environment", {})
+    started = [p["started"] for p in PROVENANCE.values() if p.get("started")]
+    finished = [p["finished"] for p in PROVENANCE.values() if p.get("finished")]
+    display(key_value({
+        "result directory": RESULTS.name,
+        "tag": contract.get("tag", ""),
+        "scale": contract.get("scale", ""),
+        "device": f"{contract.get('device', '')} ({environment.get('device_name', '')})",
+        "git commit": environment.get("git_commit", ""),
+        "experiments": ", ".join(PROVENANCE),
+        "first started": min(started, default=""),
+        "last finished": max(finished, default=""),
+    }))
+    commits = {p.get("environment", {}).get("git_commit") for p in PROVENANCE.values()}
+    if len(commits) > 1:
+        display(Markdown("**Note:** the experiments ran at different commits: "
+                         + ", ".join(sorted(map(str, commits)))))
+    # nested values (e.g. the thread environment) as one line each
+    flat = {k: (", ".join(f"{kk}={vv}" for kk, vv in v.items()) if isinstance(v, dict) else v)
+            for k, v in environment.items()}
+    display(Markdown("### Environment"))
+    display(key_value(flat))
+
+# %% [markdown]
+# ## PERFORMANCE LEDGER
+
+# %%
+ledger = RESULTS / "ledger.md"
+if ledger.is_file():
+    # the ledger is a fenced Markdown block: show its lines verbatim
+    text = ledger.read_text().strip().removeprefix("```").removesuffix("```").strip("\n")
+    display(HTML(f"<pre>{html.escape(text)}</pre>"))
+else:
+    display(Markdown("ledger.md not found: the ledger was not built."))
+
+# %% [markdown]
+# ## Experiments
+
+
+# %%
+def contract_tables(rows: pd.DataFrame) -> list[HTML]:
+    """The experiment's contract fields, then each series' window and sync boundary."""
+    shared = {}
+    for col in ("workload", "model", "input_shape", "dtype", "device", "device_name", "mode",
+                "execution"):
+        values = [v for v in rows[col].unique() if v != ""]
+        shared[col] = ", ".join(values)
+    measured = rows[rows.status == "ok"]
+    keys = ["variant", "execution", "window", "sync_boundary"]
+    series = (measured.groupby(keys, sort=False)["metric"]
+              .agg(lambda m: ", ".join(dict.fromkeys(m))).reset_index()
+              .rename(columns={"sync_boundary": "sync boundary", "metric": "metrics"}))
+    # the per-series windows are long: folded, openable without any script
+    folded = HTML(f"<details><summary>window and sync boundary of each series "
+                  f"({len(series)})</summary>{html_table(series).data}</details>")
+    return [key_value(shared), folded]
+
+
+def figure_html(eid: str) -> HTML | Markdown:
+    """The experiment's PNG, inlined as base64 so the report is one self-contained file."""
+    png = FIGURES / f"{EXPERIMENTS[eid].slug}.png"
+    if not png.is_file():
+        return Markdown(f"Figure not found ({png.name}).")
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    return HTML(f'<img alt="{eid} figure" style="max-width:100%" '
+                f'src="data:image/png;base64,{data}"/>')
+
+
+for eid, experiment in EXPERIMENTS.items():
+    display(Markdown(f"### {eid} · {experiment.title}"))
+    if eid not in PRESENT:
+        display(Markdown("*not run* (no result file for this experiment in this run)"))
+        continue
+    rows = ROWS[ROWS.experiment == eid]
+    if experiment.cpu_behaviour != "same" and not rows.device.str.startswith("cuda").any():
+        display(Markdown(f"On a machine without CUDA: {experiment.cpu_behaviour}."))
+    display(Markdown("**Contract**"))
+    for part in contract_tables(rows):
+        display(part)
+    display(Markdown("**Table**"))
+    display(html_table(tables.format_table(tables.table(eid, rows))))
+    display(Markdown("**Figure**"))
+    display(figure_html(eid))
