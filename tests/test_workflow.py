@@ -1,0 +1,109 @@
+"""End to end: the whole workflow on the tiny contract, through Snakemake, in a temp directory.
+
+One run (module-scoped fixture) feeds every check: the experiment CSVs obey the
+contract, the ledger and the report exist and hold every experiment's table and
+figure, a second invocation has nothing to do, and `--report` packs the outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perflab import io
+from perflab.catalogue import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+TAG = f"cpu-{os.cpu_count()}c-tiny"
+
+pytestmark = pytest.mark.slow
+
+
+def snakemake(work: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "snakemake",
+        "-s", str(ROOT / "Snakefile"),
+        "--directory", str(work),
+        "--configfile", str(ROOT / "config" / "test.yaml"),
+        "--config", "device=cpu",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("pipeline")
+    proc = snakemake(work, "--cores", "1")
+    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-6000:])
+    return work
+
+
+def test_every_experiment_wrote_contract_rows(run_dir):
+    results = run_dir / "results" / TAG
+    for eid, exp in EXPERIMENTS.items():
+        csv = results / f"{exp.slug}.csv"
+        frame = io.read_results([csv])  # validates every row against the contract
+        assert set(frame.experiment) == {eid}
+        assert (frame.status == "ok").any(), f"{eid} measured nothing"
+        assert set(frame.device) == {"cpu"}
+        samples = pd.read_csv(results / f"{exp.slug}_samples.csv")
+        assert list(samples.columns) == io.SAMPLE_COLUMNS
+        prov = json.loads((results / f"{exp.slug}.json").read_text())
+        for key in ("environment", "contract", "started", "finished", "workloads"):
+            assert key in prov, f"{eid} provenance lacks {key}"
+        assert prov["contract"]["scale"] == "tiny"
+
+
+def test_cuda_only_rows_are_honest_on_cpu(run_dir):
+    frame = io.read_results([run_dir / "results" / TAG / "e06_events_vs_wall.csv"])
+    events = frame[frame.variant == "cuda_events"]
+    assert not events.empty and set(events.status) == {"unsupported"}
+    assert events.reason.str.contains("CUDA").all()
+
+
+def test_ledger_is_filled_from_the_csvs(run_dir):
+    md = (run_dir / "results" / TAG / "ledger.md").read_text()
+    assert "PERFORMANCE LEDGER" in md
+    ledger = pd.read_csv(run_dir / "results" / TAG / "ledger.csv")
+    med = ledger[(ledger.section == "benchmark") & (ledger.field == "step_latency_median")]
+    e03 = io.read_results([run_dir / "results" / TAG / "e03_warmup_spread.csv"])
+    expected = e03[(e03.variant == "spread") & (e03.statistic == "median")].value.iloc[0]
+    assert float(med.value.iloc[0]) == pytest.approx(expected)
+    assert f"{expected:.3f} ms" in md
+
+
+def test_report_holds_every_table_and_figure(run_dir):
+    html = (run_dir / "results" / TAG / "report.html").read_text()
+    assert "PERFORMANCE LEDGER" in html
+    for exp in EXPERIMENTS.values():
+        assert exp.title in html, f"report lacks {exp.eid}"
+        assert (run_dir / "figures" / TAG / f"{exp.slug}.png").stat().st_size > 1000
+    # every experiment's table and figure is in the page itself
+    assert html.count("<table") >= len(EXPERIMENTS)
+    assert html.count("data:image/png;base64,") >= len(EXPERIMENTS)
+    # self-contained: nothing fetched from elsewhere when the page opens
+    assert '<script src="http' not in html
+    assert "<link rel=\"stylesheet\" href=\"http" not in html
+
+
+def test_second_invocation_has_nothing_to_do(run_dir):
+    proc = snakemake(run_dir, "--cores", "1", "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_snakemake_report_zip(run_dir):
+    out = run_dir / "report.zip"
+    proc = snakemake(run_dir, "--report", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = zipfile.ZipFile(out).namelist()
+    assert any(n.endswith("report.html") for n in names)
+    assert sum(n.endswith(".png") for n in names) >= len(EXPERIMENTS)
