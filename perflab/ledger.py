@@ -115,13 +115,10 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
         back = _get(frame, "E01", shortest, "backlog_at_final_sync", "value")
         add("hygiene", f"{shortest}_reported", rep.value, "ms/step", f"E01 {shortest}")
         add("hygiene", f"{shortest}_backlog", back.value, "ms", f"E01 {shortest}")
-    for variant in ("wall_clock", "cuda_events", "host_submission"):
+    for variant in ("wall_clock", "cuda_events", "host_submission", "wall_minus_events"):
         r = _get(frame, "E06", variant, "step_latency", "median")
         if r is not None:
             add("instruments", variant, r.value, "ms", f"E06 {variant} median")
-    gap = _get(frame, "E06", "wall_minus_events", "step_latency", "value")
-    if gap is not None:
-        add("instruments", "wall_minus_events", gap.value, "ms", "E06 wall_minus_events")
     timer = _get(frame, "E04", "timer_blocked_autorange", "step_latency", "median")
     if timer is not None:
         add("instruments", "timer_blocked_autorange", timer.value, "ms", "E04 median")

@@ -167,6 +167,36 @@ def time_cuda_events(fn: Step, *, warmup: int, repeats: int, device: torch.devic
     return samples
 
 
+def time_wall_and_events(
+    fn: Step, *, warmup: int, repeats: int, device: torch.device | str
+) -> tuple[list[float], list[float]]:
+    """Both instruments on the same calls: (synchronized wall ms, CUDA-event ms).
+
+    Each call is bracketed by the host clock (queue drained before, synchronized
+    after) and by two events recorded into the stream, so ``wall - events`` is a
+    paired per-call difference, not a difference of two separate series'
+    medians that drift apart on a shared device.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise Unsupported("CUDA events need a CUDA device")
+    sync = synchronizer(device)
+    warm(fn, warmup, sync)
+    wall, events = [], []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        sync()
+        t0 = _clock()
+        start.record()
+        fn()
+        end.record()
+        sync()
+        wall.append((_clock() - t0) * 1e3)
+        events.append(float(start.elapsed_time(end)))
+    return wall, events
+
+
 @dataclass
 class ABResult:
     """Interleaved A/B: per-call samples and per-block medians of each side."""

@@ -75,10 +75,25 @@ def drop_stderr(nb):
         cell["outputs"] = kept
 
 
+def _find_templates() -> None:
+    """Let Jupyter find nbconvert's templates wherever pip put its data files.
+
+    A `pip install --target DIR` (how the lent GPU machine gets these packages)
+    puts them in DIR/share/jupyter, a place Jupyter does not search by itself.
+    """
+    import nbconvert
+
+    data = Path(nbconvert.__file__).resolve().parents[1] / "share" / "jupyter"
+    if (data / "nbconvert" / "templates").is_dir():
+        paths = [str(data), *filter(None, os.environ.get("JUPYTER_PATH", "").split(os.pathsep))]
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
 def to_html(nb, title):
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
+    _find_templates()
     exporter = HTMLExporter(
         template_name="lab",
         extra_loaders=[DictLoader({TEMPLATE_NAME: TEMPLATE})],

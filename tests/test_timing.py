@@ -253,6 +253,9 @@ def test_cuda_events_unsupported_on_cpu():
         timing.time_cuda_events(lambda: called.append(1), warmup=1, repeats=1, device="cpu")
     assert called == []
     assert issubclass(timing.Unsupported, RuntimeError)
+    with pytest.raises(timing.Unsupported):
+        timing.time_wall_and_events(lambda: called.append(1), warmup=1, repeats=1, device="cpu")
+    assert called == []
 
 
 def test_timer_blocked_autorange_on_cheap_callable():
