@@ -20,6 +20,8 @@ class Experiment:
     workloads: tuple[str, ...] = ("controlled",)
     #: one-line statement of what it does on a machine without CUDA
     cpu_behaviour: str = "same"
+    #: further files the job writes beside csv/samples/provenance: name -> file suffix
+    extra_outputs: tuple[tuple[str, str], ...] = ()
 
     @property
     def slug(self) -> str:
@@ -50,11 +52,60 @@ EXPERIMENTS: dict[str, Experiment] = {
             "hygiene",
         ),
         Experiment(
+            "E05",
+            "phases",
+            "Localize: the seven phases of the step, with and without per-phase sync",
+            "localize",
+            cpu_behaviour="host-to-device is a no-op copy and sync is a no-op: no backlog to absorb",
+        ),
+        Experiment(
             "E06",
             "events_vs_wall",
             "Two instruments: synchronized wall clock vs CUDA events",
             "localize",
             cpu_behaviour="wall clock only; CUDA events and host submission rows unsupported",
+        ),
+        Experiment(
+            "E07",
+            "optimizers",
+            "Intervene: the optimizer step in isolation, and fused vs foreach AdamW",
+            "localize",
+        ),
+        Experiment(
+            "E08",
+            "batch_sweep",
+            "Latency, throughput and peak memory across batch sizes",
+            "localize",
+            cpu_behaviour="peak RSS (VmHWM) of each batch size's fresh process instead of "
+            "allocator counters; a scaled batch range",
+        ),
+        Experiment(
+            "E13",
+            "sync_tax",
+            "The synchronization tax of a per-step host read",
+            "localize",
+            workloads=("controlled", "small_mlp"),
+            cpu_behaviour="same (no device queue, so the tax is expected to be ~0)",
+        ),
+        Experiment(
+            "E14",
+            "profiler",
+            "The profiler localizes; it does not measure",
+            "localize",
+            cpu_behaviour="CPU activity only: times per range and operator are host times",
+            extra_outputs=(("trace", "_trace.json.gz"),),
+        ),
+        Experiment(
+            "E23",
+            "instrument_cost",
+            "Forensic vs performance mode: what each instrument costs",
+            "localize",
+        ),
+        Experiment(
+            "E25",
+            "worked_pass",
+            "A worked pass: measure, localize, intervene (AdamW foreach to fused), remeasure",
+            "localize",
         ),
     ]
 }

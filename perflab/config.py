@@ -272,14 +272,17 @@ def result_dir(cfg: Mapping[str, Any]) -> Path:
 
 
 def experiment_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:
-    """The three files an experiment job writes: rows, raw samples, provenance."""
+    """The files an experiment job writes: rows, raw samples, provenance (and any extras)."""
     d = result_dir(cfg)
-    slug = EXPERIMENTS[eid].slug
-    return {
-        "csv": str(d / f"{slug}.csv"),
-        "samples": str(d / f"{slug}_samples.csv"),
-        "provenance": str(d / f"{slug}.json"),
+    exp = EXPERIMENTS[eid]
+    out = {
+        "csv": str(d / f"{exp.slug}.csv"),
+        "samples": str(d / f"{exp.slug}_samples.csv"),
+        "provenance": str(d / f"{exp.slug}.json"),
     }
+    for name, suffix in exp.extra_outputs:
+        out[name] = str(d / f"{exp.slug}{suffix}")
+    return out
 
 
 def load(configfiles: list[str | Path] | None = None, overrides: Mapping[str, Any] | None = None) -> dict:

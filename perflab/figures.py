@@ -111,19 +111,20 @@ def _samples(samples: pd.DataFrame, eid: str, variants: list[str]) -> pd.DataFra
     return s
 
 
-def _bar_cell(rows: pd.DataFrame, variant: str, execution: str | None = None):
+def _bar_cell(rows: pd.DataFrame, variant: str, execution: str | None = None,
+              metric: str = "step_latency"):
     """(median, lower error, upper error) from the rows, or a Missing.
 
     The error bar spans the interquartile range (p25..p75); a series that kept
     only its IQR gets a symmetric bar of that width.
     """
-    med = pick(rows, variant, execution=execution)
+    med = pick(rows, variant, metric, execution=execution)
     if isinstance(med, Missing):
         return med
-    p25 = _num(pick(rows, variant, statistic="p25", execution=execution))
-    p75 = _num(pick(rows, variant, statistic="p75", execution=execution))
+    p25 = _num(pick(rows, variant, metric, statistic="p25", execution=execution))
+    p75 = _num(pick(rows, variant, metric, statistic="p75", execution=execution))
     if p25 is None or p75 is None:
-        iqr = _num(pick(rows, variant, statistic="iqr", execution=execution)) or 0.0
+        iqr = _num(pick(rows, variant, metric, statistic="iqr", execution=execution)) or 0.0
         return med, iqr / 2, iqr / 2
     return med, med - p25, p75 - med
 
@@ -314,12 +315,345 @@ def fig_e06(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
     return fig
 
 
+def _pair_blocks(ax: plt.Axes, samples: pd.DataFrame, eid: str, a: str, b: str,
+                 labels: tuple[str, str]) -> None:
+    """An interleaved pair: each block's median for A and for B, block by block."""
+    s = samples[(samples.experiment == eid) & samples.variant.isin([a, b])]
+    if s.empty:
+        _note(ax, ["no samples of the interleaved pair"], loc="upper left")
+        return
+    blocks = s.groupby(["variant", "block"]).value.median().reset_index()
+    for variant, label, marker in ((a, labels[0], "o"), (b, labels[1], "s")):
+        d = blocks[blocks.variant == variant]
+        ax.plot(d.block, d.value, marker=marker, label=label)
+    ax.set_xlabel("block (A and B alternate AB, BA, ...)")
+    ax.set_ylabel("block median, ms per step")
+    ax.xaxis.set_major_locator(FixedLocator(sorted(blocks.block.unique())))
+    ax.legend(loc="best", fontsize=8)
+
+
+def fig_e05(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Phase medians with and without per-phase sync; the phase sum against the total."""
+    r = rows[rows.experiment == "E05"]
+    fig, (ax, ax2) = _new_figure("E05", r, ncols=2, width=12.0,
+                                 gridspec_kw={"width_ratios": [3, 1]})
+    phases = ["input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
+              "logging"]
+    notes = _bars(ax, phases, {
+        "sync at every boundary": [_bar_cell(r, f"sync/{ph}", metric="phase_time")
+                                   for ph in phases],
+        "no sync (submission times)": [_bar_cell(r, f"nosync/{ph}", metric="phase_time")
+                                       for ph in phases],
+    })
+    ax.set_ylabel("median ms per phase (error bar: p25..p75)")
+    ax.legend(loc="upper left", fontsize=8)
+    _note(ax, notes, loc="upper right")
+    # the phase sum, stacked by phase, beside the uninstrumented step
+    bottom = 0.0
+    for ph, colour in zip(phases, sns.color_palette("tab10", len(phases))):
+        v = _num(pick(r, f"sync/{ph}", "phase_time"))
+        if v is None:
+            continue
+        ax2.bar(0, v, bottom=bottom, color=colour, width=0.6, label=ph)
+        bottom += v
+    total = _num(pick(r, "uninstrumented_total"))
+    if total is not None:
+        ax2.bar(1, total, color="#555555", width=0.6)
+    ax2.set_xticks([0, 1], ["sum of\nphase medians", "uninstrumented\nstep (median)"])
+    ax2.set_ylabel("ms")
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def fig_e07(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Isolated .step() per optimizer; the full-step foreach/fused pair block by block."""
+    r = rows[rows.experiment == "E07"]
+    fig, (ax, ax2) = _new_figure("E07", r, ncols=2, width=12.0)
+    opts = ["sgd", "sgd_momentum", "adamw_foreach", "adamw_fused"]
+    notes = _bars(ax, opts, {"median": [_bar_cell(r, o, metric="optimizer_step") for o in opts]})
+    ax.set_ylabel("isolated .step(), median ms (error bar: p25..p75)")
+    diff = pick(r, "fused_vs_foreach", "max_abs_diff", "value")
+    ax.set_title(f"one fused vs one foreach step: max |diff| = {diff}" if isinstance(diff, Missing)
+                 else f"one fused vs one foreach step: max |diff| = {diff:.2e}", fontsize=9)
+    _note(ax, notes, loc="upper right")
+    _pair_blocks(ax2, samples, "E07", "step_adamw_foreach", "step_adamw_fused",
+                 ("full step, AdamW foreach", "full step, AdamW fused"))
+    return fig
+
+
+def fig_e25(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """The worked pass: where the baseline's time goes, then the remeasured pair."""
+    r = rows[rows.experiment == "E25"]
+    fig, (ax, ax2) = _new_figure("E25", r, ncols=2, width=12.0)
+    phases = ["input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
+              "logging"]
+    shares = [_num(pick(r, f"localize/{ph}", "phase_share", "value")) for ph in phases]
+    ax.barh([ph for ph, v in zip(phases, shares) if v is not None],
+            [v for v in shares if v is not None], color=sns.color_palette()[0])
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the step, % (per-phase sync)")
+    ax.set_title("localize: the baseline step (AdamW foreach)", fontsize=9)
+    _pair_blocks(ax2, samples, "E25", "adamw_foreach", "adamw_fused",
+                 ("AdamW foreach", "AdamW fused"))
+    change = pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_relative", "value")
+    if not isinstance(change, Missing):
+        ax2.set_title(f"remeasure: fused changes the step by {change:+.1f}%", fontsize=9)
+    return fig
+
+
+def fig_e08(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """ms/step, examples/s and peak MiB against the batch size (log2 x), side by side.
+
+    Each panel marks the answer it gives (lowest latency, highest throughput,
+    largest batch that fits); a batch size that did not run (e.g. ``oom``) is
+    labelled at its place on every panel, not drawn as zero.
+    """
+    r = rows[rows.experiment == "E08"]
+    shapes = [s for s in r.input_shape.unique() if s]
+    title_rows = r.copy()
+    if len(shapes) > 1:  # the title names the swept range, not the first batch's shape
+        title_rows["input_shape"] = f"{shapes[0]} … {shapes[-1]}"
+    fig, axes = _new_figure("E08", title_rows, ncols=3, width=14.0, height=4.8)
+    sizes = sorted(int(v.removeprefix("batch_")) for v in r.variant.unique()
+                   if v.startswith("batch_"))
+    rss = (r.metric == "peak_rss").any()
+    alloc = (r[r.metric == "peak_allocated"].status == "ok").any() or not rss
+    memory = ([("peak allocated", "peak_allocated"), ("peak reserved", "peak_reserved")]
+              if alloc else []) + ([("peak RSS (VmHWM, whole process)", "peak_rss")] if rss
+                                   else [])
+    panels = [
+        (axes[0], "ms per step (median, p25..p75)", [("median", "step_latency", "median")],
+         "lowest_latency", "lowest latency"),
+        (axes[1], "examples/s (B / median)", [("examples/s", "throughput", "median")],
+         "highest_throughput", "highest throughput"),
+        (axes[2], "peak MiB" + (" (CPU: process peak RSS)" if rss and not alloc else ""),
+         [(label, m, "value") for label, m in memory], "largest_that_fits",
+         "largest that fits"),
+    ]
+    notes: list[str] = []
+    for ax, ylabel, series, answer, answer_label in panels:
+        for i, (label, metric, statistic) in enumerate(series):
+            xs, ys = [], []
+            for b in sizes:
+                cell = pick(r, f"batch_{b}", metric, statistic)
+                if isinstance(cell, Missing):
+                    continue
+                xs.append(b)
+                ys.append(float(cell))
+                if metric == "step_latency":
+                    bar = _bar_cell(r, f"batch_{b}")
+                    if not isinstance(bar, Missing):
+                        ax.errorbar(b, bar[0], yerr=[[bar[1]], [bar[2]]], fmt="none",
+                                    ecolor="#222222", capsize=3, lw=1)
+            if xs:
+                ax.plot(xs, ys, marker="os^"[i % 3], label=label if len(series) > 1 else None,
+                        color=sns.color_palette()[i])
+        # batch sizes that did not run: their status at their place
+        for b in sizes:
+            cell = pick(r, f"batch_{b}")
+            if isinstance(cell, Missing):
+                ax.text(b, 0.03, cell.status, transform=ax.get_xaxis_transform(), rotation=90,
+                        ha="center", va="bottom", fontsize=8, color="#a35f00")
+                if ax is axes[0]:
+                    notes.append(textwrap.shorten(f"batch {b}: {cell}", 300))
+        chosen = pick(r, answer, "batch_size", "value")
+        if isinstance(chosen, Missing):
+            ax.set_title(f"{answer_label}: {chosen.status}", fontsize=9)
+        else:
+            b = int(chosen)
+            ax.axvline(b, color="#c0392b", lw=1.2, ls="--",
+                       label=f"{answer_label}: B = {b}")
+            ax.set_title(f"{answer_label}: B = {b}", fontsize=9)
+        if sizes:
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_locator(FixedLocator(sizes))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}"))
+            ax.xaxis.set_minor_locator(NullLocator())
+            # every swept size on the axis, the ones that did not run (labelled) too
+            ax.set_xlim(sizes[0] / 1.5, sizes[-1] * 1.5)
+        ax.set_xlabel("batch size B (log2)")
+        ax.set_ylabel(ylabel)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+    if not sizes:
+        notes.append("no batch size has rows")
+    if notes:  # why a batch size is missing, under the panels (not over the curves)
+        fig.supxlabel("\n".join(textwrap.fill(n, 170) for n in dict.fromkeys(notes)),
+                      x=0.01, ha="left", fontsize=8, color="#a35f00")
+    return fig
+
+
+def _block_series(samples: pd.DataFrame, eid: str, variant: str,
+                  metric: str = "block_median") -> pd.DataFrame:
+    """One variant's samples of ``metric`` (e.g. its block medians), by block."""
+    s = samples[(samples.experiment == eid) & (samples.variant == variant)
+                & (samples.metric == metric)]
+    return s.sort_values(["block", "index"])
+
+
+def fig_e13(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Per-block medians of A (no host read) and B (.item() every step), both workloads."""
+    r = rows[rows.experiment == "E13"]
+    fig, axes = _new_figure("E13", r, ncols=2, width=12.0)
+    colours = sns.color_palette(n_colors=2)
+    for ax, (prefix, label) in zip(axes, (("controlled", "controlled step"),
+                                          ("small", "small fast step"))):
+        notes, drawn = [], False
+        for i, (side, side_label, marker) in enumerate((("none", "A: no host read", "o"),
+                                                        ("item_every", "B: loss.item() every step",
+                                                         "s"))):
+            v = f"{prefix}/{side}"
+            blocks = _block_series(samples, "E13", v)
+            if blocks.empty:
+                cell = pick(r, v, "time_per_step")
+                notes.append(f"{side_label}: {cell if isinstance(cell, Missing) else 'no samples'}")
+                continue
+            each = _block_series(samples, "E13", v, "time_per_step")
+            offset = -0.12 if i == 0 else 0.12
+            ax.scatter(each.block + offset, each.value, s=10, alpha=0.35, color=colours[i],
+                       zorder=1)
+            ax.plot(blocks.block + offset, blocks.value, marker=marker, color=colours[i],
+                    label=f"{side_label} (block median)", zorder=2)
+            drawn = True
+        if drawn:
+            ticks = sorted(_block_series(samples, "E13", f"{prefix}/none").block.unique())
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(FuncFormatter(
+                lambda b, _: f"{int(b)}\n{'AB' if int(b) % 2 == 0 else 'BA'}"))
+            ax.legend(loc="best", fontsize=8)
+        tax = pick(r, f"{prefix}/tax", "tax", "value")
+        rel = pick(r, f"{prefix}/tax", "tax_rel", "value")
+        res = pick(r, f"{prefix}/tax", "tax_resolved", "value")
+        model = r[r.variant == f"{prefix}/none"].model
+        head = f"{label}" + (f" ({model.iloc[0]})" if not model.empty else "")
+        if isinstance(tax, Missing) or isinstance(rel, Missing):
+            ax.set_title(f"{head}\ntax: {tax}", fontsize=9)
+        else:
+            verdict = "" if isinstance(res, Missing) else (
+                ", exceeds the block spread" if res else ", inside the block spread")
+            ax.set_title(f"{head}\nB - A = {tax:+.3f} ms/step ({rel:+.1f}%){verdict}",
+                         fontsize=9)
+        ax.set_xlabel("block (order within the pair)")
+        ax.set_ylabel("ms per step (dots: each timed stretch)")
+        _note(ax, notes, loc="upper left")
+    diff = pick(r, "running_mean", "max_abs_diff", "value")
+    if not isinstance(diff, Missing):
+        fig.supxlabel(f"running-mean loss read every step, every k steps and once: "
+                      f"max |difference| = {diff:.2e}", fontsize=9)
+    return fig
+
+
+def fig_e14(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Time per record_function range and the top operators, over the profiled steps."""
+    r = rows[rows.experiment == "E14"]
+    fig, (left, right) = _new_figure("E14", r, ncols=2, width=12.5,
+                                     gridspec_kw={"width_ratios": [1, 1.4]})
+    ranges = [v for v in r.variant.unique() if v.startswith("range:")]
+    names = [v.removeprefix("range:") for v in ranges]
+    on_device = any(not isinstance(pick(r, v, "range_device_time", "value"), Missing)
+                    for v in ranges)
+    series = {}
+    if on_device:
+        series["device time"] = [pick(r, v, "range_device_time", "value") for v in ranges]
+    series["host (CPU) time"] = [pick(r, v, "range_cpu_time", "value") for v in ranges]
+    colours = sns.color_palette(n_colors=len(series))
+    width = 0.8 / len(series)
+    notes = []
+    for i, (label, cells) in enumerate(series.items()):
+        xs = np.arange(len(names)) + (i - (len(series) - 1) / 2) * width
+        for x, name, cell in zip(xs, names, cells):
+            if isinstance(cell, Missing):
+                notes.append(f"{name} ({label}): {cell}")
+                continue
+            left.bar(x, float(cell), width * 0.95, color=colours[i],
+                     label=label if label not in left.get_legend_handles_labels()[1] else None)
+    left.set_xticks(np.arange(len(names)), names)
+    n = pick(r, ranges[0], "range_cpu_time", "value", field="n") if ranges else None
+    steps = "" if n is None or isinstance(n, Missing) else f" over {int(n)} profiled steps"
+    left.set_ylabel(f"ms{steps}")
+    left.set_title("record_function ranges" + (" (CPU: the CPU is the device)"
+                                               if not on_device else ""), fontsize=9)
+    if left.get_legend_handles_labels()[0]:
+        left.legend(loc="upper left", fontsize=8)
+    _note(left, notes)
+
+    ops = r[r.variant.str.startswith("op:") & (r.status == "ok")]
+    if ops.empty:
+        _note(right, ["no operator rows"], loc="upper left")
+    else:
+        metric = ops.metric.iloc[0]
+        right.barh([v.removeprefix("op:") for v in ops.variant], ops.value,
+                   color=sns.color_palette()[2])
+        right.invert_yaxis()
+        right.tick_params(axis="y", labelsize=8)
+        right.set_xlabel("self device time, ms" if metric == "op_self_device_time"
+                         else "self CPU time, ms")
+        right.set_title(f"top {len(ops)} operators by self time", fontsize=9)
+    over = pick(r, "profiler_overhead", "overhead", "value")
+    rel = pick(r, "profiler_overhead", "overhead_rel", "value")
+    prof, plain = pick(r, "profiled"), pick(r, "unprofiled")
+    if not any(isinstance(c, Missing) for c in (over, rel, prof, plain)):
+        fig.supxlabel(f"profiled step {prof:.3f} ms vs unprofiled {plain:.3f} ms (medians): "
+                      f"the profiler adds {over:+.3f} ms ({rel:+.1f}%); the bars localize, "
+                      "they do not time the real step", fontsize=9)
+    return fig
+
+
+def fig_e23(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Cost of each instrument in % of its baseline, with the block-to-block spread."""
+    r = rows[rows.experiment == "E23"]
+    fig, (ax,) = _new_figure("E23", r, width=8.5)
+    instruments = (("phase_sync", "per-phase\nsynchronize (x7)"),
+                   ("item", ".item()\nevery step"),
+                   ("profiler", "torch.profiler\nwith a schedule"))
+    notes, ticks = [], []
+    colour = sns.color_palette()[0]
+    for x, (key, label) in enumerate(instruments):
+        ticks.append(label)
+        rel = pick(r, f"{key}/cost", "cost_rel", "value")
+        cost = pick(r, f"{key}/cost", "cost", "value")
+        base = pick(r, f"{key}/baseline", "time_per_step")
+        noise = pick(r, f"{key}/cost", "block_spread", "value")
+        if any(isinstance(c, Missing) for c in (rel, cost, base)):
+            cell = next(c for c in (rel, cost, base) if isinstance(c, Missing))
+            ax.text(x, 0.02, cell.status, transform=ax.get_xaxis_transform(), rotation=90,
+                    ha="center", va="bottom", fontsize=8, color="#a35f00")
+            notes.append(f"{label.replace(chr(10), ' ')}: {cell}")
+            continue
+        ax.bar(x, rel, 0.6, color=colour, alpha=0.8)
+        if not isinstance(noise, Missing):
+            ax.errorbar(x, rel, yerr=100 * noise / base, fmt="none", ecolor="#222222",
+                        capsize=4, lw=1)
+        diffs = _block_series(samples, "E23", f"{key}/cost", "block_pair_diff")
+        if not diffs.empty:
+            ax.scatter(np.full(len(diffs), x) + np.linspace(-0.15, 0.15, len(diffs)),
+                       100 * diffs.value / base, s=12, color="#222222", alpha=0.6, zorder=3,
+                       label="each block pair (instrumented - baseline)" if x == 0 else None)
+        res = pick(r, f"{key}/cost", "cost_resolved", "value")
+        verdict = "" if isinstance(res, Missing) else (", resolved" if res else ", unresolved")
+        ticks[-1] = f"{label}\n{cost:+.3f} ms{verdict}"
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(instruments)), ticks)
+    ax.set_ylabel("cost, % of the uninstrumented step\n(whisker: ± block spread)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)
+    _note(ax, notes, loc="upper right")
+    return fig
+
+
 FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "E01": fig_e01,
     "E02": fig_e02,
     "E03": fig_e03,
     "E04": fig_e04,
+    "E05": fig_e05,
     "E06": fig_e06,
+    "E07": fig_e07,
+    "E08": fig_e08,
+    "E13": fig_e13,
+    "E14": fig_e14,
+    "E23": fig_e23,
+    "E25": fig_e25,
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from perflab import io, tables
+from perflab.steps import PHASES
 
 LEDGER_COLUMNS = ["section", "field", "value", "unit", "source"]
 
@@ -84,6 +85,7 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
         ("E01", "synchronized_warmed", "E01 synchronized_warmed"),
         ("E04", "helper", "E04 helper"),
         ("E06", "wall_clock", "E06 wall_clock"),
+        ("E25", "baseline_adamw_foreach", "E25 baseline_adamw_foreach"),
     ):
         med = _get(frame, eid, variant, "step_latency", "median")
         if med is not None:
@@ -123,9 +125,31 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
     if timer is not None:
         add("instruments", "timer_blocked_autorange", timer.value, "ms", "E04 median")
 
-    add("phases", "shares", None, "", "not measured in this run (needs E05)")
+    # phases: shares of the synchronized phase medians (E05)
+    shares = {ph: _get(frame, "E05", f"sync/{ph}", "phase_share", "value") for ph in PHASES}
+    if any(v is not None for v in shares.values()):
+        for ph, r in shares.items():
+            if r is not None:
+                add("phases", ph, r.value, "%", f"E05 sync/{ph} phase_share")
+        gap = _get(frame, "E05", "sum_minus_total", "step_latency_relative", "value")
+        if gap is not None:
+            add("phases", "sum_minus_total", gap.value, "%", "E05 sum_minus_total")
+    else:
+        add("phases", "shares", None, "", "not measured in this run (needs E05)")
     add("memory", "peak", None, "", "not measured in this run (needs E09)")
-    add("correctness", "optimizer", None, "", "not measured in this run (needs E07)")
+    # correctness: the one-step fused-vs-foreach agreement (E07, else E25)
+    for eid in ("E07", "E25"):
+        diff = _get(frame, eid, "fused_vs_foreach", "max_abs_diff", "value")
+        if diff is not None:
+            add("correctness", "fused_vs_foreach_max_abs_diff", diff.value, "abs",
+                f"{eid} fused_vs_foreach")
+            scale = _get(frame, eid, "fused_vs_foreach", "parameter_scale", "value")
+            if scale is not None:
+                add("correctness", "parameter_scale", scale.value, "mean |p|",
+                    f"{eid} fused_vs_foreach")
+            break
+    else:
+        add("correctness", "optimizer", None, "", "not measured in this run (needs E07)")
     add("measurement", "boundary", "synchronized at both ends | uninstrumented | first step excluded"
         if bench else "no benchmark in this run")
 
@@ -187,10 +211,27 @@ def render_markdown(ledger: pd.DataFrame) -> str:
             ins.append(f"{label} {v} ms")
     if ins:
         lines.append("instruments " + " | ".join(ins))
+    labels = {"input_wait": "input wait", "host_to_device": "h2d"}
+    phase_rows = ledger[(ledger.section == "phases") & ledger.field.isin(PHASES)
+                        & ledger.value.notna()]
+    if not phase_rows.empty:
+        parts = [f"{labels.get(f, f)} {float(v):.1f}%" for f, v in
+                 zip(phase_rows.field, phase_rows.value)]
+        gap = val("phases", "sum_minus_total", 1)
+        lines.append("phases      " + " | ".join(parts)
+                     + (f" | sum vs total {gap}%" if gap else ""))
+    else:
+        lines.append(f"phases      {missing('phases')}")
+    lines.append(f"memory      {missing('memory')}")
+    diff = ledger[(ledger.section == "correctness")
+                  & (ledger.field == "fused_vs_foreach_max_abs_diff")]
+    if not diff.empty:
+        scale = val("correctness", "parameter_scale", 4)
+        lines.append(f"correctness one fused-optimizer step within {float(diff.value.iloc[0]):.1e}"
+                     f"/element of foreach" + (f" (parameter scale {scale})" if scale else ""))
+    else:
+        lines.append(f"correctness {missing('correctness')}")
     lines += [
-        f"phases      {missing('phases')}",
-        f"memory      {missing('memory')}",
-        f"correctness {missing('correctness')}",
         f"measurement {val('measurement', 'boundary')}",
     ]
     return "```\n" + "\n".join(lines) + "\n```\n"

@@ -53,6 +53,8 @@ class Context:
         self.device_name = env.device_name(self.device)
         self.log = log
         self.rows: list[dict[str, Any]] = []
+        #: further output paths of this job (e.g. a profiler trace); written by measure()
+        self.outputs: dict[str, str] = {}
         self.workloads_built: dict[str, dict[str, Any]] = {}
         self.samples: list[dict[str, Any]] = []
         self._defaults: dict[str, Any] = {
@@ -186,6 +188,63 @@ class Context:
             )
         return s
 
+    def ab(
+        self,
+        res: timing.ABResult,
+        *,
+        a: str,
+        b: str,
+        window: str,
+        sync_boundary: str = "synchronized at both ends of each call; blocks interleaved AB/BA",
+        metric: str = "step_latency",
+        batch_size: int | None = None,
+        **kw: Any,
+    ) -> dict[str, float]:
+        """Rows of an interleaved A/B: each side, its block spread, and the paired difference.
+
+        The difference is judged against the block-to-block noise: the paired
+        per-block differences (B - A) go to a Wilcoxon signed-rank test
+        (scipy.stats); ``difference_resolved`` is 1 when p < 0.05, else 0 (the
+        effect is inside the noise and must not be reported as a speedup).
+        """
+        from scipy.stats import wilcoxon
+
+        n_blocks = len(res.a_blocks)
+        inner = len(res.a_samples) // max(n_blocks, 1)
+        blocks = [i // inner for i in range(len(res.a_samples))]
+        stats_ = ("median", "iqr", "p25", "p75", "mean", "min", "max")
+        sa = self.summary(res.a_samples, variant=a, metric=metric, window=window,
+                          sync_boundary=sync_boundary, statistics=stats_, block=blocks, **kw)
+        sb = self.summary(res.b_samples, variant=b, metric=metric, window=window,
+                          sync_boundary=sync_boundary, statistics=stats_, block=blocks, **kw)
+        for variant, values in ((a, res.a_blocks), (b, res.b_blocks)):
+            lo, hi = stats.block_spread(values)
+            for name, v in (("min", lo), ("max", hi)):
+                self.row(variant=variant, metric="block_median", statistic=name, value=v,
+                         unit="ms", n=n_blocks, window=window, sync_boundary=sync_boundary, **kw)
+        paired = [vb - va for va, vb in zip(res.a_blocks, res.b_blocks)]
+        diff = sb["median"] - sa["median"]
+        p = float(wilcoxon(paired).pvalue) if n_blocks >= 2 and any(paired) else 1.0
+        dv = f"{b}_minus_{a}"
+        common = dict(n=n_blocks, window=window, sync_boundary=sync_boundary, **kw)
+        self.row(variant=dv, metric=metric, value=diff, unit="ms", **common)
+        self.row(variant=dv, metric=f"{metric}_relative", value=100 * diff / sa["median"],
+                 unit="%", **common)
+        lo, hi = stats.block_spread(paired)
+        self.row(variant=dv, metric="paired_block_difference", statistic="min", value=lo,
+                 unit="ms", **common)
+        self.row(variant=dv, metric="paired_block_difference", statistic="max", value=hi,
+                 unit="ms", **common)
+        self.row(variant=dv, metric="wilcoxon_p", value=p, unit="p", **common)
+        self.row(variant=dv, metric="difference_resolved", value=float(p < 0.05), unit="bool",
+                 **common)
+        if batch_size:
+            for variant, s in ((a, sa), (b, sb)):
+                self.row(variant=variant, metric="throughput", value=batch_size / s["median"] * 1e3,
+                         unit="examples/s", statistic="median", n=len(res.a_samples),
+                         window=window, sync_boundary=sync_boundary, **kw)
+        return {"a": sa["median"], "b": sb["median"], "diff": diff, "p": p}
+
     def unsupported(
         self, *, variant: str, metric: str, unit: str, reason: str, window: str = "n/a",
         sync_boundary: str = "n/a", status: str = "unsupported", **kw: Any
@@ -292,6 +351,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         # training produces them, unless the contract says to flush them (CPU default)
         torch.set_flush_denormal(bool(contract.get("flush_denormal", False)))
         ctx = Context(eid, contract, log)
+        ctx.outputs = {k: v for k, v in outputs.items() if k not in ("csv", "samples", "provenance")}
         gpu_index = ctx.device.index or 0
         started = _now()
         gpu_before = env.gpu_state(gpu_index) if ctx.is_cuda else None
@@ -356,7 +416,7 @@ def run(eid: str, measure: Callable[[Context], None], snakemake: Any = None,
             eid,
             measure,
             snakemake.params.contract,
-            {k: snakemake.output[k] for k in ("csv", "samples", "provenance")},
+            dict(snakemake.output.items()),
             snakemake.log[0] if snakemake.log else None,
         )
     args = _parse_args(eid, argv)

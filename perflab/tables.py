@@ -226,12 +226,290 @@ def table_e06(frame: pd.DataFrame) -> pd.DataFrame:
     return _frame(records)
 
 
+def table_e05(frame: pd.DataFrame) -> pd.DataFrame:
+    """Seven phases: synchronized median, IQR, share; the unsynchronized brackets beside."""
+    r = _rows("E05", frame)
+    records = []
+    for ph in ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
+               "logging"):
+        records.append({
+            "phase": ph,
+            "median_ms": pick(r, f"sync/{ph}", "phase_time"),
+            "iqr_ms": pick(r, f"sync/{ph}", "phase_time", "iqr"),
+            "share_pct": pick(r, f"sync/{ph}", "phase_share", "value"),
+            "no_sync_median_ms": pick(r, f"nosync/{ph}", "phase_time"),
+        })
+    records.append({"phase": "sum of phases", "median_ms": pick(r, "sum_of_phases",
+                                                                statistic="value")})
+    records.append({"phase": "measured total (uninstrumented)",
+                    "median_ms": pick(r, "uninstrumented_total"),
+                    "iqr_ms": pick(r, "uninstrumented_total", statistic="iqr")})
+    records.append({"phase": "sum - total", "median_ms": pick(r, "sum_minus_total",
+                                                              statistic="value"),
+                    "share_pct": pick(r, "sum_minus_total", "step_latency_relative", "value")})
+    return _frame(records, ["phase", "median_ms", "iqr_ms", "share_pct", "no_sync_median_ms"])
+
+
+def _pair_records(r: pd.DataFrame, a: str, b: str, label_a: str, label_b: str) -> list[dict]:
+    """An interleaved pair's rows (Context.ab): each side, its block spread, the difference."""
+    d = f"{b}_minus_{a}"
+    out = []
+    for label, v in ((label_a, a), (label_b, b)):
+        out.append({
+            "measurement": label,
+            "median_ms": pick(r, v),
+            "iqr_ms": pick(r, v, statistic="iqr"),
+            "block_min_ms": pick(r, v, "block_median", "min"),
+            "block_max_ms": pick(r, v, "block_median", "max"),
+            "examples_per_s": pick(r, v, "throughput"),
+        })
+    out.append({
+        "measurement": f"{label_b} - {label_a}",
+        "median_ms": pick(r, d, statistic="value"),
+        "change_pct": pick(r, d, "step_latency_relative", "value"),
+        "wilcoxon_p": pick(r, d, "wilcoxon_p", "value"),
+        "resolved": pick(r, d, "difference_resolved", "value"),
+    })
+    return out
+
+
+PAIR_COLUMNS = ["measurement", "median_ms", "iqr_ms", "block_min_ms", "block_max_ms",
+                "examples_per_s", "change_pct", "wilcoxon_p", "resolved"]
+
+
+def table_e07(frame: pd.DataFrame) -> pd.DataFrame:
+    """Isolated .step() per optimizer, the one-step correctness check, the end-to-end pair."""
+    r = _rows("E07", frame)
+    records = [{"measurement": f".step() {v}", "median_ms": pick(r, v, "optimizer_step"),
+                "iqr_ms": pick(r, v, "optimizer_step", "iqr")}
+               for v in ("sgd", "sgd_momentum", "adamw_foreach", "adamw_fused")]
+    records.append({
+        "measurement": "one step fused vs foreach: max |diff| (parameter scale)",
+        "max_abs_diff": pick(r, "fused_vs_foreach", "max_abs_diff", "value"),
+        "parameter_scale": pick(r, "fused_vs_foreach", "parameter_scale", "value"),
+    })
+    records += _pair_records(r, "step_adamw_foreach", "step_adamw_fused",
+                             "full step, AdamW foreach", "full step, AdamW fused")
+    return _frame(records, [*PAIR_COLUMNS, "max_abs_diff", "parameter_scale"])
+
+
+def table_e25(frame: pd.DataFrame) -> pd.DataFrame:
+    """The worked pass, one line per step of measure / localize / intervene / remeasure."""
+    r = _rows("E25", frame)
+    shares = {ph: pick(r, f"localize/{ph}", "phase_share", "value") for ph in
+              ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
+               "logging")}
+    measured = {k: v for k, v in shares.items() if not isinstance(v, Missing)}
+    largest = max(measured, key=measured.get) if measured else Missing(NOT_RUN)
+    records = [
+        {"step": "measure", "quantity": "baseline step, AdamW foreach (median ms)",
+         "value": pick(r, "baseline_adamw_foreach")},
+        {"step": "measure", "quantity": "baseline IQR (ms)",
+         "value": pick(r, "baseline_adamw_foreach", statistic="iqr")},
+        {"step": "measure", "quantity": "baseline throughput (examples/s)",
+         "value": pick(r, "baseline_adamw_foreach", "throughput")},
+        {"step": "localize", "quantity": "largest phase", "value": largest},
+        {"step": "localize", "quantity": "optimizer share (%)", "value": shares["optimizer"]},
+        {"step": "localize", "quantity": "backward share (%)", "value": shares["backward"]},
+        {"step": "localize", "quantity": "forward share (%)", "value": shares["forward"]},
+        {"step": "correctness", "quantity": "one step fused vs foreach, max |diff|",
+         "value": pick(r, "fused_vs_foreach", "max_abs_diff", "value")},
+        {"step": "correctness", "quantity": "parameter scale (mean |p|)",
+         "value": pick(r, "fused_vs_foreach", "parameter_scale", "value")},
+        {"step": "remeasure", "quantity": "pair: AdamW foreach (median ms)",
+         "value": pick(r, "adamw_foreach")},
+        {"step": "remeasure", "quantity": "pair: AdamW fused (median ms)",
+         "value": pick(r, "adamw_fused")},
+        {"step": "remeasure", "quantity": "latency change (%)",
+         "value": pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_relative", "value")},
+        {"step": "remeasure", "quantity": "throughput change (%)",
+         "value": pick(r, "adamw_fused_minus_adamw_foreach", "throughput_relative", "value")},
+        {"step": "remeasure", "quantity": "difference resolved (Wilcoxon p < 0.05)",
+         "value": pick(r, "adamw_fused_minus_adamw_foreach", "difference_resolved", "value")},
+        {"step": "tradeoff", "quantity": "peak allocated, foreach alone (MiB)",
+         "value": pick(r, "adamw_foreach", "peak_allocated", "max")},
+        {"step": "tradeoff", "quantity": "peak allocated, fused alone (MiB)",
+         "value": pick(r, "adamw_fused", "peak_allocated", "max")},
+    ]
+    return _frame(records, ["step", "quantity", "value"])
+
+
+#: E08's answer rows (perflab.sweep): variant -> label, and the column that decided it
+E08_ANSWERS = (
+    ("lowest_latency", "lowest-latency batch", "median_ms"),
+    ("highest_throughput", "highest-throughput batch", "examples_per_s"),
+    ("largest_that_fits", "largest batch that fits", None),
+)
+
+
+def table_e08(frame: pd.DataFrame) -> pd.DataFrame:
+    """Batch sweep: the chapter's columns per batch size, then the sweep's three answers.
+
+    Peak memory is the allocator's peak allocated / reserved on CUDA and the
+    process's peak RSS (VmHWM) on the CPU; each answer row names its batch
+    size and repeats the number that decided it.
+    """
+    r = _rows("E08", frame)
+    sizes = _variants(r, "batch_")
+    rss = (r.metric == "peak_rss").any()
+    alloc = (r[r.metric == "peak_allocated"].status == "ok").any() or not rss
+    mem = ([("peak_alloc_mib", "peak_allocated"), ("peak_resv_mib", "peak_reserved")]
+           if alloc else []) + ([("peak_rss_mib", "peak_rss")] if rss else [])
+    columns = ["batch", "median_ms", "iqr_ms", "examples_per_s", *(c for c, _ in mem),
+               "per_example_ms", "answer"]
+
+    def cells(v: str) -> dict[str, Any]:
+        rec = {"median_ms": pick(r, v), "iqr_ms": pick(r, v, statistic="iqr"),
+               "examples_per_s": pick(r, v, "throughput")}
+        rec.update({c: pick(r, v, m, "value") for c, m in mem})
+        rec["per_example_ms"] = pick(r, v, "latency_per_example")
+        return rec
+
+    records = [{"batch": int(v.removeprefix("batch_")), **cells(v), "answer": ""} for v in sizes]
+    for variant, label, decided_by in E08_ANSWERS:
+        b = pick(r, variant, "batch_size", "value")
+        rec: dict[str, Any] = {"batch": b if isinstance(b, Missing) else int(b), "answer": label}
+        if not isinstance(b, Missing) and decided_by:
+            rec[decided_by] = cells(f"batch_{int(b)}")[decided_by]
+        records.append(rec)
+    return _frame(records, columns)
+
+
+#: E13's two A/B pairs: variant prefix -> label
+E13_SETS = (("controlled", "controlled step"), ("small", "small fast step"))
+
+
+def table_e13(frame: pd.DataFrame) -> pd.DataFrame:
+    """Sync tax: none vs item_every per step, then the running mean read three ways."""
+    r = _rows("E13", frame)
+    records = []
+    for prefix, label in E13_SETS:
+        a, b, d = f"{prefix}/none", f"{prefix}/item_every", f"{prefix}/tax"
+        sel = r[r.variant == a]
+        records.append({
+            "measurement": label,
+            "model": sel.iloc[0]["model"] if not sel.empty else "",
+            "none_median_ms": pick(r, a, "time_per_step"),
+            "item_every_median_ms": pick(r, b, "time_per_step"),
+            "difference_ms": pick(r, d, "tax", "value"),
+            "change_pct": pick(r, d, "tax_rel", "value"),
+            "none_examples_per_s": pick(r, a, "throughput", "value"),
+            "item_every_examples_per_s": pick(r, b, "throughput", "value"),
+            "item_every_rel_pct": pick(r, b, "throughput_rel", "value"),
+            "block_spread_ms": pick(r, d, "block_spread", "value"),
+            "resolved": pick(r, d, "tax_resolved", "value"),
+        })
+    means = [v for v in r.variant.unique() if v.startswith("running_mean/")]
+    for v in means:
+        value = pick(r, v, "mean_loss", "value")
+        how = v.removeprefix("running_mean/")
+        if how == "item_every_step":
+            how = "every step (.item(), summed on the host)"
+        elif how.startswith("every_"):
+            how = f"every {how.removeprefix('every_')} steps (device-side running sum)"
+        elif how == "once":
+            how = "once at the end (device-side sum)"
+        records.append({
+            "measurement": f"running mean loss, read {how}",
+            "mean_loss": value if isinstance(value, Missing) else f"{value:.6f}",
+        })
+    if means or not r[r.variant == "running_mean"].empty:
+        records.append({
+            "measurement": "running mean: max |difference| of the readings",
+            "mean_loss": pick(r, "running_mean", "max_abs_diff", "value"),
+        })
+    return _frame(records, ["measurement", "model", "none_median_ms", "item_every_median_ms",
+                            "difference_ms", "change_pct", "none_examples_per_s",
+                            "item_every_examples_per_s", "item_every_rel_pct",
+                            "block_spread_ms", "resolved", "mean_loss"])
+
+
+def table_e14(frame: pd.DataFrame) -> pd.DataFrame:
+    """Profiler: time per phase range, top operators, profiled vs unprofiled step.
+
+    On CUDA a range's ``time_ms`` is device time (``host_ms`` beside it); on a
+    CPU it is CPU time. Operators are ranked by self device time (CPU: self
+    CPU time). ``n`` is active steps for ranges and steps, calls for operators.
+    """
+    r = _rows("E14", frame)
+    records = []
+    ranges = [v for v in r.variant.unique() if v.startswith("range:")]
+    for v in ranges:
+        device = pick(r, v, "range_device_time", "value")
+        on_device = not isinstance(device, Missing)
+        records.append({
+            "measurement": f"range {v.removeprefix('range:')}",
+            "what": "device time, all active steps" if on_device else
+                    "CPU time, all active steps",
+            "n": pick(r, v, "range_cpu_time", "value", field="n"),
+            "time_ms": device if on_device else pick(r, v, "range_cpu_time", "value"),
+            "host_ms": pick(r, v, "range_cpu_time", "value") if on_device else None,
+        })
+    for v in (v for v in r.variant.unique() if v.startswith("op:")):
+        sel = r[(r.variant == v) & (r.status == "ok")]
+        if sel.empty:
+            continue
+        row = sel.iloc[0]
+        records.append({
+            "measurement": f"op {v.removeprefix('op:')}",
+            "what": "self device time" if row["metric"] == "op_self_device_time"
+                    else "self CPU time",
+            "n": row["n"],
+            "time_ms": row["value"],
+        })
+    for label, v in (("profiled step (median)", "profiled"),
+                     ("unprofiled step (median)", "unprofiled")):
+        records.append({"measurement": label, "what": "synchronized wall clock",
+                        "n": pick(r, v, "step_latency", field="n"),
+                        "time_ms": pick(r, v, "step_latency")})
+    records.append({"measurement": "profiler overhead", "what": "profiled - unprofiled",
+                    "time_ms": pick(r, "profiler_overhead", "overhead", "value"),
+                    "overhead_pct": pick(r, "profiler_overhead", "overhead_rel", "value")})
+    return _frame(records, ["measurement", "what", "n", "time_ms", "host_ms", "overhead_pct"])
+
+
+#: E23's instruments: variant prefix -> the chapter's label
+E23_INSTRUMENTS = (
+    ("phase_sync", "per-phase synchronize (x7)"),
+    ("item", ".item() every step"),
+    ("profiler", "torch.profiler with a schedule"),
+)
+
+
+def table_e23(frame: pd.DataFrame) -> pd.DataFrame:
+    """Forensic vs performance mode: each instrument's cost on the controlled step."""
+    r = _rows("E23", frame)
+    records = []
+    for key, label in E23_INSTRUMENTS:
+        base, inst, cost = f"{key}/baseline", f"{key}/instrumented", f"{key}/cost"
+        records.append({
+            "instrument": label,
+            "baseline_median_ms": pick(r, base, "time_per_step"),
+            "instrumented_median_ms": pick(r, inst, "time_per_step"),
+            "cost_ms": pick(r, cost, "cost", "value"),
+            "cost_pct": pick(r, cost, "cost_rel", "value"),
+            "baseline_block_min_ms": pick(r, base, "block_median", "min"),
+            "baseline_block_max_ms": pick(r, base, "block_median", "max"),
+            "instrumented_block_min_ms": pick(r, inst, "block_median", "min"),
+            "instrumented_block_max_ms": pick(r, inst, "block_median", "max"),
+            "resolved": pick(r, cost, "cost_resolved", "value"),
+        })
+    return _frame(records)
+
+
 TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "E01": table_e01,
     "E02": table_e02,
     "E03": table_e03,
     "E04": table_e04,
+    "E05": table_e05,
     "E06": table_e06,
+    "E07": table_e07,
+    "E08": table_e08,
+    "E13": table_e13,
+    "E14": table_e14,
+    "E23": table_e23,
+    "E25": table_e25,
 }
 
 
@@ -244,14 +522,28 @@ def table(eid: str, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def format_table(t: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """The table as text: ms with ``digits`` decimals, counts as integers, blanks for NaN."""
+    """The table as text: ms with ``digits`` decimals, counts as integers, blanks for NaN.
+
+    Columns named for counts (``n``, ``runs``, ...) print as integers; ms
+    columns with ``digits`` decimals; any other number keeps its magnitude
+    (a 3.7e-9 difference must not print as 0).
+    """
+    counts = {"n", "runs", "number_per_run", "batch", "resolved", "examples_per_s"}
 
     def fmt(column: str, v: Any) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return ""
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            # columns with a unit suffix are measurements; the rest are counts
-            return f"{v:.{digits}f}" if column.endswith("_ms") or "_ms_" in column else f"{v:.0f}"
+            if column.endswith("_ms") or "_ms_" in column:
+                return f"{v:.{digits}f}"
+            if column in counts or (float(v).is_integer() and abs(v) >= 1):
+                return f"{v:.0f}"
+            a = abs(v)
+            if a >= 100:
+                return f"{v:.0f}"
+            if a >= 0.01 or a == 0:
+                return f"{v:.{digits}g}" if a < 1 else f"{v:.{digits}f}".rstrip("0").rstrip(".")
+            return f"{v:.2e}"
         return str(v)
 
     return pd.DataFrame({c: [fmt(c, v) for v in t[c]] for c in t.columns}, index=t.index)

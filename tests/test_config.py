@@ -166,7 +166,7 @@ BAD = [
     ("flush_denormal_word", {"flush_denormal": "yes"}, "flush_denormal", "not valid"),
     ("unknown-top-level", {"bogus": 1}, "bogus", "unknown key"),
     ("unknown-nested", {"timing": {"warmpu": 3}}, "timing.warmpu", "unknown key"),
-    ("unknown-experiment-section", {"experiments": {"E05": {}}}, "experiments.E05", "unknown key"),
+    ("unknown-experiment-section", {"experiments": {"E99": {}}}, "experiments.E99", "unknown key"),
     ("unknown-experiment-param", {"experiments": {"E01": {"loop": [1]}}},
      "experiments.E01.loop", "unknown key"),
     ("wrong-type", {"timing": {"repeats": "many"}}, "timing.repeats", ""),

@@ -83,3 +83,32 @@ def final_outputs():
         f"{RESULTS}/report.html",
         *[figure_path(e) for e in selected()],
     ]
+
+
+# E08 batch sweep: one job per batch size (a fresh process each, so no allocator
+# carry-over biases a peak), then one job aggregating them (perflab/sweep.py).
+from perflab import sweep as perflab_sweep  # noqa: E402
+
+
+def e08_batches():
+    return perflab_sweep.batches(exp_contract("E08"))
+
+
+def e08_batch_outputs():
+    """csv, samples and provenance of the per-batch job, with the {batch} wildcard."""
+    return perflab_sweep.batch_outputs(perflab_config.result_dir(RUN), "{batch}")
+
+
+def e08_batch_log():
+    return f"{LOGS}/{EXPERIMENTS['E08'].slug}/b{{batch}}.log"
+
+
+def e08_batch_files(kind):
+    """The per-batch files (`kind`: csv, samples or provenance) the aggregation reads."""
+    d = perflab_config.result_dir(RUN)
+    return [perflab_sweep.batch_outputs(d, b)[kind] for b in e08_batches()]
+
+
+def e08_batch_contract(wildcards):
+    """E08's contract with this job's batch size in place of the list of batch sizes."""
+    return perflab_sweep.batch_contract(exp_contract("E08"), int(wildcards.batch))

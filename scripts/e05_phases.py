@@ -1,0 +1,76 @@
+"""E05 — localize before intervening: the seven phases of the training step.
+
+Each step is bracketed into input_wait, host_to_device, forward, loss,
+backward, optimizer and logging. With the device synchronized at every
+boundary each phase is charged for its own work (median, IQR, share of the
+sum); the sum of phase medians is set against the uninstrumented step (the
+same seven operations, one sync at the end) measured in this job. The same
+brackets without the per-phase sync show where the time lands when the clock
+reads submission: the first host read (logging) absorbs the backlog.
+
+The batch starts on the host, as from a data loader; on CPU host_to_device is
+a no-op copy and the syncs are no-ops.
+"""
+
+from perflab import steps, timing
+from perflab.runner import run
+
+
+def measure(ctx):
+    t = ctx.timing
+    w = ctx.workload()
+    if w.make_optimizer is None:
+        ctx.unsupported(variant="all", metric="phase_time", unit="ms",
+                        reason=f"workload {w.name!r} has no optimizer: no optimizer phase")
+        return
+    opt = w.make_optimizer(w.model.parameters())
+    x_host, y_host = w.make_batch(w.batch_size)  # resident on the host, like a loaded batch
+
+    def get_batch():
+        return x_host, y_host
+
+    synced = steps.phased_train_step(w.model, w, opt, get_batch, ctx.device, ctx.sync)
+    unsynced = steps.phased_train_step(w.model, w, opt, get_batch, ctx.device, None)
+    plain = steps.plain_train_step(w.model, w, opt, get_batch, ctx.device)
+    timing.warm(plain, t["warmup"], ctx.sync)
+    window = f"steady state after warmup {t['warmup']}; batch starts on the host"
+
+    phases = steps.phase_samples(synced, t["repeats"])
+    boundary = f"sync ({ctx.sync_name}) at every phase boundary"
+    medians = {}
+    for phase, samples in phases.items():
+        medians[phase] = ctx.summary(samples, variant=f"sync/{phase}", metric="phase_time",
+                                     window=window, sync_boundary=boundary)["median"]
+    total_of_medians = sum(medians.values())
+    for phase, med in medians.items():
+        ctx.row(variant=f"sync/{phase}", metric="phase_share", value=100 * med / total_of_medians,
+                unit="%", n=t["repeats"], window=window,
+                sync_boundary=boundary + "; share of the sum of phase medians")
+    ctx.row(variant="sum_of_phases", metric="step_latency", value=total_of_medians, unit="ms",
+            n=t["repeats"], window=window, sync_boundary="sum of the per-phase medians")
+
+    total = ctx.summary(timing.time_calls(plain, warmup=0, repeats=t["repeats"], sync=ctx.sync),
+                        variant="uninstrumented_total", metric="step_latency", window=window,
+                        sync_boundary="synchronized at both ends of the step only")
+    gap = total_of_medians - total["median"]
+    ctx.row(variant="sum_minus_total", metric="step_latency", value=gap, unit="ms",
+            n=t["repeats"], window=window,
+            sync_boundary="sum of phase medians - uninstrumented median")
+    ctx.row(variant="sum_minus_total", metric="step_latency_relative",
+            value=100 * gap / total["median"], unit="%", n=t["repeats"], window=window,
+            sync_boundary="sum of phase medians - uninstrumented median, % of the latter")
+
+    free = steps.phase_samples(unsynced, t["repeats"])
+    for phase, samples in free.items():
+        ctx.summary(samples, variant=f"nosync/{phase}", metric="phase_time", window=window,
+                    sync_boundary="clock read at each boundary with no sync: submission times; "
+                                  "float(loss) in logging is the first host read")
+    largest = max(medians, key=medians.get)
+    absorber = max(free, key=lambda p: sorted(free[p])[len(free[p]) // 2])
+    ctx.log("phases (sync): " + ", ".join(f"{p} {m:.3f}" for p, m in medians.items()))
+    ctx.log(f"sum {total_of_medians:.3f} ms vs uninstrumented {total['median']:.3f} ms; "
+            f"largest phase {largest}; without sync the largest is {absorber}")
+
+
+if __name__ == "__main__":
+    run("E05", measure, globals().get("snakemake"))

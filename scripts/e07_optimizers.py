@@ -1,0 +1,73 @@
+"""E07 — intervene on the optimizer: .step() in isolation, and fused vs foreach AdamW.
+
+Gradients are computed once; then each optimizer's ``.step()`` alone is timed
+(warmed, synchronized) with those same gradients present: SGD, SGD with
+momentum, AdamW foreach (the default), AdamW fused. The correctness column
+compares one fused step with one foreach step from identical state and
+gradients (max abs difference against the parameter and update scales).
+Finally the whole training step with foreach and with fused AdamW runs as an
+interleaved pair, so the end-to-end change is measured back to back.
+"""
+
+import copy
+
+from perflab import optim, steps, timing
+from perflab.runner import run
+
+
+def measure(ctx):
+    p, t = ctx.params, ctx.timing
+    w = ctx.workload()
+    lr = w.params.get("lr", 1e-3)
+    x, y = w.batch_on(ctx.device)
+    fresh = copy.deepcopy(w.model)  # the initial state, for the correctness check and the pair
+
+    # gradients once; every optimizer below steps with these same gradients present
+    w.loss_fn(w.model(x), y).backward()
+    ctx.sync()
+    window = (f"isolated .step() after warmup {t['warmup']}; same gradients present, "
+              "parameters move with each call")
+    for name in p["optimizers"]:
+        try:
+            opt = optim.factory(name, lr)(w.model.parameters())
+            samples = timing.time_calls(opt.step, warmup=t["warmup"], repeats=t["repeats"],
+                                        sync=ctx.sync)
+        except (RuntimeError, TypeError, ValueError) as exc:  # e.g. fused not built here
+            ctx.unsupported(variant=name, metric="optimizer_step", unit="ms",
+                            reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            ctx.log(f"{name}: unsupported ({exc})")
+            continue
+        s = ctx.summary(samples, variant=name, metric="optimizer_step", window=window,
+                        sync_boundary="synchronized at both ends of each .step()")
+        ctx.log(f"{name}: median {s['median']:.3f} ms IQR {s['iqr']:.3f}")
+        del opt
+
+    try:
+        agree = optim.one_step_agreement(fresh, w.loss_fn, x, y, optim.factory("adamw_foreach", lr),
+                                         optim.factory("adamw_fused", lr))
+    except (RuntimeError, TypeError, ValueError) as exc:
+        ctx.unsupported(variant="fused_vs_foreach", metric="max_abs_diff", unit="abs",
+                        reason=f"fused AdamW unavailable: {exc}")
+        return
+    one = dict(variant="fused_vs_foreach", n=1, window="one step from identical state and gradients",
+               sync_boundary="values compared after both steps")
+    ctx.row(metric="max_abs_diff", value=agree["max_abs_diff"], unit="abs", **one)
+    ctx.row(metric="parameter_scale", value=agree["parameter_scale"], unit="mean |p|", **one)
+    ctx.row(metric="update_scale", value=agree["update_scale"], unit="mean |dp|", **one)
+    ctx.log(f"fused vs foreach: max |diff| {agree['max_abs_diff']:.2e} "
+            f"(parameter scale {agree['parameter_scale']:.2e}, update {agree['update_scale']:.2e})")
+
+    model_a, model_b = copy.deepcopy(fresh), copy.deepcopy(fresh)
+    step_a = steps.train_step(model_a, w, optim.factory("adamw_foreach", lr)(model_a.parameters()), x, y)
+    step_b = steps.train_step(model_b, w, optim.factory("adamw_fused", lr)(model_b.parameters()), x, y)
+    res = timing.interleaved_ab(step_a, step_b, blocks=p["pair_blocks"], inner=p["pair_inner"],
+                                warmup=t["warmup"], sync=ctx.sync)
+    d = ctx.ab(res, a="step_adamw_foreach", b="step_adamw_fused", batch_size=w.batch_size,
+               window=f"full training step, {p['pair_blocks']} interleaved blocks of "
+                      f"{p['pair_inner']} after warmup {t['warmup']}")
+    ctx.log(f"full step foreach {d['a']:.3f} ms vs fused {d['b']:.3f} ms "
+            f"({100 * d['diff'] / d['a']:+.1f}%, Wilcoxon p {d['p']:.3g})")
+
+
+if __name__ == "__main__":
+    run("E07", measure, globals().get("snakemake"))

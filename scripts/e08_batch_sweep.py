@@ -1,0 +1,243 @@
+"""E08 — latency, throughput and peak memory across batch sizes.
+
+Holds the controlled training step fixed (model, initialization, optimizer)
+and sweeps the batch size B. For each B, in a fresh process of its own (a
+peak is comparable only between processes that ran the same code up to the
+measured region): ms/step (median, IQR of synchronized warmed calls),
+examples/s (B / median), ms/example, and the peak memory of the warmup and
+timed steps — on CUDA the caching allocator's peak allocated and peak
+reserved (counters reset once the model and batch are built), on the CPU the
+process's peak resident set (VmHWM, reset at the same point). A CUDA
+out-of-memory error becomes rows with status ``oom`` and the reason.
+
+The aggregation then writes the experiment's rows with its three answers —
+lowest-latency batch, highest-throughput batch, largest batch that fits
+(see :mod:`perflab.sweep`).
+
+Under Snakemake the same script is two rules: ``e08_batch`` (one job per
+``{batch}``) and ``e08_batch_sweep`` (the aggregation). By hand::
+
+    python scripts/e08_batch_sweep.py                  # every batch size, a subprocess each
+    python scripts/e08_batch_sweep.py --batch 64       # one batch size, in this process
+    python scripts/e08_batch_sweep.py --aggregate-only # aggregate the per-batch files present
+"""
+
+import argparse
+import gc
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from perflab import config as cfgmod
+from perflab import memory, steps, sweep, timing, workloads
+from perflab.runner import execute, log_to
+
+SYNCED = "synchronized at both ends of each call"
+STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
+
+
+def build_step(ctx, batch: int):
+    """The controlled training step with a batch of ``batch`` examples resident on the device.
+
+    The batch size reaches the builder as a ``batch`` override when it takes
+    one (the registered workloads do); a user's builder without that
+    parameter is built as configured and only its batch factory sees B.
+    Returns ``None`` (with an ``unsupported`` row) for a workload without an
+    optimizer.
+    """
+    spec = ctx.contract["workloads"][ctx.contract["workload"]]
+    try:
+        workloads.check_params(spec["target"], {"batch": batch})
+        w = ctx.workload(batch=batch)
+    except workloads.WorkloadError:
+        w = ctx.workload()
+    if w.make_optimizer is None:
+        ctx.unsupported(variant=sweep.variant(batch), metric="step_latency", unit="ms",
+                        reason=f"workload {w.name!r} has no optimizer: no training step")
+        return None
+    opt = w.make_optimizer(w.model.parameters())
+    x, y = w.batch_on(ctx.device, batch)
+    ctx.set_defaults(input_shape="[" + ", ".join(str(d) for d in x.shape) + "]")
+    return steps.train_step(w.model, w, opt, x, y)
+
+
+def _peak_rows(ctx) -> list[tuple[str, str]]:
+    """(metric, what it is) of the peak readings on this device."""
+    if ctx.is_cuda:
+        return [("peak_allocated", "torch.cuda.max_memory_allocated: peak of live tensors"),
+                ("peak_reserved", ("torch.cuda.max_memory_reserved: peak held by the "
+                                   "caching allocator"))]
+    return [("peak_rss", ("VmHWM: peak resident set of this whole process (interpreter, "
+                          "libraries, model, optimizer state, activations)"))]
+
+
+def _run(ctx, batch: int, warmup: int, repeats: int, where: list[str]) -> dict | None:
+    """Build, reset the peaks, run warmup + timed steps, read the peaks."""
+    step = build_step(ctx, batch)
+    if step is None:
+        return None
+    ctx.sync()
+    gc.collect()
+    if ctx.is_cuda:
+        memory.reset_cuda_peaks(ctx.device)
+        reset = True
+    else:
+        reset = memory.reset_vmhwm()
+    where[0] = f"the {warmup} warmup and {repeats} timed steps"
+    samples = timing.time_calls(step, warmup=warmup, repeats=repeats, sync=ctx.sync)
+    ctx.sync()
+    if ctx.is_cuda:
+        c = memory.cuda_counters(ctx.device)
+        peaks = {"peak_allocated": c.max_allocated_mib, "peak_reserved": c.max_reserved_mib}
+    else:
+        peaks = {"peak_rss": memory.vmhwm_mib()}
+    return {"samples": samples, "peaks": peaks, "reset": reset}
+
+
+def measure(ctx):
+    p, t = ctx.params, ctx.timing
+    batch, repeats, warmup = int(p["batch"]), int(p["repeats"]), int(t["warmup"])
+    v = sweep.variant(batch)
+    where = ["building the model, optimizer and batch"]
+    oom = None
+    try:
+        result = _run(ctx, batch, warmup, repeats, where)
+    except torch.cuda.OutOfMemoryError as exc:
+        peak = ""
+        if ctx.is_cuda:
+            peak = (f"; peak allocated before the failure "
+                    f"{torch.cuda.max_memory_allocated(ctx.device) / memory.MiB:.1f} MiB")
+        first_line = (str(exc).strip().splitlines() or ["out of memory"])[0]
+        oom = f"torch.cuda.OutOfMemoryError during {where[0]} at batch {batch}{peak}: {first_line}"
+        result = None
+    if oom is not None:
+        # the exception (and the tensors its traceback held) is gone: give the memory back
+        gc.collect()
+        if ctx.is_cuda:
+            torch.cuda.empty_cache()
+        ctx.log(f"batch {batch}: OOM ({oom})")
+        for metric, unit in (("step_latency", "ms"), ("throughput", "examples/s"),
+                             ("latency_per_example", "ms"),
+                             *((m, "MiB") for m, _ in _peak_rows(ctx))):
+            ctx.unsupported(variant=v, metric=metric, unit=unit, reason=oom, status="oom",
+                            window=f"batch {batch}: did not fit", sync_boundary="n/a")
+        return
+    if result is None:  # no training step (unsupported row already written)
+        return
+
+    window = f"steady state after warmup {warmup}, {repeats} repeats, batch {batch}"
+    s = ctx.summary(result["samples"], variant=v, metric="step_latency", window=window,
+                    sync_boundary=SYNCED, statistics=STATS)
+    # derived from the median step: statistic "median" (as every throughput row of perflab)
+    ctx.row(variant=v, metric="throughput", value=batch / s["median"] * 1e3, unit="examples/s",
+            statistic="median", window=f"B / median step latency ({window})",
+            sync_boundary=SYNCED, n=repeats)
+    ctx.row(variant=v, metric="latency_per_example", value=s["median"] / batch, unit="ms",
+            statistic="median", window=f"median step latency / B ({window})",
+            sync_boundary=SYNCED, n=repeats)
+    span = (f"from after the model and batch were built (peak reset there) through "
+            f"{warmup} warmup + {repeats} timed steps, in this batch size's own process")
+    if not result["reset"]:
+        span = ("since the process started (the kernel refused to reset VmHWM), through "
+                f"{warmup} warmup + {repeats} timed steps")
+    boundary = ("read after a final synchronize" if ctx.is_cuda
+                else "read after the last step returned (the CPU runs synchronously)")
+    for metric, what in _peak_rows(ctx):
+        ctx.row(variant=v, metric=metric, value=result["peaks"][metric], unit="MiB",
+                window=f"{what}; {span}", sync_boundary=boundary, n=warmup + repeats)
+    if not ctx.is_cuda:
+        why = "CUDA caching-allocator counters need a CUDA device; the CPU row is peak_rss"
+        for metric in ("peak_allocated", "peak_reserved"):
+            ctx.unsupported(variant=v, metric=metric, unit="MiB", reason=why)
+    peaks = ", ".join(f"{k} {val:.1f} MiB" for k, val in result["peaks"].items())
+    ctx.log(f"batch {batch}: median {s['median']:.3f} ms (IQR {s['iqr']:.3f}), "
+            f"{batch / s['median'] * 1e3:.0f} examples/s, {peaks}")
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def run_batch(cfg: dict, batch: int, log_path: str | None = None):
+    """One batch size in this process: its per-batch csv, samples and provenance."""
+    contract = sweep.batch_contract(cfgmod.contract(cfg, sweep.EID), batch)
+    outputs = sweep.batch_outputs(cfgmod.result_dir(cfg), batch)
+    return execute(sweep.EID, measure, contract, outputs, log_path)
+
+
+def aggregate_cfg(cfg: dict, log=None):
+    """Aggregate the per-batch files of ``cfg``'s sweep into E08's three outputs."""
+    contract = cfgmod.contract(cfg, sweep.EID)
+    files = sweep.batch_files_for(cfgmod.result_dir(cfg), sweep.batches(contract))
+    return sweep.aggregate(files, contract, cfgmod.experiment_outputs(cfg, sweep.EID), log)
+
+
+def _log(msg: str) -> None:
+    print(f"[{sweep.EID}] {msg}", file=sys.stderr, flush=True)
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="scripts/e08_batch_sweep.py",
+        description="E08: latency, throughput and peak memory across batch sizes. Without "
+        "--batch, runs every configured batch size in a fresh subprocess of its own, then "
+        "aggregates them into the experiment's CSV, samples CSV and provenance JSON (the "
+        "files the Snakemake rules write).",
+    )
+    p.add_argument("--configfile", action="append", default=[],
+                   help="YAML merged over config/config.yaml (repeatable)")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides the config)")
+    p.add_argument("--scale", help="auto, chapter or a name under `scales` (overrides the config)")
+    p.add_argument("--outdir", help="result root (default: the config's results_dir)")
+    p.add_argument("--log", help="also write the progress log here (per batch: <log>.b<B>)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--batch", type=int, help="measure this one batch size in this process")
+    g.add_argument("--aggregate-only", action="store_true",
+                   help="only aggregate the per-batch files already written")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = _parse_args(argv)
+    overrides = {k: v for k, v in (("device", args.device), ("scale", args.scale)) if v}
+    if args.outdir:
+        overrides["results_dir"] = args.outdir
+    try:
+        cfg = cfgmod.load(args.configfile, overrides)
+    except cfgmod.ConfigError as exc:
+        sys.exit(str(exc))
+    if args.batch is not None:
+        if args.batch < 1:
+            sys.exit("--batch must be at least 1")
+        run_batch(cfg, args.batch, args.log)
+        return
+    if not args.aggregate_only:
+        passed = [a for f in args.configfile for a in ("--configfile", f)]
+        for key in ("device", "scale", "outdir"):
+            if getattr(args, key):
+                passed += [f"--{key}", getattr(args, key)]
+        for b in sweep.batches(cfgmod.contract(cfg, sweep.EID)):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--batch", str(b), *passed]
+            if args.log:
+                cmd += ["--log", f"{args.log}.b{b}"]
+            _log(f"batch {b}: fresh process")
+            proc = subprocess.run(cmd, check=False)
+            if proc.returncode != 0:
+                sys.exit(f"E08: batch {b} failed (exit {proc.returncode}); nothing aggregated")
+    rows = aggregate_cfg(cfg, _log)
+    _log(f"{sweep.summary_line(rows)} -> {cfgmod.experiment_outputs(cfg, sweep.EID)['csv']}")
+
+
+if __name__ == "__main__":
+    smk = globals().get("snakemake")
+    if smk is None:
+        main()
+    elif hasattr(smk.wildcards, "batch"):  # rule e08_batch: one batch size
+        execute(sweep.EID, measure, smk.params.contract, dict(smk.output.items()),
+                smk.log[0] if smk.log else None)
+    else:  # rule e08_batch_sweep: the aggregation
+        with log_to(smk.log[0]):
+            files = [{"csv": c, "samples": s, "provenance": j}
+                     for c, s, j in zip(smk.input.csv, smk.input.samples, smk.input.provenance)]
+            sweep.aggregate(files, smk.params.contract, dict(smk.output.items()), _log)

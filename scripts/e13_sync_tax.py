@@ -1,0 +1,166 @@
+"""E13 — the synchronization tax of a per-step host read.
+
+Does reading the loss on the host every step (``loss.item()``) slow the
+training loop? On the controlled step and on a small fast step
+(``small_mlp``), an interleaved A/B compares A = the training step with no
+host read and B = the same step followed by ``loss.item()``. Throughput is
+the question, so each timed sample is a free-running stretch of up to 10
+steps synchronized only at its two ends (inside it, A may run ahead of the
+device; B cannot), reported as ms per step; blocks of A and B alternate
+(AB, BA, ...) so drift hits both alike. Rows: each side's median and block
+spread, the difference B - A in ms and %, examples/s, and whether the
+difference exceeds the block-to-block spread.
+
+Then the logged value itself: from the same initial state, the running-mean
+loss over ``running_mean_steps`` steps read three ways — ``.item()`` every
+step averaged on the host; a device-side running sum read every
+``log_every`` steps; a device-side sum read once at the end — and the
+largest difference between the three.
+
+On a CPU there is no device queue to run ahead of, so the tax is expected to
+be ~0: the same code runs and the windows say so.
+"""
+
+import copy
+import math
+
+import torch
+
+from perflab import profiling, steps, timing
+from perflab.runner import run
+
+#: steps in one timed free-running stretch (fewer when a block has fewer)
+STRETCH = 10
+
+SETS = (  # (variant prefix, workload name or None for the controlled one, label)
+    ("controlled", None, "controlled step"),
+    ("small", "small_mlp", "small fast step"),
+)
+
+
+def _stretch(inner: int) -> tuple[int, int]:
+    """(steps per timed stretch, stretches per block) for blocks of ``inner`` steps."""
+    k = min(STRETCH, inner)
+    return k, max(1, inner // k)
+
+
+def sync_tax(ctx, prefix, name, label):
+    p, t = ctx.params, ctx.timing
+    w = ctx.workload(name)
+    if w.make_optimizer is None:
+        ctx.unsupported(variant=f"{prefix}/none", metric="time_per_step", unit="ms",
+                        reason=f"workload {w.name!r} has no optimizer: no training step")
+        return
+    opt = w.make_optimizer(w.model.parameters())
+    x, y = w.batch_on(ctx.device)
+    step = steps.train_step(w.model, w, opt, x, y)
+
+    def step_and_read():
+        return step().item()
+
+    k, calls = _stretch(p["inner"])
+    warm_calls = max(1, math.ceil(t["warmup"] / k))
+    res = timing.interleaved_ab(profiling.free_running(step, k),
+                                profiling.free_running(step_and_read, k),
+                                blocks=p["blocks"], inner=calls, warmup=warm_calls,
+                                sync=ctx.sync)
+    per_step = [[v / k for v in res.a_samples], [v / k for v in res.b_samples]]
+    blocks = [[v / k for v in res.a_blocks], [v / k for v in res.b_blocks]]
+    block_of = [i for i in range(p["blocks"]) for _ in range(calls)]
+    cpu = ("" if ctx.is_cuda else
+           "; CPU: no device queue to run ahead of, so the tax is expected to be ~0")
+    window = (f"{label}: {p['blocks']} blocks per side, alternating "
+              f"{'/'.join(dict.fromkeys(res.order))}, each {calls} stretch(es) of {k} "
+              f"free-running steps (ms per step = stretch time / {k}); after "
+              f"{warm_calls * k} warmup steps per side{cpu}")
+    stretch_sync = f"{ctx.sync_name} at both ends of each {k}-step stretch only"
+    pc = profiling.record_pair(
+        ctx, metric="time_per_step", window=window,
+        sides=[(f"{prefix}/none", per_step[0], block_of, blocks[0],
+                stretch_sync + "; no host read of any device value"),
+               (f"{prefix}/item_every", per_step[1], block_of, blocks[1],
+                stretch_sync + "; loss.item() after every step (a host read: waits for "
+                "the step's work)")],
+        diff_variant=f"{prefix}/tax", diff_metric="tax",
+    )
+    thr = {}
+    for side, med in (("none", pc.a_median), ("item_every", pc.b_median)):
+        thr[side] = w.batch_size * 1e3 / med
+        ctx.row(variant=f"{prefix}/{side}", metric="throughput", value=thr[side], unit="ex/s",
+                window=window + f"; batch {w.batch_size} / median ms per step",
+                sync_boundary=stretch_sync, n=len(per_step[0]))
+        ctx.row(variant=f"{prefix}/{side}", metric="throughput_rel", value=100 * thr[side]
+                / thr["none"], unit="%", window=window, sync_boundary="relative to no host read",
+                n=len(per_step[0]))
+    ctx.log(f"{label} ({w.description}, batch {w.batch_size}): none {pc.a_median:.3f} ms, "
+            f"item_every {pc.b_median:.3f} ms, tax {pc.diff:+.3f} ms ({100 * pc.rel:+.1f}%), "
+            f"block spread {pc.noise:.3f} ms -> {'resolved' if pc.resolved else 'unresolved'}")
+
+
+def running_mean_check(ctx):
+    p = ctx.params
+    n, every = p["running_mean_steps"], p["log_every"]
+    w = ctx.workload()  # the controlled workload; row defaults follow it
+    if w.make_optimizer is None:
+        ctx.unsupported(variant="running_mean", metric="max_abs_diff", unit="loss",
+                        reason=f"workload {w.name!r} has no optimizer: no training step")
+        return
+    x, y = w.batch_on(ctx.device)
+    initial = copy.deepcopy(w.model)
+
+    def fresh_step():
+        """The training step from the same initial weights with a fresh optimizer."""
+        model = copy.deepcopy(initial)
+        return steps.train_step(model, w, w.make_optimizer(model.parameters()), x, y)
+
+    def zero():
+        return torch.zeros((), device=ctx.device, dtype=torch.float32)
+
+    # (a) .item() every step, averaged on the host
+    step, total = fresh_step(), 0.0
+    for _ in range(n):
+        total += step().item()
+    host = total / n
+    # (b) a device-side running sum, read every `every` steps (and once for any remainder)
+    step, running, total = fresh_step(), zero(), 0.0
+    for i in range(n):
+        running += step().detach().float()
+        if (i + 1) % every == 0 or i + 1 == n:
+            total += running.item()
+            running.zero_()
+    every_k = total / n
+    # (c) accumulated on the device, read once
+    step, running = fresh_step(), zero()
+    for _ in range(n):
+        running += step().detach().float()
+    once = running.item() / n
+
+    window = (f"mean training loss over {n} steps from the same initial weights (a deep copy) "
+              "with a fresh optimizer, same batch")
+    for variant, value, how in (
+        ("running_mean/item_every_step", host, "loss.item() every step, summed on the host"),
+        (f"running_mean/every_{every}", every_k,
+         f"device-side running sum read with .item() every {every} steps"),
+        ("running_mean/once", once, "device-side sum read with .item() once, at the end"),
+    ):
+        ctx.row(variant=variant, metric="mean_loss", value=value, unit="loss", window=window,
+                sync_boundary=how, n=n)
+    values = (host, every_k, once)
+    diff = max(values) - min(values)
+    ctx.row(variant="running_mean", metric="max_abs_diff", value=diff, unit="loss",
+            window=window, sync_boundary="largest difference between the three readings", n=3)
+    ctx.row(variant="running_mean", metric="agree_5_decimals", value=float(diff < 5e-6),
+            unit="bool", window=window,
+            sync_boundary="1 when the three readings differ by less than 5e-6", n=3)
+    ctx.log(f"running mean over {n} steps: every step {host:.6f}, every {every} "
+            f"{every_k:.6f}, once {once:.6f}; max abs diff {diff:.2e}")
+
+
+def measure(ctx):
+    for prefix, name, label in SETS:
+        sync_tax(ctx, prefix, name, label)
+    running_mean_check(ctx)
+
+
+if __name__ == "__main__":
+    run("E13", measure, globals().get("snakemake"))

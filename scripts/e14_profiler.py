@@ -1,0 +1,98 @@
+"""E14 — the profiler localizes; it does not measure.
+
+The training step with a ``record_function`` range per phase (forward, loss,
+backward, optimizer) runs under ``torch.profiler`` with
+``schedule(wait, warmup, active, repeat=1)`` and ``profile_memory=True``
+(activities: CPU, plus CUDA on a CUDA device), ``prof.step()`` after each
+step. Rows: the time of each phase range summed over the active steps (on
+CUDA the device time of the kernels launched inside the range, and the host
+time beside it; on a CPU the CPU time, the CPU being the device); the top
+operators by self device time (CPU: self CPU time), one row per operator;
+the profiled step's synchronized wall time over the active steps against
+the same step unprofiled, and the difference: the profiler's overhead. The
+chrome trace of the active steps is written gzipped beside the CSV.
+"""
+
+from perflab import profiling, steps, timing
+from perflab.runner import run
+
+STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
+
+
+def measure(ctx):
+    p, t = ctx.params, ctx.timing
+    w = ctx.workload()
+    if w.make_optimizer is None:
+        ctx.unsupported(variant="all", metric="step_latency", unit="ms",
+                        reason=f"workload {w.name!r} has no optimizer: no training step")
+        return
+    opt = w.make_optimizer(w.model.parameters())
+    x, y = w.batch_on(ctx.device)
+    step = steps.ranged_train_step(w.model, w, opt, x, y)
+    sched = f"schedule(wait={p['wait']}, warmup={p['warmup']}, active={p['active']}, repeat=1)"
+    synced = f"{ctx.sync_name} at both ends of each step"
+
+    # the real step first: the same callable, no profiler attached
+    plain = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
+    un = ctx.summary(plain, variant="unprofiled", metric="step_latency",
+                     window=f"steady state after warmup {t['warmup']}, no profiler (the "
+                     "record_function ranges present but inert)",
+                     sync_boundary=synced, statistics=STATS)
+
+    prof_run = profiling.profile_steps(step, device=ctx.device, sync=ctx.sync, wait=p["wait"],
+                                       warmup=p["warmup"], active=p["active"],
+                                       profile_memory=True)
+    acts = "CPU + CUDA" if prof_run.device_activity else "CPU"
+    window = f"the {p['active']} active steps of {sched}, activities {acts}, profile_memory=True"
+    pr = ctx.summary(prof_run.active_ms, variant="profiled", metric="step_latency",
+                     window=window + "; run right after the unprofiled series",
+                     sync_boundary=synced + "; prof.step() outside the timed region",
+                     statistics=STATS)
+    over = pr["median"] - un["median"]
+    how = "profiled median minus unprofiled median (not a cost of the code: of the instrument)"
+    ctx.row(variant="profiler_overhead", metric="overhead", value=over, unit="ms",
+            window=window, sync_boundary=how, n=len(prof_run.active_ms) + len(plain))
+    ctx.row(variant="profiler_overhead", metric="overhead_rel", value=100 * over / un["median"],
+            unit="%", window=window, sync_boundary=how + ", relative to unprofiled",
+            n=len(prof_run.active_ms) + len(plain))
+    ctx.log(f"profiled {pr['median']:.3f} ms vs unprofiled {un['median']:.3f} ms: "
+            f"overhead {over:+.3f} ms ({100 * over / un['median']:+.1f}%)")
+
+    # where the time goes, in proportion (over the active steps)
+    ranges = profiling.range_times(prof_run.prof, profiling.PHASE_RANGES,
+                                   device_activity=prof_run.device_activity)
+    for name, rt in ranges.items():
+        variant = f"range:{name}"
+        if prof_run.device_activity:
+            ctx.row(variant=variant, metric="range_device_time", value=rt.device_ms, unit="ms",
+                    window=window + "; device time summed over the active steps",
+                    sync_boundary="kernels launched while the range was open on the host "
+                    "(any thread), their device durations summed", n=rt.count)
+        ctx.row(variant=variant, metric="range_cpu_time", value=rt.cpu_ms, unit="ms",
+                window=window + "; host (CPU) time summed over the active steps"
+                + ("" if prof_run.device_activity else " (on a CPU the CPU is the device)"),
+                sync_boundary="the range's host duration (cpu_time_total)", n=rt.count)
+        ctx.log(f"range {name}: {rt.count}x, host {rt.cpu_ms:.3f} ms"
+                + (f", device {rt.device_ms:.3f} ms" if rt.device_ms is not None else ""))
+
+    by_device = prof_run.device_activity
+    metric = "op_self_device_time" if by_device else "op_self_cpu_time"
+    what = ("self device time: the kernels the operator launched itself" if by_device
+            else "self CPU time: host time inside the operator, its children excluded")
+    for rank, op in enumerate(profiling.top_ops(prof_run.prof, p["top_ops"], by_device=by_device),
+                              start=1):
+        ctx.row(variant=f"op:{op.name}", metric=metric, value=op.self_ms, unit="ms",
+                window=window + f"; rank {rank} of the top {p['top_ops']} operators by "
+                "self time, summed over the active steps; ranges and annotations excluded",
+                sync_boundary=what + "; n = calls", n=op.calls)
+
+    trace = ctx.outputs.get("trace")
+    if trace:
+        profiling.export_trace_gz(prof_run.prof, trace)
+        ctx.log(f"chrome trace of the active steps -> {trace}")
+    else:
+        ctx.log("no trace output path given: chrome trace not written")
+
+
+if __name__ == "__main__":
+    run("E14", measure, globals().get("snakemake"))

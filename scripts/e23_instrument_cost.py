@@ -1,0 +1,155 @@
+"""E23 — forensic mode vs performance mode: what each instrument costs.
+
+Three instruments on the controlled step, each against the same step without
+it (one model and optimizer throughout, so both sides see the same state):
+
+* per-phase synchronization: ``steps.phased_train_step`` with the device's
+  synchronize before each phase's clock read (7 synchronization points a
+  step: 6 synchronize calls and the loss read) against
+  ``steps.plain_train_step``, the same seven operations with only the loss
+  read;
+* ``.item()`` every step: the training step followed by ``loss.item()``
+  against the step with no host read;
+* the profiler: ``torch.profiler`` with a schedule and ``record_function``
+  ranges, its active steps timed, against the plain step timed right before
+  and after each profiling session (bracketing, so drift shows).
+
+The first two are interleaved A/B pairs whose samples are free-running
+stretches of up to 10 steps (synchronized only at their ends, so the
+uninstrumented side keeps the run-ahead a training loop has); the profiler's
+steps are timed one by one, synchronized at both ends, like its brackets.
+Rows per instrument: baseline and instrumented medians and block spreads,
+the cost in ms and %, and whether the cost exceeds the block-to-block
+spread. This regenerates the chapter's forensic-vs-performance-mode table.
+"""
+
+import math
+import statistics
+
+from perflab import profiling, steps, timing
+from perflab.runner import run
+
+#: steps in one timed free-running stretch (fewer when a block has fewer)
+STRETCH = 10
+#: the profiler's schedule before its active steps, in each session
+PROFILER_WAIT, PROFILER_WARMUP = 1, 1
+
+INSTRUMENTS = {  # key -> label (tables and figures take the label from here)
+    "phase_sync": "per-phase synchronize (x7)",
+    "item": ".item() every step",
+    "profiler": "torch.profiler with a schedule",
+}
+
+
+def _ab(ctx, key, fa, fb, a_sync, b_sync, what):
+    """One instrument as an interleaved A/B of free-running stretches."""
+    p, t = ctx.params, ctx.timing
+    k = min(STRETCH, p["inner"])
+    calls = max(1, p["inner"] // k)
+    res = timing.interleaved_ab(profiling.free_running(fa, k), profiling.free_running(fb, k),
+                                blocks=p["blocks"], inner=calls,
+                                warmup=max(1, math.ceil(t["warmup"] / k)), sync=ctx.sync)
+    block_of = [i for i in range(p["blocks"]) for _ in range(calls)]
+    window = (f"{INSTRUMENTS[key]}: {what}; interleaved A/B, {p['blocks']} blocks per side "
+              f"alternating {'/'.join(dict.fromkeys(res.order))}, each {calls} stretch(es) of "
+              f"{k} free-running steps (ms per step = stretch time / {k})")
+    stretch = f"{ctx.sync_name} at both ends of each {k}-step stretch; "
+    return profiling.record_pair(
+        ctx, metric="time_per_step", window=window,
+        sides=[(f"{key}/baseline", [v / k for v in res.a_samples], block_of,
+                [v / k for v in res.a_blocks], stretch + a_sync),
+               (f"{key}/instrumented", [v / k for v in res.b_samples], block_of,
+                [v / k for v in res.b_blocks], stretch + b_sync)],
+        diff_variant=f"{key}/cost", diff_metric="cost",
+    )
+
+
+def _profiler(ctx, base, ranged):
+    """Profiling sessions, each bracketed by unprofiled series of the plain step."""
+    p, t = ctx.params, ctx.timing
+    n = p["inner"]
+    timing.warm(base, t["warmup"], ctx.sync)
+    base_s, base_of, base_blocks, prof_s, prof_of, prof_blocks = [], [], [], [], [], []
+
+    def unprofiled(pos):
+        s = timing.time_calls(base, warmup=0, repeats=n, sync=ctx.sync)
+        base_s.extend(s)
+        base_of.extend([pos] * n)
+        base_blocks.append(statistics.median(s))
+
+    for b in range(p["blocks"]):
+        unprofiled(2 * b)
+        r = profiling.profile_steps(ranged, device=ctx.device, sync=ctx.sync,
+                                    wait=PROFILER_WAIT, warmup=PROFILER_WARMUP, active=n)
+        prof_s.extend(r.active_ms)
+        prof_of.extend([2 * b + 1] * n)
+        prof_blocks.append(statistics.median(r.active_ms))
+        del r
+    unprofiled(2 * p["blocks"])
+    acts = "CPU + CUDA" if ctx.is_cuda else "CPU"
+    window = (f"{INSTRUMENTS['profiler']}: {p['blocks']} sessions of schedule(wait="
+              f"{PROFILER_WAIT}, warmup={PROFILER_WARMUP}, active={n}, repeat=1), activities "
+              f"{acts}, profile_memory=True, over the step with record_function ranges; each "
+              f"session bracketed by {n} unprofiled steps of the plain step right before and "
+              "after (blocks in time order: even = unprofiled, odd = profiled)")
+    synced = f"{ctx.sync_name} at both ends of each step"
+    between = [pb - (base_blocks[i] + base_blocks[i + 1]) / 2 for i, pb in enumerate(prof_blocks)]
+    pc = profiling.record_pair(
+        ctx, metric="time_per_step", window=window,
+        sides=[("profiler/baseline", base_s, base_of, base_blocks, synced + "; no profiler"),
+               ("profiler/instrumented", prof_s, prof_of, prof_blocks,
+                synced + "; the profiler's active steps (prof.step() outside the timed region)")],
+        diff_variant="profiler/cost", diff_metric="cost",
+        block_ids=(list(range(0, 2 * p["blocks"] + 1, 2)), list(range(1, 2 * p["blocks"], 2))),
+        block_diffs=between,
+    )
+    ctx.row(variant="profiler/baseline", metric="bracket_drift",
+            value=base_blocks[-1] - base_blocks[0], unit="ms", window=window,
+            sync_boundary="last unprofiled block median minus the first", n=len(base_blocks))
+    return pc
+
+
+def measure(ctx):
+    w = ctx.workload()
+    if w.make_optimizer is None:
+        for key in INSTRUMENTS:
+            ctx.unsupported(variant=f"{key}/cost", metric="cost", unit="ms",
+                            reason=f"workload {w.name!r} has no optimizer: no training step")
+        return
+    opt = w.make_optimizer(w.model.parameters())
+    x, y = w.batch_on(ctx.device)
+    x_host, y_host = w.make_batch(w.batch_size)
+
+    def get_batch():
+        return x_host, y_host
+
+    base = steps.train_step(w.model, w, opt, x, y)
+
+    def base_and_read():
+        return base().item()
+
+    plain = steps.plain_train_step(w.model, w, opt, get_batch, ctx.device)
+    phased = steps.phased_train_step(w.model, w, opt, get_batch, ctx.device, ctx.sync)
+    ranged = steps.ranged_train_step(w.model, w, opt, x, y)
+    cpu = "" if ctx.is_cuda else " (CPU: synchronize is a no-op, so only the clock reads remain)"
+
+    results = {
+        "phase_sync": _ab(ctx, "phase_sync", plain, phased,
+                          "plain_train_step: batch copy, step, one loss read",
+                          "phased_train_step: the same, with a sync and a clock read at each "
+                          "phase boundary",
+                          "7 synchronization points a step against 1" + cpu),
+        "item": _ab(ctx, "item", base, base_and_read, "no host read",
+                    "loss.item() after every step",
+                    "a host read of the loss every step against none"
+                    + ("" if ctx.is_cuda else " (CPU: no device queue, so expected ~0)")),
+        "profiler": _profiler(ctx, base, ranged),
+    }
+    for key, pc in results.items():
+        ctx.log(f"{INSTRUMENTS[key]}: baseline {pc.a_median:.3f} ms, instrumented "
+                f"{pc.b_median:.3f} ms, cost {pc.diff:+.3f} ms ({100 * pc.rel:+.1f}%), block "
+                f"spread {pc.noise:.3f} ms -> {'resolved' if pc.resolved else 'unresolved'}")
+
+
+if __name__ == "__main__":
+    run("E23", measure, globals().get("snakemake"))

@@ -1,0 +1,125 @@
+"""E25 — a worked pass: measure, localize, intervene, remeasure (foreach -> fused AdamW).
+
+One job, so every number of the pass shares a process, a device state and a
+contract: (1) the baseline step with AdamW foreach (median, IQR, examples/s);
+(2) localization by per-phase synchronization (each phase's share, the largest
+named in the log and derivable from the rows); (3) the one-change intervention
+AdamW(fused=True), checked for correctness on one step from identical state;
+(4) the remeasurement as an interleaved foreach/fused pair (latency and
+throughput change, judged against the block-to-block noise); (5) peak memory
+of each variant alone (CUDA: each in isolation, allocator peaks reset; on CPU
+an in-process RSS peak cannot separate two variants, so those rows say so).
+"""
+
+import copy
+import gc
+
+import torch
+
+from perflab import memory, optim, stats, steps, timing
+from perflab.runner import run
+
+
+def isolated_peak(ctx, fresh, w, x, y, opt_name, lr, calls):
+    """Peak allocated/reserved MiB of one variant alone on the device."""
+    model = copy.deepcopy(fresh).to(ctx.device)
+    step = steps.train_step(model, w, optim.factory(opt_name, lr)(model.parameters()), x, y)
+    gc.collect()
+    torch.cuda.empty_cache()
+    memory.reset_cuda_peaks(ctx.device)
+    for _ in range(calls):
+        step()
+    ctx.sync()
+    c = memory.cuda_counters(ctx.device)
+    del model, step
+    gc.collect()
+    torch.cuda.empty_cache()
+    return c.max_allocated_mib, c.max_reserved_mib
+
+
+def measure(ctx):
+    p, t = ctx.params, ctx.timing
+    w = ctx.workload()
+    lr = w.params.get("lr", 1e-3)
+    fresh = copy.deepcopy(w.model).cpu()  # the initial state, off the device
+    x, y = w.batch_on(ctx.device)
+    window = f"steady state after warmup {t['warmup']}"
+
+    # 1. measure: the baseline under the contract
+    base_opt = optim.factory("adamw_foreach", lr)(w.model.parameters())
+    base_step = steps.train_step(w.model, w, base_opt, x, y)
+    base = ctx.summary(timing.time_calls(base_step, warmup=t["warmup"], repeats=t["repeats"],
+                                         sync=ctx.sync),
+                       variant="baseline_adamw_foreach", metric="step_latency", window=window,
+                       sync_boundary="synchronized at both ends of each call")
+    ctx.row(variant="baseline_adamw_foreach", metric="throughput", statistic="median",
+            value=w.batch_size / base["median"] * 1e3, unit="examples/s", n=t["repeats"],
+            window=window, sync_boundary="batch / median step")
+
+    # 2. localize: per-phase synchronization on the same model and optimizer
+    x_host, y_host = w.make_batch(w.batch_size)
+    phased = steps.phased_train_step(w.model, w, base_opt, lambda: (x_host, y_host), ctx.device,
+                                     ctx.sync)
+    per_phase = steps.phase_samples(phased, t["repeats"])
+    medians = {ph: stats.summarize(v)["median"] for ph, v in per_phase.items()}
+    total = sum(medians.values())
+    for ph, med in medians.items():
+        ctx.row(variant=f"localize/{ph}", metric="phase_share", value=100 * med / total, unit="%",
+                n=t["repeats"], window=window,
+                sync_boundary=f"sync ({ctx.sync_name}) at every phase boundary")
+    largest = max(medians, key=medians.get)
+    ctx.log(f"baseline {base['median']:.3f} ms; largest phase {largest} "
+            f"({100 * medians[largest] / total:.0f}%)")
+
+    # 3. intervene on one mechanism, and check it computes the same update
+    try:
+        agree = optim.one_step_agreement(fresh.to(ctx.device), w.loss_fn, x, y,
+                                         optim.factory("adamw_foreach", lr),
+                                         optim.factory("adamw_fused", lr))
+    except (RuntimeError, TypeError, ValueError) as exc:
+        ctx.unsupported(variant="fused_vs_foreach", metric="max_abs_diff", unit="abs",
+                        reason=f"fused AdamW unavailable, no intervention: {exc}")
+        return
+    fresh = fresh.cpu()
+    one = dict(variant="fused_vs_foreach", n=1, window="one step from identical state and gradients",
+               sync_boundary="values compared after both steps")
+    ctx.row(metric="max_abs_diff", value=agree["max_abs_diff"], unit="abs", **one)
+    ctx.row(metric="parameter_scale", value=agree["parameter_scale"], unit="mean |p|", **one)
+
+    # 4. remeasure under the same contract: the pair, back to back
+    del base_step, base_opt, phased
+    model_a, model_b = copy.deepcopy(fresh).to(ctx.device), copy.deepcopy(fresh).to(ctx.device)
+    step_a = steps.train_step(model_a, w, optim.factory("adamw_foreach", lr)(model_a.parameters()),
+                              x, y)
+    step_b = steps.train_step(model_b, w, optim.factory("adamw_fused", lr)(model_b.parameters()),
+                              x, y)
+    res = timing.interleaved_ab(step_a, step_b, blocks=p["blocks"], inner=p["inner"],
+                                warmup=t["warmup"], sync=ctx.sync)
+    d = ctx.ab(res, a="adamw_foreach", b="adamw_fused", batch_size=w.batch_size,
+               window=f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}")
+    thr = 100 * (d["a"] / d["b"] - 1)
+    ctx.row(variant="adamw_fused_minus_adamw_foreach", metric="throughput_relative", value=thr,
+            unit="%", n=p["blocks"], window="from the pair's medians",
+            sync_boundary="synchronized at both ends of each call; blocks interleaved AB/BA")
+    ctx.log(f"remeasured: foreach {d['a']:.3f} ms, fused {d['b']:.3f} ms: latency "
+            f"{100 * d['diff'] / d['a']:+.1f}%, throughput {thr:+.1f}% (Wilcoxon p {d['p']:.3g})")
+    del step_a, step_b, model_a, model_b
+
+    # 5. the other dimensions: peak memory of each variant alone
+    for name in ("adamw_foreach", "adamw_fused"):
+        if not ctx.is_cuda:
+            ctx.unsupported(variant=name, metric="peak_allocated", unit="MiB",
+                            reason="CPU: an in-process RSS peak cannot separate two variants "
+                                   "(freed memory stays resident); E08 measures peak RSS per process")
+            continue
+        alloc, resv = isolated_peak(ctx, fresh, w, x, y, name, lr, calls=t["warmup"])
+        kw = dict(variant=name, n=t["warmup"], statistic="max",
+                  window=f"{t['warmup']} steps of this variant alone, peaks reset before",
+                  sync_boundary="allocator peak counters after a final sync")
+        ctx.row(metric="peak_allocated", value=alloc, unit="MiB", **kw)
+        ctx.row(metric="peak_reserved", value=resv, unit="MiB", **kw)
+        ctx.log(f"{name}: peak allocated {alloc:.1f} MiB, reserved {resv:.1f} MiB")
+
+
+if __name__ == "__main__":
+    run("E25", measure, globals().get("snakemake"))

@@ -1,0 +1,164 @@
+"""E14 (profiler): the contract, the trace, the ranges and the overhead rows in one run.
+
+No test asserts a time or that profiling costs more than zero: this shared
+2-core CPU is too noisy for either.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from perflab import config, figures, io, profiling, runner, steps, tables, workloads
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e14_profiler.py"
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _execute(tiny_cfg, d: Path, with_trace: bool = True):
+    contract = copy.deepcopy(config.contract(tiny_cfg, "E14"))
+    contract["threads"] = 1  # one intra-op thread: fast and steady on a shared 2-core machine
+    out = {k: str(d / f"e14.{k}") for k in ("csv", "samples", "provenance")}
+    if with_trace:
+        out["trace"] = str(d / "e14_trace.json.gz")
+    saved = torch.get_num_threads()
+    try:
+        runner.execute("E14", _load(SCRIPT).measure, contract, out)
+    finally:
+        torch.set_num_threads(saved)
+    return contract, out
+
+
+@pytest.fixture(scope="module")
+def e14(tiny_cfg, tmp_path_factory):
+    """One E14 run on the tiny contract: (rows, samples, contract, outputs)."""
+    contract, out = _execute(tiny_cfg, tmp_path_factory.mktemp("e14"))
+    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+
+
+def _value(rows, variant, metric, statistic="value"):
+    sel = rows[(rows.variant == variant) & (rows.metric == metric)
+               & (rows.statistic == statistic)]
+    assert len(sel) == 1, (variant, metric, statistic, len(sel))
+    return float(sel.value.iloc[0])
+
+
+def test_outputs_obey_the_contract(e14):
+    rows, samples, _, out = e14
+    assert (rows.status == "ok").all()
+    assert list(samples.columns) == io.SAMPLE_COLUMNS
+    assert Path(out["provenance"]).is_file()
+
+
+def test_trace_is_gzip_json_with_the_four_ranges(e14):
+    *_, out = e14
+    with gzip.open(out["trace"], "rt") as fh:
+        trace = json.load(fh)
+    events = trace["traceEvents"]
+    assert events
+    names = {e.get("name") for e in events}
+    assert set(profiling.PHASE_RANGES) <= names
+    # written atomically: no temp file left beside it
+    assert not [p for p in Path(out["trace"]).parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_phase_ranges_cover_the_active_steps(e14):
+    rows, _, contract, _ = e14
+    active = contract["params"]["active"]
+    for name in profiling.PHASE_RANGES:
+        sel = rows[(rows.variant == f"range:{name}") & (rows.metric == "range_cpu_time")]
+        assert len(sel) == 1
+        assert int(sel.n.iloc[0]) == active
+        assert sel.value.iloc[0] >= 0
+        # a CPU run has no device-time rows, and its windows say the CPU is the device
+        assert not ((rows.variant == f"range:{name}")
+                    & (rows.metric == "range_device_time")).any()
+        assert "the CPU is the device" in sel.window.iloc[0]
+
+
+def test_top_ops_rows(e14):
+    rows, _, contract, _ = e14
+    ops = rows[rows.variant.str.startswith("op:")]
+    assert 1 <= len(ops) <= contract["params"]["top_ops"]
+    assert set(ops.metric) == {"op_self_cpu_time"}
+    assert ops.value.tolist() == sorted(ops.value, reverse=True)
+    names = {v.removeprefix("op:") for v in ops.variant}
+    # ranges and profiler markers are not operators
+    assert not names & set(profiling.PHASE_RANGES)
+    assert not any(n.startswith("ProfilerStep") for n in names)
+
+
+def test_profiled_vs_unprofiled_and_overhead(e14):
+    rows, samples, contract, _ = e14
+    prof = _value(rows, "profiled", "step_latency", "median")
+    plain = _value(rows, "unprofiled", "step_latency", "median")
+    assert _value(rows, "profiler_overhead", "overhead") == pytest.approx(prof - plain)
+    assert _value(rows, "profiler_overhead", "overhead_rel") == pytest.approx(
+        100 * (prof - plain) / plain)
+    assert (samples.variant == "profiled").sum() == contract["params"]["active"]
+    assert (samples.variant == "unprofiled").sum() == contract["timing"]["repeats"]
+
+
+def test_table_and_figure(e14, tmp_path):
+    rows, _, _, out = e14
+    t = tables.table("E14", rows)
+    assert [f"range {n}" for n in profiling.PHASE_RANGES] == t.measurement.tolist()[:4]
+    assert "profiler overhead" in t.measurement.tolist()
+    assert not tables.format_table(t).empty
+    png = figures.make_figure("E14", out["csv"], out["samples"], tmp_path / "e14.png")
+    assert png.stat().st_size > 0
+
+
+def test_without_a_trace_output_the_rest_is_written(tiny_cfg, tmp_path):
+    _, out = _execute(tiny_cfg, tmp_path, with_trace=False)
+    assert Path(out["csv"]).is_file()
+    assert not list(tmp_path.glob("*.gz"))
+
+
+# ------------------------------------------------------------------ the helpers
+
+
+def test_time_fields_fall_back_across_torch_versions():
+    new = SimpleNamespace(device_time_total=5.0, self_device_time_total=2.0,
+                          cpu_time_total=9.0, self_cpu_time_total=3.0)
+    old = SimpleNamespace(cuda_time_total=7.0, self_cuda_time_total=1.0)
+    assert profiling.device_time_us(new) == 5.0
+    assert profiling.device_time_us(new, self_only=True) == 2.0
+    assert profiling.device_time_us(old) == 7.0
+    assert profiling.device_time_us(old, self_only=True) == 1.0
+    assert profiling.device_time_us(SimpleNamespace()) == 0.0
+    assert profiling.cpu_time_us(new) == 9.0
+    assert profiling.cpu_time_us(new, self_only=True) == 3.0
+
+
+def test_profile_steps_times_every_step_and_reads_ranges(tmp_path):
+    w = workloads.build("mlp", "cpu", dim=16, depth=1, num_classes=4, batch=4)
+    opt = w.make_optimizer(w.model.parameters())
+    x, y = w.batch_on("cpu")
+    step = steps.ranged_train_step(w.model, w, opt, x, y)
+    run = profiling.profile_steps(step, device="cpu", sync=lambda: None, wait=1, warmup=1,
+                                  active=3)
+    assert len(run.step_ms) == 5 and len(run.active_ms) == 3
+    assert not run.device_activity
+    ranges = profiling.range_times(run.prof)
+    assert {r.count for r in ranges.values()} == {3}
+    assert all(r.device_ms is None for r in ranges.values())
+    ops = profiling.top_ops(run.prof, 3, by_device=False)
+    assert 1 <= len(ops) <= 3 and all(o.calls >= 1 for o in ops)
+    path = profiling.export_trace_gz(run.prof, tmp_path / "t.json.gz")
+    with gzip.open(path, "rt") as fh:
+        assert "traceEvents" in json.load(fh)
