@@ -392,12 +392,14 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
     return ctx
 
 
-def _parse_args(eid: str, argv: list[str] | None) -> argparse.Namespace:
+def base_parser(eid: str, description: str | None = None) -> argparse.ArgumentParser:
+    """The command line every experiment script accepts when run by hand."""
     e = EXPERIMENTS[eid]
     p = argparse.ArgumentParser(
         prog=f"scripts/{e.slug}.py",
-        description=f"{eid}: {e.title}. Runs one experiment in this process and writes its "
-        "CSV, samples CSV and provenance JSON (the same files the Snakemake rule writes).",
+        description=description or f"{eid}: {e.title}. Runs one experiment in this process and "
+        "writes its CSV, samples CSV and provenance JSON (the same files the Snakemake rule "
+        "writes).",
     )
     p.add_argument("--configfile", action="append", default=[],
                    help="YAML merged over config/config.yaml (repeatable)")
@@ -405,7 +407,11 @@ def _parse_args(eid: str, argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale", help="auto, chapter or a name under `scales` (overrides the config)")
     p.add_argument("--outdir", help="result root (default: the config's results_dir)")
     p.add_argument("--log", help="also write the progress log here")
-    return p.parse_args(argv)
+    return p
+
+
+def _parse_args(eid: str, argv: list[str] | None) -> argparse.Namespace:
+    return base_parser(eid).parse_args(argv)
 
 
 def run(eid: str, measure: Callable[[Context], None], snakemake: Any = None,

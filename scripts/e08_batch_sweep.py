@@ -22,7 +22,6 @@ Under Snakemake the same script is two rules: ``e08_batch`` (one job per
     python scripts/e08_batch_sweep.py --aggregate-only # aggregate the per-batch files present
 """
 
-import argparse
 import gc
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import torch
 
 from perflab import config as cfgmod
 from perflab import memory, steps, sweep, timing, workloads
-from perflab.runner import execute, log_to
+from perflab.runner import base_parser, execute, log_to
 
 SYNCED = "synchronized at both ends of each call"
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
@@ -178,19 +177,13 @@ def _log(msg: str) -> None:
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="scripts/e08_batch_sweep.py",
-        description="E08: latency, throughput and peak memory across batch sizes. Without "
-        "--batch, runs every configured batch size in a fresh subprocess of its own, then "
-        "aggregates them into the experiment's CSV, samples CSV and provenance JSON (the "
-        "files the Snakemake rules write).",
+    p = base_parser(
+        "E08",
+        "E08: latency, throughput and peak memory across batch sizes. Without --batch, runs "
+        "every configured batch size in a fresh subprocess of its own, then aggregates them "
+        "into the experiment's CSV, samples CSV and provenance JSON (the files the Snakemake "
+        "rules write). A --log gets one file per batch: <log>.b<B>.",
     )
-    p.add_argument("--configfile", action="append", default=[],
-                   help="YAML merged over config/config.yaml (repeatable)")
-    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides the config)")
-    p.add_argument("--scale", help="auto, chapter or a name under `scales` (overrides the config)")
-    p.add_argument("--outdir", help="result root (default: the config's results_dir)")
-    p.add_argument("--log", help="also write the progress log here (per batch: <log>.b<B>)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--batch", type=int, help="measure this one batch size in this process")
     g.add_argument("--aggregate-only", action="store_true",

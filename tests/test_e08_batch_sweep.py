@@ -9,7 +9,6 @@ absolute time; the answers are recomputed from the rows and compared.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from experiments import load_script
 
 from perflab import config, io, sweep, tables
 from perflab.runner import execute
@@ -27,16 +27,9 @@ TEST_CONFIG = REPO_ROOT / "config" / "test.yaml"
 SCRIPT = REPO_ROOT / "scripts" / "e08_batch_sweep.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("e08_batch_sweep_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def e08():
-    return _load_script()
+    return load_script("e08_batch_sweep")
 
 
 @pytest.fixture(scope="module")

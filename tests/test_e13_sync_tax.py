@@ -6,55 +6,28 @@ tax is expected to be ~0 and its sign is noise.
 
 from __future__ import annotations
 
-import copy
-import importlib.util
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
+from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
 
-from perflab import config, figures, io, profiling, runner, tables
+from perflab import figures, io, profiling, tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e13_sync_tax.py"
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def e13(tiny_cfg, tmp_path_factory):
     """One E13 run on the tiny contract: (rows, samples, contract, outputs)."""
-    d = tmp_path_factory.mktemp("e13")
-    contract = copy.deepcopy(config.contract(tiny_cfg, "E13"))
-    contract["threads"] = 1  # one intra-op thread: fast and steady on a shared 2-core machine
-    out = {k: str(d / f"e13.{k}") for k in ("csv", "samples", "provenance")}
-    saved = torch.get_num_threads()
-    try:
-        runner.execute("E13", _load(SCRIPT).measure, contract, out)
-    finally:
-        torch.set_num_threads(saved)
+    contract, out = run_tiny(tiny_cfg, "E13", tmp_path_factory.mktemp("e13"))
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
-
-
-def _value(rows, variant, metric, statistic="value"):
-    sel = rows[(rows.variant == variant) & (rows.metric == metric)
-               & (rows.statistic == statistic)]
-    assert len(sel) == 1, (variant, metric, statistic, len(sel))
-    return float(sel.value.iloc[0])
 
 
 def test_outputs_obey_the_contract(e13):
     rows, samples, _, out = e13
-    assert (rows.status == "ok").all()
-    assert (rows.experiment == "E13").all()
-    assert list(samples.columns) == io.SAMPLE_COLUMNS
-    assert Path(out["provenance"]).is_file()
+    assert_outputs_obey_the_contract("E13", rows, samples, out)
 
 
 def test_expected_variants_and_metrics(e13):
@@ -101,21 +74,21 @@ def test_difference_spread_and_throughput_are_consistent(e13):
     batch = {"controlled": contract["workloads"]["mlp"]["params"]["batch"],
              "small": contract["workloads"]["small_mlp"]["params"]["batch"]}
     for prefix in ("controlled", "small"):
-        a = _value(rows, f"{prefix}/none", "time_per_step", "median")
-        b = _value(rows, f"{prefix}/item_every", "time_per_step", "median")
-        tax = _value(rows, f"{prefix}/tax", "tax")
+        a = one_value(rows, f"{prefix}/none", "time_per_step", "median")
+        b = one_value(rows, f"{prefix}/item_every", "time_per_step", "median")
+        tax = one_value(rows, f"{prefix}/tax", "tax")
         assert tax == pytest.approx(b - a)
-        assert _value(rows, f"{prefix}/tax", "tax_rel") == pytest.approx(100 * (b - a) / a)
-        widths = [_value(rows, f"{prefix}/{s}", "block_median", "max")
-                  - _value(rows, f"{prefix}/{s}", "block_median", "min")
+        assert one_value(rows, f"{prefix}/tax", "tax_rel") == pytest.approx(100 * (b - a) / a)
+        widths = [one_value(rows, f"{prefix}/{s}", "block_median", "max")
+                  - one_value(rows, f"{prefix}/{s}", "block_median", "min")
                   for s in ("none", "item_every")]
-        spread = _value(rows, f"{prefix}/tax", "block_spread")
+        spread = one_value(rows, f"{prefix}/tax", "block_spread")
         assert spread == pytest.approx(max(widths))
-        assert _value(rows, f"{prefix}/tax", "tax_resolved") == float(abs(tax) > spread)
+        assert one_value(rows, f"{prefix}/tax", "tax_resolved") == float(abs(tax) > spread)
         for side, med in (("none", a), ("item_every", b)):
-            assert _value(rows, f"{prefix}/{side}", "throughput") == pytest.approx(
+            assert one_value(rows, f"{prefix}/{side}", "throughput") == pytest.approx(
                 batch[prefix] * 1e3 / med)
-        assert _value(rows, f"{prefix}/none", "throughput_rel") == pytest.approx(100.0)
+        assert one_value(rows, f"{prefix}/none", "throughput_rel") == pytest.approx(100.0)
         # the per-sample median in the rows is the median of the samples file
         each = samples[(samples.variant == f"{prefix}/none")
                        & (samples.metric == "time_per_step")]
@@ -125,11 +98,11 @@ def test_difference_spread_and_throughput_are_consistent(e13):
 def test_running_means_agree(e13):
     rows, _, contract, _ = e13
     every = contract["params"]["log_every"]
-    means = [_value(rows, v, "mean_loss") for v in
+    means = [one_value(rows, v, "mean_loss") for v in
              ("running_mean/item_every_step", f"running_mean/every_{every}",
               "running_mean/once")]
     assert all(math.isfinite(m) for m in means)
-    diff = _value(rows, "running_mean", "max_abs_diff")
+    diff = one_value(rows, "running_mean", "max_abs_diff")
     assert diff == pytest.approx(max(means) - min(means), abs=1e-12)
     assert diff < 1e-4 * abs(means[0])
 
@@ -138,7 +111,7 @@ def test_table_and_figure(e13, tmp_path):
     rows, _, _, out = e13
     t = tables.table("E13", rows)
     assert t.measurement.tolist()[:2] == ["controlled step", "small fast step"]
-    assert t.difference_ms.iloc[0] == pytest.approx(_value(rows, "controlled/tax", "tax"))
+    assert t.difference_ms.iloc[0] == pytest.approx(one_value(rows, "controlled/tax", "tax"))
     assert t.measurement.str.startswith("running mean").sum() == 4
     assert not tables.format_table(t).empty
     png = figures.make_figure("E13", out["csv"], out["samples"], tmp_path / "e13.png")

@@ -6,41 +6,23 @@ No test asserts a time or that profiling costs more than zero: this shared
 
 from __future__ import annotations
 
-import copy
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-import torch
+from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
 
-from perflab import config, figures, io, profiling, runner, steps, tables, workloads
+from perflab import figures, io, profiling, steps, tables, workloads
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e14_profiler.py"
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _execute(tiny_cfg, d: Path, with_trace: bool = True):
-    contract = copy.deepcopy(config.contract(tiny_cfg, "E14"))
-    contract["threads"] = 1  # one intra-op thread: fast and steady on a shared 2-core machine
-    out = {k: str(d / f"e14.{k}") for k in ("csv", "samples", "provenance")}
-    if with_trace:
-        out["trace"] = str(d / "e14_trace.json.gz")
-    saved = torch.get_num_threads()
-    try:
-        runner.execute("E14", _load(SCRIPT).measure, contract, out)
-    finally:
-        torch.set_num_threads(saved)
-    return contract, out
+    extra = {"trace": str(d / "e14_trace.json.gz")} if with_trace else None
+    return run_tiny(tiny_cfg, "E14", d, extra=extra)
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +32,9 @@ def e14(tiny_cfg, tmp_path_factory):
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
 
 
-def _value(rows, variant, metric, statistic="value"):
-    sel = rows[(rows.variant == variant) & (rows.metric == metric)
-               & (rows.statistic == statistic)]
-    assert len(sel) == 1, (variant, metric, statistic, len(sel))
-    return float(sel.value.iloc[0])
-
-
 def test_outputs_obey_the_contract(e14):
     rows, samples, _, out = e14
-    assert (rows.status == "ok").all()
-    assert list(samples.columns) == io.SAMPLE_COLUMNS
-    assert Path(out["provenance"]).is_file()
+    assert_outputs_obey_the_contract("E14", rows, samples, out)
 
 
 def test_trace_is_gzip_json_with_the_four_ranges(e14):
@@ -104,10 +77,10 @@ def test_top_ops_rows(e14):
 
 def test_profiled_vs_unprofiled_and_overhead(e14):
     rows, samples, contract, _ = e14
-    prof = _value(rows, "profiled", "step_latency", "median")
-    plain = _value(rows, "unprofiled", "step_latency", "median")
-    assert _value(rows, "profiler_overhead", "overhead") == pytest.approx(prof - plain)
-    assert _value(rows, "profiler_overhead", "overhead_rel") == pytest.approx(
+    prof = one_value(rows, "profiled", "step_latency", "median")
+    plain = one_value(rows, "unprofiled", "step_latency", "median")
+    assert one_value(rows, "profiler_overhead", "overhead") == pytest.approx(prof - plain)
+    assert one_value(rows, "profiler_overhead", "overhead_rel") == pytest.approx(
         100 * (prof - plain) / plain)
     assert (samples.variant == "profiled").sum() == contract["params"]["active"]
     assert (samples.variant == "unprofiled").sum() == contract["timing"]["repeats"]

@@ -6,55 +6,28 @@ No test asserts a time or that an instrument costs more than zero: on a shared
 
 from __future__ import annotations
 
-import copy
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
+from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
 
-from perflab import config, figures, io, runner, tables
+from perflab import figures, io, tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e23_instrument_cost.py"
 INSTRUMENTS = ("phase_sync", "item", "profiler")
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def e23(tiny_cfg, tmp_path_factory):
     """One E23 run on the tiny contract: (rows, samples, contract, outputs)."""
-    d = tmp_path_factory.mktemp("e23")
-    contract = copy.deepcopy(config.contract(tiny_cfg, "E23"))
-    contract["threads"] = 1  # one intra-op thread: fast and steady on a shared 2-core machine
-    out = {k: str(d / f"e23.{k}") for k in ("csv", "samples", "provenance")}
-    saved = torch.get_num_threads()
-    try:
-        runner.execute("E23", _load(SCRIPT).measure, contract, out)
-    finally:
-        torch.set_num_threads(saved)
+    contract, out = run_tiny(tiny_cfg, "E23", tmp_path_factory.mktemp("e23"))
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
-
-
-def _value(rows, variant, metric, statistic="value"):
-    sel = rows[(rows.variant == variant) & (rows.metric == metric)
-               & (rows.statistic == statistic)]
-    assert len(sel) == 1, (variant, metric, statistic, len(sel))
-    return float(sel.value.iloc[0])
 
 
 def test_outputs_obey_the_contract(e23):
     rows, samples, _, out = e23
-    assert (rows.status == "ok").all()
-    assert (rows.experiment == "E23").all()
-    assert list(samples.columns) == io.SAMPLE_COLUMNS
-    assert Path(out["provenance"]).is_file()
+    assert_outputs_obey_the_contract("E23", rows, samples, out)
 
 
 @pytest.mark.parametrize("key", INSTRUMENTS)
@@ -70,17 +43,17 @@ def test_each_instrument_has_baseline_instrumented_and_cost_rows(e23, key):
 @pytest.mark.parametrize("key", INSTRUMENTS)
 def test_cost_is_consistent_with_the_rows(e23, key):
     rows, *_ = e23
-    base = _value(rows, f"{key}/baseline", "time_per_step", "median")
-    inst = _value(rows, f"{key}/instrumented", "time_per_step", "median")
-    cost = _value(rows, f"{key}/cost", "cost")
+    base = one_value(rows, f"{key}/baseline", "time_per_step", "median")
+    inst = one_value(rows, f"{key}/instrumented", "time_per_step", "median")
+    cost = one_value(rows, f"{key}/cost", "cost")
     assert cost == pytest.approx(inst - base)
-    assert _value(rows, f"{key}/cost", "cost_rel") == pytest.approx(100 * (inst - base) / base)
-    widths = [_value(rows, f"{key}/{s}", "block_median", "max")
-              - _value(rows, f"{key}/{s}", "block_median", "min")
+    assert one_value(rows, f"{key}/cost", "cost_rel") == pytest.approx(100 * (inst - base) / base)
+    widths = [one_value(rows, f"{key}/{s}", "block_median", "max")
+              - one_value(rows, f"{key}/{s}", "block_median", "min")
               for s in ("baseline", "instrumented")]
-    spread = _value(rows, f"{key}/cost", "block_spread")
+    spread = one_value(rows, f"{key}/cost", "block_spread")
     assert spread == pytest.approx(max(widths))
-    assert _value(rows, f"{key}/cost", "cost_resolved") == float(abs(cost) > spread)
+    assert one_value(rows, f"{key}/cost", "cost_resolved") == float(abs(cost) > spread)
 
 
 def test_block_counts_match_params(e23):
@@ -102,7 +75,7 @@ def test_block_counts_match_params(e23):
     each = samples[(samples.variant == "profiler/instrumented")
                    & (samples.metric == "time_per_step")]
     assert len(each) == blocks * contract["params"]["inner"]
-    drift = _value(rows, "profiler/baseline", "bracket_drift")
+    drift = one_value(rows, "profiler/baseline", "bracket_drift")
     assert drift == pytest.approx(base.value.iloc[-1] - base.value.iloc[0])
 
 
@@ -111,8 +84,8 @@ def test_table_and_figure(e23, tmp_path):
     t = tables.table("E23", rows)
     assert len(t) == 3
     for i, key in enumerate(INSTRUMENTS):
-        assert t.cost_ms.iloc[i] == pytest.approx(_value(rows, f"{key}/cost", "cost"))
-        assert t.cost_pct.iloc[i] == pytest.approx(_value(rows, f"{key}/cost", "cost_rel"))
+        assert t.cost_ms.iloc[i] == pytest.approx(one_value(rows, f"{key}/cost", "cost"))
+        assert t.cost_pct.iloc[i] == pytest.approx(one_value(rows, f"{key}/cost", "cost_rel"))
     assert not tables.format_table(t).empty
     png = figures.make_figure("E23", out["csv"], out["samples"], tmp_path / "e23.png")
     assert png.stat().st_size > 0

@@ -7,32 +7,21 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from experiments import run_tiny
 
-from perflab import io, optim, runner, steps, workloads
+from perflab import io, optim, steps, workloads
 
 
-def _run(eid, script_measure, tiny_contract, tmp_path):
-    out = {k: str(tmp_path / f"{eid}.{k}") for k in ("csv", "samples", "provenance")}
-    runner.execute(eid, script_measure, tiny_contract(eid), out)
+def _run(eid, tiny_cfg, tmp_path):
+    _, out = run_tiny(tiny_cfg, eid, tmp_path)
     return io.read_results([out["csv"]])
-
-
-def _measure(name):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.measure
 
 
 # ------------------------------------------------------------------ E05
 
 
-def test_e05_rows_and_phase_sum(tiny_contract, tmp_path):
-    rows = _run("E05", _measure("e05_phases"), tiny_contract, tmp_path)
+def test_e05_rows_and_phase_sum(tiny_cfg, tmp_path):
+    rows = _run("E05", tiny_cfg, tmp_path)
     med = rows[(rows.statistic == "median") & (rows.metric == "phase_time")]
     for prefix in ("sync/", "nosync/"):
         assert {f"{prefix}{p}" for p in steps.PHASES} <= set(med.variant)
@@ -110,8 +99,8 @@ def test_one_step_agreement_leaves_the_model_untouched():
         assert torch.equal(v, before[k])
 
 
-def test_e07_rows(tiny_contract, tmp_path):
-    rows = _run("E07", _measure("e07_optimizers"), tiny_contract, tmp_path)
+def test_e07_rows(tiny_cfg, tmp_path):
+    rows = _run("E07", tiny_cfg, tmp_path)
     steps_ = rows[(rows.metric == "optimizer_step") & (rows.statistic == "median")]
     assert set(steps_.variant) == {"sgd", "sgd_momentum", "adamw_foreach", "adamw_fused"}
     diff = rows[(rows.variant == "fused_vs_foreach") & (rows.metric == "max_abs_diff")]
@@ -123,8 +112,8 @@ def test_e07_rows(tiny_contract, tmp_path):
 # ------------------------------------------------------------------ E25
 
 
-def test_e25_rows_are_consistent(tiny_contract, tmp_path):
-    rows = _run("E25", _measure("e25_worked_pass"), tiny_contract, tmp_path)
+def test_e25_rows_are_consistent(tiny_cfg, tmp_path):
+    rows = _run("E25", tiny_cfg, tmp_path)
 
     def one(variant, metric, statistic="median"):
         r = rows[(rows.variant == variant) & (rows.metric == metric) & (rows.statistic == statistic)]

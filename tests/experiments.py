@@ -1,0 +1,60 @@
+"""Test helpers: load an experiment script and run it on the tiny contract in a temp dir."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from perflab import config, runner
+from perflab.catalogue import EXPERIMENTS
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module, without running its ``__main__`` block."""
+    path = SCRIPTS / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_tiny(tiny_cfg: dict, eid: str, out_dir: Path, *, extra: dict[str, str] | None = None,
+             measure=None) -> tuple[dict, dict[str, str]]:
+    """Run ``eid`` through the harness on the tiny contract; returns (contract, outputs).
+
+    One intra-op thread: fast and steady on a shared 2-core machine (restored after).
+    """
+    contract = copy.deepcopy(config.contract(tiny_cfg, eid))
+    contract["threads"] = 1
+    out = {k: str(Path(out_dir) / f"{eid.lower()}.{k}") for k in ("csv", "samples", "provenance")}
+    out.update(extra or {})
+    saved = torch.get_num_threads()
+    try:
+        runner.execute(eid, measure or load_script(EXPERIMENTS[eid].slug).measure, contract, out)
+    finally:
+        torch.set_num_threads(saved)
+    return contract, out
+
+
+def one_value(rows, variant: str, metric: str, statistic: str = "value") -> float:
+    """The single value of (variant, metric, statistic); fails if it is absent or repeated."""
+    sel = rows[(rows.variant == variant) & (rows.metric == metric)
+               & (rows.statistic == statistic)]
+    assert len(sel) == 1, (variant, metric, statistic, len(sel))
+    return float(sel.value.iloc[0])
+
+
+def assert_outputs_obey_the_contract(eid: str, rows, samples, out: dict[str, str]) -> None:
+    """Every row measured, of this experiment; samples in their columns; provenance written."""
+    from perflab import io
+
+    assert (rows.status == "ok").all()
+    assert (rows.experiment == eid).all()
+    assert list(samples.columns) == io.SAMPLE_COLUMNS
+    assert Path(out["provenance"]).is_file()
