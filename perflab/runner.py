@@ -410,6 +410,17 @@ def base_parser(eid: str, description: str | None = None) -> argparse.ArgumentPa
     return p
 
 
+def config_from_args(args: argparse.Namespace) -> dict:
+    """The resolved config a command line asks for; a bad value exits with its message."""
+    overrides = {k: v for k, v in (("device", args.device), ("scale", args.scale)) if v}
+    if args.outdir:
+        overrides["results_dir"] = args.outdir
+    try:
+        return cfgmod.load(args.configfile, overrides)
+    except cfgmod.ConfigError as exc:
+        sys.exit(str(exc))
+
+
 def _parse_args(eid: str, argv: list[str] | None) -> argparse.Namespace:
     return base_parser(eid).parse_args(argv)
 
@@ -426,12 +437,6 @@ def run(eid: str, measure: Callable[[Context], None], snakemake: Any = None,
             snakemake.log[0] if snakemake.log else None,
         )
     args = _parse_args(eid, argv)
-    overrides = {k: v for k, v in (("device", args.device), ("scale", args.scale)) if v}
-    if args.outdir:
-        overrides["results_dir"] = args.outdir
-    try:
-        cfg = cfgmod.load(args.configfile, overrides)
-    except cfgmod.ConfigError as exc:
-        sys.exit(str(exc))
+    cfg = config_from_args(args)
     return execute(eid, measure, cfgmod.contract(cfg, eid), cfgmod.experiment_outputs(cfg, eid),
                    args.log)

@@ -31,7 +31,7 @@ import torch
 
 from perflab import config as cfgmod
 from perflab import memory, steps, sweep, timing, workloads
-from perflab.runner import base_parser, execute, log_to
+from perflab.runner import base_parser, config_from_args, execute, log_to
 
 SYNCED = "synchronized at both ends of each call"
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
@@ -193,13 +193,7 @@ def _parse_args(argv):
 
 def main(argv=None) -> None:
     args = _parse_args(argv)
-    overrides = {k: v for k, v in (("device", args.device), ("scale", args.scale)) if v}
-    if args.outdir:
-        overrides["results_dir"] = args.outdir
-    try:
-        cfg = cfgmod.load(args.configfile, overrides)
-    except cfgmod.ConfigError as exc:
-        sys.exit(str(exc))
+    cfg = config_from_args(args)
     if args.batch is not None:
         if args.batch < 1:
             sys.exit("--batch must be at least 1")
