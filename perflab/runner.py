@@ -97,19 +97,33 @@ class Context:
         )
         return w
 
+    def trainable(
+        self, name: str | None = None, *, variants: tuple[str, ...] = ("all",),
+        metric: str = "step_latency", unit: str = "ms", **overrides: Any,
+    ) -> tuple[workloads.Workload, torch.optim.Optimizer] | None:
+        """A configured workload and a fresh optimizer for it, or None if it has none.
+
+        A workload without an optimizer has no training step: an ``unsupported``
+        row per name in ``variants`` says so (under ``metric``), and None is returned.
+        """
+        w = self.workload(name, **overrides)
+        if w.make_optimizer is None:
+            for variant in variants:
+                self.unsupported(variant=variant, metric=metric, unit=unit,
+                                 reason=f"workload {w.name!r} has no optimizer: no training step")
+            return None
+        return w, w.make_optimizer(w.model.parameters())
+
     def training_step(self, name: str | None = None) -> Callable[[], Any] | None:
         """The controlled training step (zero_grad, forward, loss, backward, step).
 
         Built on this device from the configured workload with its batch
-        resident on the device. A workload with no optimizer has no training
-        step: an ``unsupported`` row says so and ``None`` is returned.
+        resident on the device; None (with an ``unsupported`` row) without an optimizer.
         """
-        w = self.workload(name)
-        if w.make_optimizer is None:
-            self.unsupported(variant="all", metric="step_latency", unit="ms",
-                             reason=f"workload {w.name!r} has no optimizer: no training step")
+        parts = self.trainable(name)
+        if parts is None:
             return None
-        opt = w.make_optimizer(w.model.parameters())
+        w, opt = parts
         x, y = w.batch_on(self.device)
         return steps.train_step(w.model, w, opt, x, y)
 

@@ -18,12 +18,10 @@ from perflab.runner import run
 
 def measure(ctx):
     t = ctx.timing
-    w = ctx.workload()
-    if w.make_optimizer is None:
-        ctx.unsupported(variant="all", metric="phase_time", unit="ms",
-                        reason=f"workload {w.name!r} has no optimizer: no optimizer phase")
+    parts = ctx.trainable(metric="phase_time")
+    if parts is None:
         return
-    opt = w.make_optimizer(w.model.parameters())
+    w, opt = parts
     x_host, y_host = w.make_batch(w.batch_size)  # resident on the host, like a loaded batch
 
     def get_batch():

@@ -49,14 +49,13 @@ def build_step(ctx, batch: int):
     spec = ctx.contract["workloads"][ctx.contract["workload"]]
     try:
         workloads.check_params(spec["target"], {"batch": batch})
-        w = ctx.workload(batch=batch)
-    except workloads.WorkloadError:
-        w = ctx.workload()
-    if w.make_optimizer is None:
-        ctx.unsupported(variant=sweep.variant(batch), metric="step_latency", unit="ms",
-                        reason=f"workload {w.name!r} has no optimizer: no training step")
+        overrides = {"batch": batch}
+    except workloads.WorkloadError:  # a builder without a batch parameter: only B batches
+        overrides = {}
+    parts = ctx.trainable(variants=(sweep.variant(batch),), **overrides)
+    if parts is None:
         return None
-    opt = w.make_optimizer(w.model.parameters())
+    w, opt = parts
     x, y = w.batch_on(ctx.device, batch)
     ctx.set_defaults(input_shape="[" + ", ".join(str(d) for d in x.shape) + "]")
     return steps.train_step(w.model, w, opt, x, y)

@@ -46,12 +46,10 @@ def _stretch(inner: int) -> tuple[int, int]:
 
 def sync_tax(ctx, prefix, name, label):
     p, t = ctx.params, ctx.timing
-    w = ctx.workload(name)
-    if w.make_optimizer is None:
-        ctx.unsupported(variant=f"{prefix}/none", metric="time_per_step", unit="ms",
-                        reason=f"workload {w.name!r} has no optimizer: no training step")
+    parts = ctx.trainable(name, variants=(f"{prefix}/none",), metric="time_per_step")
+    if parts is None:
         return
-    opt = w.make_optimizer(w.model.parameters())
+    w, opt = parts
     x, y = w.batch_on(ctx.device)
     step = steps.train_step(w.model, w, opt, x, y)
 

@@ -21,12 +21,10 @@ STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 
 def measure(ctx):
     p, t = ctx.params, ctx.timing
-    w = ctx.workload()
-    if w.make_optimizer is None:
-        ctx.unsupported(variant="all", metric="step_latency", unit="ms",
-                        reason=f"workload {w.name!r} has no optimizer: no training step")
+    parts = ctx.trainable()
+    if parts is None:
         return
-    opt = w.make_optimizer(w.model.parameters())
+    w, opt = parts
     x, y = w.batch_on(ctx.device)
     step = steps.ranged_train_step(w.model, w, opt, x, y)
     sched = f"schedule(wait={p['wait']}, warmup={p['warmup']}, active={p['active']}, repeat=1)"

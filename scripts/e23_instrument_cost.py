@@ -110,13 +110,10 @@ def _profiler(ctx, base, ranged):
 
 
 def measure(ctx):
-    w = ctx.workload()
-    if w.make_optimizer is None:
-        for key in INSTRUMENTS:
-            ctx.unsupported(variant=f"{key}/cost", metric="cost", unit="ms",
-                            reason=f"workload {w.name!r} has no optimizer: no training step")
+    parts = ctx.trainable(variants=tuple(f"{key}/cost" for key in INSTRUMENTS), metric="cost")
+    if parts is None:
         return
-    opt = w.make_optimizer(w.model.parameters())
+    w, opt = parts
     x, y = w.batch_on(ctx.device)
     x_host, y_host = w.make_batch(w.batch_size)
 
