@@ -613,6 +613,8 @@ def table_e11(frame: pd.DataFrame) -> pd.DataFrame:
                 rec["after_empty_cache"] = pick(r, f"{variant}/after_empty_cache", "allocated",
                                                 "value")
                 rec["growth_mib_per_iter"] = pick(r, variant, f"{instrument}_growth", "value")
+                rec["median_step_mib"] = pick(r, variant, f"{instrument}_median_increment",
+                                              "value")
                 rec["monitored_metric"] = pick(r, variant, "monitored_metric", "value")
             else:
                 rec["growth_mib_per_iter"] = pick(r, variant, "retained_graph_growth", "value")

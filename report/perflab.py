@@ -146,3 +146,21 @@ for eid, experiment in EXPERIMENTS.items():
     display(html_table(tables.format_table(tables.table(eid, rows))))
     display(Markdown("**Figure**"))
     display(figure_html(eid))
+
+# %% [markdown]
+# ## Escalation: a memory snapshot
+#
+# When the aggregate counters stop being enough (a hidden peak whose owner matters),
+# the allocator's history over a few controlled steps, rendered by PyTorch's memory_viz.
+
+# %%
+snapshot = RESULTS / "memory_snapshot.html"
+if snapshot.is_file():
+    display(HTML(f'<p><a href="{snapshot.name}">{snapshot.name}</a>: the allocation timeline '
+                 "of the controlled step (the page beside this report; opening it loads "
+                 "PyTorch's MemoryViz viewer over the network). Written by the "
+                 "<code>memory_snapshot</code> rule; on a machine without CUDA it says why "
+                 "there is none.</p>"))
+else:
+    display(Markdown("No memory snapshot in this run (`experiments.E09.snapshot` is off, or "
+                     "E09 was not selected)."))

@@ -109,6 +109,12 @@ def measure(ctx):
                 unit="MiB/iteration", n=iterations,
                 window=f"least-squares slope over the {iterations} per-iteration readings "
                 f"({how}); {what}", sync_boundary=sync_b)
+        # robust to a one-off jump (a heap trim, a new allocator segment): sustained growth
+        median_step = float(np.median(np.diff(series))) if len(series) > 1 else 0.0
+        ctx.row(variant=variant, metric=f"{instrument}_median_increment", value=median_step,
+                unit="MiB/iteration", n=iterations - 1,
+                window=f"median of the {iterations - 1} iteration-to-iteration changes "
+                f"({how}); {what}", sync_boundary=sync_b)
         ctx.row(variant=variant, metric="retained_graph_growth", value=graph_final / iterations,
                 unit="MiB/iteration", n=iterations,
                 window=f"retained graph bytes after {iterations} iterations / {iterations}; "
