@@ -63,3 +63,16 @@ def test_table_and_figure(e19, tmp_path):
     assert not tables.format_table(t).empty
     png = figures.make_figure("E19", out["csv"], out["samples"], tmp_path / "e19.png")
     assert png.stat().st_size > 0
+
+
+def test_ledger_cites_the_compile_correctness(e19):
+    from perflab import ledger
+
+    rows, _, _, out = e19
+    book, md = ledger.build([out["csv"]])
+    got = book[book.field == "compiled_pointwise_max_abs_diff"]
+    assert len(got) == 1
+    assert float(got.value.iloc[0]) == one_value(rows, "pointwise/compiled_vs_eager",
+                                                 "max_abs_diff")
+    assert got.source.iloc[0] == "E19 pointwise/compiled_vs_eager max_abs_diff"
+    assert "torch.compile forward vs eager" in md
