@@ -6,6 +6,7 @@ so the warm process really is a new process that can only reuse the on-disk cach
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,7 @@ def e20(tmp_path_factory):
         [sys.executable, str(ROOT / "scripts" / "e20_compile_cache.py"),
          "--configfile", str(ROOT / "config" / "test.yaml"), "--configfile", str(cfg),
          "--device", "cpu", "--outdir", str(out)],
-        capture_output=True, text=True, timeout=900, env={**__import__("os").environ,
-                                                          "OMP_NUM_THREADS": "1"})
+        capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     d = out / TAG
     csv, samples = d / "e20_compile_cache.csv", d / "e20_compile_cache_samples.csv"
@@ -91,7 +91,9 @@ def test_break_even_formula():
 def test_table_and_figure(e20, tmp_path):
     rows, _, _, out = e20
     t = tables.table("E20", rows)
-    assert t.cache.tolist() == ["cold", "warm", "warm / cold"]
+    assert t.cache.tolist() == ["cold", "warm", "warm vs cold"]
+    assert t.first_call_ratio.iloc[2] == pytest.approx(
+        one_value(rows, "warm_vs_cold", "first_call_ratio"))
     assert not tables.format_table(t).empty
     png = figures.make_figure("E20", out["csv"], out["samples"], tmp_path / "e20.png")
     assert png.stat().st_size > 0
