@@ -142,5 +142,43 @@ EXPERIMENTS: dict[str, Experiment] = {
             "A worked pass: measure, localize, intervene (AdamW foreach to fused), remeasure",
             "localize",
         ),
+        # E19-E24
+        Experiment(
+            "E19",
+            "compile_ab",
+            "torch.compile on a GEMM-bound MLP vs a pointwise chain: interleaved A/B",
+            "interventions",
+            workloads=("controlled", "pointwise"),
+            cpu_behaviour="same (Inductor's C++ backend); peak-memory rows unsupported",
+        ),
+        Experiment(
+            "E20",
+            "compile_cache",
+            "Compile cost: a cold and a warm Inductor cache, and the break-even",
+            "interventions",
+            workloads=("pointwise",),
+        ),
+        Experiment(
+            "E21",
+            "recompile",
+            "Recompilation: new shapes, dynamic=True, modes, and a graph break under fullgraph",
+            "interventions",
+            workloads=("pointwise",),
+            cpu_behaviour="same; reduce-overhead and max-autotune without CUDA graphs",
+        ),
+        Experiment(
+            "E22",
+            "matrix",
+            "A benchmark matrix: eager/compiled x fp32/AMP on the training step",
+            "interventions",
+            cpu_behaviour="bfloat16 autocast; peak-memory rows unsupported",
+        ),
+        Experiment(
+            "E24",
+            "input_pipeline",
+            "Input pipeline: input-wait share vs num_workers, pageable vs pinned copies",
+            "interventions",
+            cpu_behaviour="num_workers sweep only; pinned and non_blocking rows unsupported",
+        ),
     ]
 }

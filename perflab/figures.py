@@ -814,6 +814,165 @@ def fig_e12(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
     notes = _bars(ax, states, series) if series else ["no counter measured"]
     ax.set_ylabel("MiB")
     _note(ax, notes, loc="upper right")
+# E19-E24
+
+
+def fig_e19(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Compile A/B: eager vs compiled block medians, one panel per workload."""
+    r = rows[rows.experiment == "E19"]
+    names = list(dict.fromkeys(v.split("/")[0] for v in r.variant if v.endswith("/eager")))
+    fig, axes = _new_figure("E19", r, ncols=max(len(names), 1), width=6.0 * max(len(names), 1))
+    for ax, name in zip(axes, names):
+        _pair_blocks(ax, samples, "E19", f"{name}/eager", f"{name}/compiled",
+                     ("eager", "compiled"))
+        ax.set_ylabel("block median, ms per forward")
+        speed = pick(r, f"{name}/compiled_vs_eager", "speedup")
+        diff = pick(r, f"{name}/compiled_vs_eager", "max_abs_diff", "value")
+        res = pick(r, f"{name}/compiled_minus_{name}/eager", "difference_resolved", "value")
+        verdict = "resolved" if _num(res) == 1.0 else "inside the noise"
+        ok = not isinstance(speed, Missing) and not isinstance(diff, Missing)
+        ax.set_title(f"{name}: compiled {speed:.2f}x ({verdict}), max |diff| {diff:.1e}" if ok
+                     else f"{name}: {speed}", fontsize=9)
+    if not names:
+        _note(axes[0], ["no eager/compiled pair in the rows"], loc="upper left")
+    return fig
+
+
+def fig_e20(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Compile break-even: cumulative time of N calls, eager vs compiled cold and warm."""
+    r = rows[rows.experiment == "E20"]
+    fig, (ax, ax2) = _new_figure("E20", r, ncols=2, width=12.0)
+    notes, curves = [], {}
+    eager = [_num(pick(r, f"{ph}/eager", "forward_latency")) for ph in ("cold", "warm")]
+    eager = [e for e in eager if e is not None]
+    for phase in ("cold", "warm"):
+        first = _num(pick(r, f"{phase}/compiled", "first_call", "value"))
+        steady = _num(pick(r, f"{phase}/compiled", "forward_latency"))
+        if first is None or steady is None:
+            notes.append(f"{phase}: {pick(r, f'{phase}/compiled', 'first_call', 'value')}")
+            continue
+        n = pick(r, f"{phase}/compiled_vs_eager", "break_even_calls", "value")
+        if isinstance(n, Missing):
+            notes.append(f"{phase}: never breaks even ({n.reason})")
+        curves[phase] = (first, steady, _num(n))
+    known = [n for *_, n in curves.values() if n is not None]
+    calls = np.unique(np.logspace(0, np.log10(max([10.0, *(4 * n for n in known)])), 300).round())
+    for (phase, (first, steady, n)), colour in zip(curves.items(), ("C1", "C2")):
+        ax.plot(calls, first + (calls - 1) * steady / 1e3, color=colour,
+                label=f"compiled, {phase} cache (first call {first:.2f} s)")
+        if n is not None:
+            ax.axvline(n, color=colour, ls=":", lw=1)
+            ax.annotate(f"break-even {int(n)} calls", (n, first + (n - 1) * steady / 1e3),
+                        fontsize=8, color=colour, xytext=(4, -12), textcoords="offset points")
+    if eager:
+        ax.plot(calls, calls * float(np.median(eager)) / 1e3, color="C0", label="eager")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("number of calls N")
+    ax.set_ylabel("total time of N calls, s")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("break-even: where the compiled total drops below eager", fontsize=9)
+    _note(ax, notes)
+    if curves:
+        names = list(curves)
+        vals = [curves[p][0] for p in names]
+        ax2.bar(names, vals, color=["C1", "C2"][:len(names)])
+        for x, v in enumerate(vals):
+            ax2.text(x, v, f"{v:.2f} s", ha="center", va="bottom", fontsize=9)
+        ax2.set_ylabel("first compiled call of a fresh process, s")
+        ratio = pick(r, "warm_vs_cold", "first_call_ratio", "value")
+        if not isinstance(ratio, Missing):
+            ax2.set_title(f"warm / cold first call = {ratio:.2f}", fontsize=9)
+    return fig
+
+
+def fig_e21(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Recompilation: first call of each case, graphs compiled written on each bar."""
+    r = rows[rows.experiment == "E21"]
+    fig, (ax,) = _new_figure("E21", r, width=10.0)
+    cases = [v for v in dict.fromkeys(r.variant) if v.startswith(("shapes/", "mode/"))]
+    values, labels, graphs = [], [], []
+    notes = []
+    for v in cases:
+        metric = "new_shape_first_call" if "/batch_" in v else "first_call"
+        cell = pick(r, v, metric, "value")
+        if isinstance(cell, Missing):
+            notes.append(f"{v}: {cell}")
+            continue
+        values.append(float(cell))
+        labels.append(v)
+        graphs.append(pick(r, v, "graphs_compiled", "value"))
+    ax.barh(labels, values, color=sns.color_palette()[0])
+    for i, (val, g) in enumerate(zip(values, graphs)):
+        ax.text(val, i, f"  {g if isinstance(g, Missing) else int(g)} graph(s)", va="center",
+                fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("first call at this shape / mode, ms")
+    _log_if_wide(ax, values, axis="x")
+    brk = pick(r, "graph_break/explain", "graph_breaks", "value")
+    brk = brk if isinstance(brk, Missing) else int(brk)
+    ax.set_title(f"without fullgraph, a data-dependent branch: {brk} graph break(s)", fontsize=9)
+    _note(ax, notes)
+    return fig
+
+
+def fig_e22(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """The benchmark matrix: ms/step, examples/s and peak allocated for the four cells."""
+    from perflab.tables import E22_CELLS
+
+    r = rows[rows.experiment == "E22"]
+    fig, axes = _new_figure("E22", r, ncols=3, width=14.0)
+    cells = list(E22_CELLS)
+    notes = _bars(axes[0], cells, {"ms/step": [_bar_cell(r, c) for c in cells]})
+    axes[0].set_ylabel("ms per step, median (error bar: p25..p75)")
+    thr = [pick(r, c, "throughput") for c in cells]
+    notes += _bars(axes[1], cells, {"examples/s": [c if isinstance(c, Missing) else (c, 0, 0)
+                                                   for c in thr]})
+    axes[1].set_ylabel("examples/s (B / median step)")
+    peaks = {m: [pick(r, c, m, "max") for c in cells] for m in ("peak_allocated", "peak_reserved")}
+    missing = [c for v in peaks.values() for c in v if isinstance(c, Missing)]
+    if len(missing) == 2 * len(cells):  # no peak measured: one note per reason, no empty bars
+        axes[2].set_axis_off()
+        _note(axes[2], [f"peak memory not measured: {c}" for c in missing], loc="upper left")
+    else:
+        notes += _bars(axes[2], cells, {m: [c if isinstance(c, Missing) else (c, 0, 0)
+                                            for c in v] for m, v in peaks.items()})
+        axes[2].set_ylabel("peak MiB")
+    _note(axes[0], notes, loc="upper left")
+    return fig
+
+
+def fig_e24(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Where each DataLoader-fed step goes: input wait, host-to-device, compute."""
+    r = rows[rows.experiment == "E24"]
+    fig, (ax,) = _new_figure("E24", r, width=9.0)
+    configs = [v for v in dict.fromkeys(r.variant) if v.startswith("workers_")]
+    parts = ("input_wait", "host_to_device", "compute")
+    bottom = np.zeros(len(configs))
+    notes = []
+    for i, part in enumerate(parts):
+        vals = []
+        for c in configs:
+            cell = pick(r, c, part)
+            if isinstance(cell, Missing):
+                notes.append(f"{c}: {cell}")
+            vals.append(_num(cell) or 0.0)
+        ax.bar(configs, vals, bottom=bottom, label=part.replace("_", " "),
+               color=sns.color_palette()[i])
+        bottom += np.asarray(vals)
+    for x, c in enumerate(configs):
+        share = pick(r, c, "input_wait_share", "value")
+        if not isinstance(share, Missing):
+            ax.text(x, bottom[x], f"wait {share:.0f}%", ha="center", va="bottom", fontsize=8)
+        else:  # not run: say so at its place instead of an empty slot
+            ax.text(x, 0.02, share.status, transform=ax.get_xaxis_transform(), rotation=90,
+                    ha="center", va="bottom", fontsize=8, color="#a35f00")
+    if bottom.size and bottom.max() > 0:
+        ax.set_ylim(0, bottom.max() * 1.6)  # room for the labels and the note above the bars
+    ax.set_ylabel("median ms per step, by part\n(synchronized at each boundary)")
+    ax.set_xticks(range(len(configs)), [c.replace("_", "\n", 1) for c in configs])
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    _note(ax, notes, loc="upper left")
     return fig
 
 
@@ -834,6 +993,11 @@ FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "E14": fig_e14,
     "E23": fig_e23,
     "E25": fig_e25,
+    "E19": fig_e19,
+    "E20": fig_e20,
+    "E21": fig_e21,
+    "E22": fig_e22,
+    "E24": fig_e24,
 }
 
 

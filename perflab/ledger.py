@@ -150,6 +150,14 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
             break
     else:
         add("correctness", "optimizer", None, "", "not measured in this run (needs E07)")
+    # correctness of the compile intervention (E19): compiled forward vs eager, per workload
+    e19 = frame[frame.experiment == "E19"]
+    for v in dict.fromkeys(e19.variant):
+        if v.endswith("/compiled_vs_eager"):
+            diff = _get(frame, "E19", v, "max_abs_diff", "value")
+            if diff is not None:
+                add("correctness", f"compiled_{v.split('/')[0]}_max_abs_diff", diff.value, "abs",
+                    f"E19 {v} max_abs_diff")
     add("measurement", "boundary", "synchronized at both ends | uninstrumented | first step excluded"
         if bench else "no benchmark in this run")
 
@@ -231,6 +239,12 @@ def render_markdown(ledger: pd.DataFrame) -> str:
                      f"/element of foreach" + (f" (parameter scale {scale})" if scale else ""))
     else:
         lines.append(f"correctness {missing('correctness')}")
+    compiled = ledger[(ledger.section == "correctness")
+                      & ledger.field.str.match(r"compiled_.+_max_abs_diff")]
+    if not compiled.empty:
+        parts = [f"{f.removeprefix('compiled_').removesuffix('_max_abs_diff')} "
+                 f"{float(v):.1e}" for f, v in zip(compiled.field, compiled.value)]
+        lines.append("            torch.compile forward vs eager, max |diff|: " + ", ".join(parts))
     lines += [
         f"measurement {val('measurement', 'boundary')}",
     ]

@@ -641,6 +641,136 @@ def table_e12(frame: pd.DataFrame) -> pd.DataFrame:
                         "max_reserved_mib": pick(r, state, "max_reserved", "value"),
                         "nvml_process_mib": pick(r, state, "nvml_process", "value"),
                         "rss_mib": pick(r, state, "rss", "value")})
+# E19-E24
+
+
+def table_e19(frame: pd.DataFrame) -> pd.DataFrame:
+    """Compile A/B: one row per workload, eager vs compiled steady state, correctness, peaks."""
+    r = _rows("E19", frame)
+    records = []
+    names = dict.fromkeys(v.split("/")[0] for v in r.variant if v.endswith("/eager"))
+    for name in names:
+        e, c, d = f"{name}/eager", f"{name}/compiled", f"{name}/compiled_vs_eager"
+        m = "forward_latency"
+        records.append({
+            "workload": name,
+            "model": r[r.variant == e].iloc[0]["model"] if (r.variant == e).any() else "",
+            "eager_median_ms": pick(r, e, m),
+            "eager_block_min_ms": pick(r, e, "block_median", "min"),
+            "eager_block_max_ms": pick(r, e, "block_median", "max"),
+            "compiled_median_ms": pick(r, c, m),
+            "compiled_block_min_ms": pick(r, c, "block_median", "min"),
+            "compiled_block_max_ms": pick(r, c, "block_median", "max"),
+            "speedup_x": pick(r, d, "speedup"),
+            "resolved": pick(r, f"{c}_minus_{e}", "difference_resolved", "value"),
+            "compiled_first_call_ms": pick(r, c, "first_call", "value"),
+            "max_abs_diff": pick(r, d, "max_abs_diff", "value"),
+            "eager_peak_allocated_mib": pick(r, e, "peak_allocated", "max"),
+            "compiled_peak_allocated_mib": pick(r, c, "peak_allocated", "max"),
+        })
+    return _frame(records)
+
+
+def table_e20(frame: pd.DataFrame) -> pd.DataFrame:
+    """Cold vs warm Inductor cache: first compiled call, steady state, break-even."""
+    r = _rows("E20", frame)
+    records = []
+    for phase in ("cold", "warm"):
+        c, e, d = f"{phase}/compiled", f"{phase}/eager", f"{phase}/compiled_vs_eager"
+        records.append({
+            "cache": phase,
+            "first_compiled_call_s": pick(r, c, "first_call", "value"),
+            "fxgraph_cache_hits": pick(r, c, "inductor/fxgraph_cache_hit", "value"),
+            "fxgraph_cache_misses": pick(r, c, "inductor/fxgraph_cache_miss", "value"),
+            "eager_steady_ms": pick(r, e, "forward_latency"),
+            "compiled_steady_ms": pick(r, c, "forward_latency"),
+            "break_even_calls": pick(r, d, "break_even_calls", "value"),
+            "max_abs_diff": pick(r, d, "max_abs_diff", "value"),
+            "cache_files_before": pick(r, f"{phase}/cache", "cache_files_before", "value"),
+        })
+    records.append({"cache": "warm vs cold",
+                    "first_call_ratio": pick(r, "warm_vs_cold", "first_call_ratio", "value"),
+                    "first_call_saved_s": pick(r, "warm_vs_cold", "first_call_saved", "value")})
+    return _frame(records)
+
+
+def table_e21(frame: pd.DataFrame) -> pd.DataFrame:
+    """Recompilation: each case's first call, graphs compiled, steady state, correctness."""
+    r = _rows("E21", frame)
+    records = []
+    for v in dict.fromkeys(r.variant):
+        if v.startswith("shapes/") or v.startswith("mode/"):
+            new_shape = "/batch_" in v
+            records.append({
+                "case": v,
+                "first_call_ms": pick(r, v, "new_shape_first_call" if new_shape else "first_call",
+                                      "value"),
+                "graphs_compiled": pick(r, v, "graphs_compiled", "value"),
+                "steady_median_ms": pick(r, v, "forward_latency"),
+                "recompiles": (pick(r, v, "recompiles", "value")
+                               if v.startswith("shapes/") and not new_shape else None),
+                # a first call served from this job's cache (filled by an earlier case)
+                "fxgraph_cache_hits": (pick(r, v, "fxgraph_cache_hit", "value")
+                                       if not new_shape else None),
+                "max_abs_diff": pick(r, v, "max_abs_diff", "value"),
+            })
+    records.append({"case": "fullgraph=True, data-dependent branch",
+                    "graph_breaks": pick(r, "fullgraph/data_dependent_branch", "graph_break",
+                                         "value")})
+    records.append({"case": "explain (no fullgraph)",
+                    "graph_breaks": pick(r, "graph_break/explain", "graph_breaks", "value"),
+                    "graphs_compiled": pick(r, "graph_break/explain", "graphs", "value"),
+                    "max_abs_diff": pick(r, "graph_break/compiled", "max_abs_diff", "value")})
+    return _frame(records, ["case", "first_call_ms", "graphs_compiled", "fxgraph_cache_hits",
+                            "steady_median_ms", "recompiles", "graph_breaks", "max_abs_diff"])
+
+
+#: E22's four cells, in the article's order
+E22_CELLS = ("eager_fp32", "eager_amp", "compiled_fp32", "compiled_amp")
+
+
+def table_e22(frame: pd.DataFrame) -> pd.DataFrame:
+    """The benchmark matrix: one row per cell."""
+    r = _rows("E22", frame)
+    records = []
+    for cell in E22_CELLS:
+        sel = r[r.variant == cell]
+        records.append({
+            "cell": cell,
+            "dtype": sel.iloc[0]["dtype"] if not sel.empty else "",
+            "ms_per_step": pick(r, cell),
+            "iqr_ms": pick(r, cell, statistic="iqr"),
+            "examples_per_s": pick(r, cell, "throughput"),
+            "first_step_ms": pick(r, cell, "first_step", "value"),
+            "peak_allocated_mib": pick(r, cell, "peak_allocated", "max"),
+            "peak_reserved_mib": pick(r, cell, "peak_reserved", "max"),
+            "loss_abs_diff_vs_eager_fp32": pick(r, cell, "loss_abs_diff_vs_eager_fp32", "value"),
+        })
+    return _frame(records)
+
+
+def table_e24(frame: pd.DataFrame) -> pd.DataFrame:
+    """Input pipeline: one row per loader configuration, then the pageable/pinned copy pair."""
+    r = _rows("E24", frame)
+    records = []
+    for v in dict.fromkeys(r.variant):
+        if not v.startswith("workers_"):
+            continue
+        records.append({
+            "configuration": v,
+            "step_median_ms": pick(r, v),
+            "input_wait_median_ms": pick(r, v, "input_wait"),
+            "host_to_device_median_ms": pick(r, v, "host_to_device"),
+            "compute_median_ms": pick(r, v, "compute"),
+            "input_wait_share_pct": pick(r, v, "input_wait_share", "value"),
+            "examples_per_s": pick(r, v, "throughput"),
+            "first_batch_wait_ms": pick(r, v, "first_batch_wait", "value"),
+            "loss_max_abs_diff": pick(r, v, "loss_max_abs_diff_vs_workers_0", "value"),
+        })
+    for v in ("copy/pageable", "copy/pinned"):
+        records.append({"configuration": f"bare {v}",
+                        "host_to_device_median_ms": pick(r, v, "host_to_device"),
+                        "bandwidth_gb_per_s": pick(r, v, "bandwidth")})
     return _frame(records)
 
 
@@ -661,6 +791,11 @@ TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "E14": table_e14,
     "E23": table_e23,
     "E25": table_e25,
+    "E19": table_e19,
+    "E20": table_e20,
+    "E21": table_e21,
+    "E22": table_e22,
+    "E24": table_e24,
 }
 
 

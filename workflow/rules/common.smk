@@ -125,3 +125,24 @@ def memory_snapshot_outputs():
     if "E09" in selected() and exp_contract("E09")["params"].get("snapshot", False):
         return [memory_snapshot_path()]
     return []
+# E20 compile cache: a cold job (wipes the shared Inductor cache, compiles into it) and
+# a warm job (a later fresh process reusing it) that writes E20's outputs.
+from perflab import compiling as perflab_compiling  # noqa: E402
+
+
+def e20_cold_outputs():
+    return perflab_compiling.e20_cold_outputs(perflab_config.result_dir(RUN))
+
+
+def e20_cache_dir():
+    return perflab_compiling.e20_cache_dir(perflab_config.result_dir(RUN))
+
+
+def e20_contract(phase):
+    """E20's contract with the phase and the shared cache the harness must use."""
+    return perflab_compiling.e20_contract(exp_contract("E20"), phase,
+                                          perflab_config.result_dir(RUN))
+
+
+def e20_cold_log():
+    return f"{LOGS}/{EXPERIMENTS['E20'].slug}/cold.log"

@@ -1,0 +1,190 @@
+"""What the torch.compile experiments (E19-E22) share: the compiler's own counters,
+the break-even of a compile cost, the correctness column, a failure as one line.
+
+Compilation is measured like any other intervention: the first compiled call
+(which *is* the compilation) apart from the steady state, the steady state as
+an interleaved pair against eager, and the output compared against eager.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perflab import memory
+
+
+def counters() -> dict[str, int]:
+    """A flat snapshot of torch._dynamo's counters ("section.key" -> count).
+
+    ``stats.unique_graphs`` counts graphs Dynamo handed to the backend (one per
+    compile or recompile); ``inductor.fxgraph_cache_hit/miss`` and
+    ``aot_autograd.autograd_cache_hit/miss`` say whether the on-disk caches served them.
+    """
+    from torch._dynamo.utils import counters as c
+
+    return {f"{section}.{key}": int(v) for section, d in c.items() for key, v in d.items()}
+
+
+def delta(before: dict[str, int], after: dict[str, int], key: str) -> int:
+    return after.get(key, 0) - before.get(key, 0)
+
+
+def graphs_compiled(before: dict[str, int], after: dict[str, int]) -> int:
+    """Graphs compiled between two snapshots (a recompile is one more graph)."""
+    return delta(before, after, "stats.unique_graphs")
+
+
+def failure(exc: BaseException, limit: int = 300) -> str:
+    """An exception as the one line a row's reason can hold."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:limit]}"
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest elementwise |a - b|, computed in float32 on the host."""
+    return float((a.detach().float().cpu() - b.detach().float().cpu()).abs().max())
+
+
+def break_even_calls(first_call_ms: float, compiled_ms: float, eager_ms: float) -> int | None:
+    """Calls after which compiling has paid for itself; None if it never does.
+
+    N calls cost ``first + (N - 1) * compiled`` compiled and ``N * eager`` eager;
+    the smallest N where the compiled total is no larger is
+    ``ceil((first - compiled) / (eager - compiled))`` (at least 1). A compiled
+    steady state no faster than eager never repays its compilation.
+    """
+    gain = eager_ms - compiled_ms
+    if gain <= 0:
+        return None
+    return max(1, math.ceil((first_call_ms - compiled_ms) / gain))
+
+
+def isolated_cuda_peak(device: torch.device, fn: Callable[[], Any], calls: int,
+                       sync: Callable[[], None]) -> tuple[float, float]:
+    """(peak allocated MiB, peak reserved MiB) of ``calls`` calls of ``fn`` alone.
+
+    The allocator's cache is emptied and its peaks reset first, so the reading
+    belongs to this callable (and what is already resident: model, inputs).
+    """
+    gc.collect()
+    torch.cuda.empty_cache()
+    memory.reset_cuda_peaks(device)
+    for _ in range(calls):
+        fn()
+    sync()
+    c = memory.cuda_counters(device)
+    return c.max_allocated_mib, c.max_reserved_mib
+
+
+CPU_PEAK_REASON = ("CPU: an in-process RSS peak cannot separate variants run in one process "
+                   "(freed memory stays resident); E08 measures peak RSS per fresh process")
+
+
+def cache_files(cache_dir: str | Path) -> int:
+    """Number of files under an Inductor cache directory (0 if absent)."""
+    p = Path(cache_dir)
+    return sum(1 for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
+
+
+def mark_execution(ctx, variant: str, execution: str) -> None:
+    """Set ``execution`` on the rows and samples of ``variant`` already written.
+
+    ``Context.ab`` writes both sides of a pair with the same contract columns;
+    the compiled side of an eager/compiled pair must say it was compiled.
+    """
+    for r in ctx.rows:
+        if r["variant"] == variant:
+            r["execution"] = execution
+    for s in ctx.samples:
+        if s["variant"] == variant:
+            s["execution"] = execution
+
+
+# ------------------------------------------------------------ E20: cold and warm cache jobs
+
+#: E20's two jobs: ``cold`` wipes the cache directory and compiles into it; ``warm``, a
+#: later fresh process, compiles the same model reusing it and writes E20's outputs
+CACHE_PHASES = ("cold", "warm")
+
+
+def e20_dir(result_dir: str | Path) -> Path:
+    return Path(result_dir) / "e20_compile_cache"
+
+
+def e20_cache_dir(result_dir: str | Path) -> str:
+    """The Inductor cache the cold and warm jobs share (its own, under the results)."""
+    return str(e20_dir(result_dir) / "inductor_cache")
+
+
+def e20_cold_outputs(result_dir: str | Path) -> dict[str, str]:
+    """csv, samples and provenance of the cold job (the warm job writes E20's own)."""
+    d = e20_dir(result_dir)
+    return {"csv": str(d / "cold.csv"), "samples": str(d / "cold_samples.csv"),
+            "provenance": str(d / "cold.json")}
+
+
+def e20_contract(contract: dict, phase: str, result_dir: str | Path) -> dict:
+    """E20's contract for one phase: the phase, the shared cache, where cold's rows are.
+
+    ``inductor_cache_dir`` is the parameter the harness honours instead of
+    giving the job a private cache.
+    """
+    if phase not in CACHE_PHASES:
+        raise ValueError(f"phase must be one of {CACHE_PHASES}, got {phase!r}")
+    import copy
+
+    c = copy.deepcopy(dict(contract))
+    c["params"] = {**c.get("params", {}), "phase": phase,
+                   "inductor_cache_dir": e20_cache_dir(result_dir)}
+    if phase == "warm":
+        c["params"]["cold_outputs"] = e20_cold_outputs(result_dir)
+    return c
+
+
+# ------------------------------------------------------------ eager vs compiled, measured
+
+
+def no_grad_forward(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """The forward of ``model`` on ``x`` under no_grad (the chapter's compile contract)."""
+
+    def step():
+        with torch.no_grad():
+            return model(x)
+
+    return step
+
+
+def compare_with_eager(ctx, prefix: str, eager: Callable[[], torch.Tensor],
+                       compiled: Callable[[], torch.Tensor], batch_size: int,
+                       **kw: Any) -> dict[str, float]:
+    """Correctness, then the interleaved eager/compiled pair, then the speedup, as rows.
+
+    Variants ``<prefix>/eager``, ``<prefix>/compiled`` (its rows and samples
+    marked compiled) and ``<prefix>/compiled_vs_eager`` (max_abs_diff, speedup).
+    Returns :meth:`Context.ab`'s medians: ``a`` eager, ``b`` compiled (ms).
+    """
+    from perflab import timing
+
+    p, t = ctx.params, ctx.timing
+    v = f"{prefix}/compiled_vs_eager"
+    ctx.row(variant=v, metric="max_abs_diff", value=max_abs_diff(compiled(), eager()),
+            unit="abs", n=1, execution="compiled",
+            window="one forward of each on the same input and state",
+            sync_boundary="outputs compared on the host", **kw)
+    res = timing.interleaved_ab(eager, compiled, blocks=p["blocks"], inner=p["inner"],
+                                warmup=t["warmup"], sync=ctx.sync)
+    window = f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}"
+    d = ctx.ab(res, a=f"{prefix}/eager", b=f"{prefix}/compiled", batch_size=batch_size,
+               window=window, metric="forward_latency", **kw)
+    mark_execution(ctx, f"{prefix}/compiled", "compiled")
+    ctx.row(variant=v, metric="speedup", value=d["a"] / d["b"], unit="x", statistic="median",
+            n=p["blocks"], execution="compiled", window=f"eager median / compiled median "
+            f"({window})", sync_boundary="synchronized at both ends of each call; blocks "
+            "interleaved AB/BA", **kw)
+    return {**d, "window": window}

@@ -1,0 +1,194 @@
+"""E20 — compile cost is not one number: a cold and a warm Inductor cache.
+
+Two fresh processes compile the pointwise chain into one cache directory of
+their own (``results/<tag>/e20_compile_cache/inductor_cache``):
+
+- ``cold`` wipes the directory, then compiles (every graph and kernel built);
+- ``warm``, a later process, compiles the same model reusing what cold left.
+
+Each process: eager warmed first (so process and device start-up are not
+charged to the compiler), then the first compiled call (seconds), the
+compiler's own cache counters for it, the correctness column, the steady
+state as an interleaved eager/compiled pair, and the break-even number of
+calls: ``ceil((first - compiled) / (eager - compiled))``. The warm job writes
+E20's outputs: cold's rows, its own, and warm vs cold first call.
+
+Under Snakemake: rules ``e20_compile_cold`` then ``e20_compile_cache`` (the
+warm job, which depends on the cold one). By hand::
+
+    python scripts/e20_compile_cache.py                # cold, then warm, a fresh process each
+    python scripts/e20_compile_cache.py --phase cold   # one phase in this process
+"""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from perflab import compiling, io, timing
+from perflab import config as cfgmod
+from perflab.runner import base_parser, config_from_args, execute, run
+
+SYNCED = "synchronized at both ends of each call"
+
+
+def _cache_ready(ctx, phase: str) -> str | None:
+    """Wipe the cache for the cold phase; None, or why the shared cache is not in use."""
+    cache = Path(ctx.params["inductor_cache_dir"]).resolve()
+    if Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")).resolve() != cache:
+        return (f"TORCHINDUCTOR_CACHE_DIR is {os.environ.get('TORCHINDUCTOR_CACHE_DIR')!r}, "
+                f"not the shared {str(cache)!r}")
+    if phase == "cold":
+        shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    return None
+
+
+def measure_phase(ctx, phase: str) -> None:
+    p, t = ctx.params, ctx.timing
+    kw = dict(mode="inference")
+    where = ("Inductor cache wiped, then compiled into" if phase == "cold"
+             else "fresh process reusing the cold job's Inductor cache")
+    problem = _cache_ready(ctx, phase)
+    cache = p["inductor_cache_dir"]
+    w = ctx.workload("pointwise")
+    w.model.eval()
+    x, _ = w.batch_on(ctx.device)
+    if problem:
+        ctx.unsupported(variant=f"{phase}/compiled", metric="first_call", unit="s",
+                        execution="compiled", status="error", reason=problem, **kw)
+        return
+    ctx.row(variant=f"{phase}/cache", metric="cache_files_before",
+            value=compiling.cache_files(cache), unit="count", sync_boundary="n/a",
+            window=f"files in the shared cache before compiling ({where})", **kw)
+    eager = compiling.no_grad_forward(w.model, x)
+    timing.warm(eager, t["warmup"], ctx.sync)  # process/device start-up is not compile cost
+
+    before = compiling.counters()
+    try:
+        fn = compiling.no_grad_forward(torch.compile(w.model), x)
+        first = timing.time_first_call(fn, ctx.sync)
+    except Exception as exc:
+        msg = f"torch.compile failed: {compiling.failure(exc)}"
+        ctx.log(f"{phase}: {msg}")
+        ctx.unsupported(variant=f"{phase}/compiled", metric="first_call", unit="s",
+                        execution="compiled", status="error", reason=msg, **kw)
+        return
+    after = compiling.counters()
+    ctx.row(variant=f"{phase}/compiled", metric="first_call", value=first / 1e3, unit="s",
+            execution="compiled", sync_boundary=SYNCED,
+            window=f"first compiled call of the process, eager already warmed ({where})", **kw)
+    for key in ("inductor.fxgraph_cache_hit", "inductor.fxgraph_cache_miss",
+                "aot_autograd.autograd_cache_hit", "aot_autograd.autograd_cache_miss",
+                "stats.unique_graphs"):
+        ctx.row(variant=f"{phase}/compiled", metric=key.replace(".", "/"),
+                value=compiling.delta(before, after, key), unit="count", execution="compiled",
+                window="torch._dynamo.utils.counters during the first compiled call",
+                sync_boundary="n/a", **kw)
+    ctx.row(variant=f"{phase}/cache", metric="cache_files_after",
+            value=compiling.cache_files(cache), unit="count", sync_boundary="n/a",
+            window="files in the shared cache after the first compiled call", **kw)
+    d = compiling.compare_with_eager(ctx, phase, eager, fn, w.batch_size, **kw)
+    window = d["window"]
+    n = compiling.break_even_calls(first, d["b"], d["a"])
+    common = dict(variant=f"{phase}/compiled_vs_eager", metric="break_even_calls", unit="calls",
+                  execution="compiled", n=p["blocks"],
+                  window=f"ceil((first call - compiled steady) / (eager - compiled steady)); "
+                         f"steady = medians of the pair ({window})",
+                  sync_boundary=SYNCED, **kw)
+    if n is None:
+        ctx.unsupported(reason=f"compiled steady state ({d['b']:.4f} ms) is not faster than "
+                               f"eager ({d['a']:.4f} ms): compilation never pays for itself",
+                        **common)
+    else:
+        ctx.row(value=n, **common)
+    ctx.log(f"{phase}: first compiled call {first / 1e3:.2f} s, steady eager {d['a']:.3f} ms, "
+            f"compiled {d['b']:.3f} ms, break-even {n} calls")
+
+
+def _records(path: str) -> list[dict]:
+    """Rows of a written CSV as dicts, a missing value as None."""
+    frame = io.read_results([path])
+    recs = frame.to_dict("records")
+    for r in recs:
+        if isinstance(r.get("value"), float) and math.isnan(r["value"]):
+            r["value"] = None
+    return recs
+
+
+def _first_call(rows: list[dict], phase: str) -> float | None:
+    for r in rows:
+        if (r["variant"], r["metric"], r["status"]) == (f"{phase}/compiled", "first_call", "ok"):
+            return float(r["value"])
+    return None
+
+
+def measure(ctx):
+    phase = ctx.params["phase"]
+    measure_phase(ctx, phase)
+    if phase != "warm":
+        return
+    # E20's outputs: the cold job's rows and samples, then the warm job's, then the comparison
+    cold = ctx.params["cold_outputs"]
+    ctx.rows[:0] = _records(cold["csv"])
+    ctx.samples[:0] = pd.read_csv(cold["samples"], keep_default_na=False).to_dict("records")
+    c, w = _first_call(ctx.rows, "cold"), _first_call(ctx.rows, "warm")
+    common = dict(variant="warm_vs_cold", unit="x", execution="compiled", mode="inference",
+                  window="first compiled call: warm process / cold process",
+                  sync_boundary=SYNCED)
+    if c is None or w is None:
+        ctx.unsupported(metric="first_call_ratio", status="error",
+                        reason="a first compiled call is missing (see the cold/warm rows)",
+                        **common)
+        return
+    ctx.row(metric="first_call_ratio", value=w / c, **common)
+    ctx.row(metric="first_call_saved", value=c - w, **{**common, "unit": "s",
+            "window": "first compiled call: cold process - warm process"})
+    ctx.log(f"first compiled call: cold {c:.2f} s, warm {w:.2f} s ({w / c:.2f}x)")
+
+
+# ------------------------------------------------------------------ by hand
+
+
+def run_phase(cfg: dict, phase: str, log_path: str | None = None):
+    d = cfgmod.result_dir(cfg)
+    contract = compiling.e20_contract(cfgmod.contract(cfg, "E20"), phase, d)
+    outputs = (compiling.e20_cold_outputs(d) if phase == "cold"
+               else cfgmod.experiment_outputs(cfg, "E20"))
+    return execute("E20", measure, contract, outputs, log_path)
+
+
+def main(argv=None) -> None:
+    p = base_parser("E20", "E20: the pointwise chain compiled with a cold Inductor cache, then "
+                    "with a warm one. Without --phase, runs cold then warm, each in a fresh "
+                    "subprocess (a --log gets <log>.cold and <log>.warm).")
+    p.add_argument("--phase", choices=compiling.CACHE_PHASES,
+                   help="run this one phase in this process")
+    args = p.parse_args(argv)
+    cfg = config_from_args(args)
+    if args.phase:
+        run_phase(cfg, args.phase, args.log)
+        return
+    passed = [a for f in args.configfile for a in ("--configfile", f)]
+    for key in ("device", "scale", "outdir"):
+        if getattr(args, key):
+            passed += [f"--{key}", getattr(args, key)]
+    for phase in compiling.CACHE_PHASES:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, *passed]
+        if args.log:
+            cmd += ["--log", f"{args.log}.{phase}"]
+        if subprocess.run(cmd, check=False).returncode != 0:
+            sys.exit(f"E20: the {phase} phase failed")
+
+
+if __name__ == "__main__":
+    smk = globals().get("snakemake")
+    if smk is None:
+        main()
+    else:
+        run("E20", measure, smk)

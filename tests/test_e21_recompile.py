@@ -1,0 +1,67 @@
+"""E21 (recompilation): recompile counts from the compiler's counters, one run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from experiments import one_value, run_tiny
+
+from perflab import figures, io, tables
+
+
+@pytest.fixture(scope="module")
+def e21(tiny_cfg, tmp_path_factory):
+    contract, out = run_tiny(tiny_cfg, "E21", tmp_path_factory.mktemp("e21"))
+    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+
+
+def test_only_the_fullgraph_break_is_not_ok(e21):
+    rows, *_ = e21
+    bad = rows[rows.status != "ok"]
+    assert bad.variant.tolist() == ["fullgraph/data_dependent_branch"]
+    assert bad.status.tolist() == ["error"]
+    assert "fullgraph=True raised" in bad.reason.iloc[0]
+
+
+def test_new_shapes_recompile_by_default_not_with_dynamic(e21):
+    rows, _, contract, _ = e21
+    batches = contract["params"]["batches"]
+    # default: the first new shape recompiles (then with dynamic shapes)
+    assert one_value(rows, f"shapes/default/batch_{batches[1]}", "graphs_compiled") >= 1
+    assert one_value(rows, "shapes/default", "recompiles") >= 1
+    # dynamic=True: one graph serves every batch size
+    assert one_value(rows, "shapes/dynamic_true", "recompiles") == 0
+    for b in batches[1:]:
+        assert one_value(rows, f"shapes/dynamic_true/batch_{b}", "graphs_compiled") == 0
+    # the recompile count is the sum of the per-call graph counts
+    for v in ("shapes/default", "shapes/dynamic_true"):
+        per_call = one_value(rows, v, "graphs_compiled") + sum(
+            one_value(rows, f"{v}/batch_{b}", "graphs_compiled") for b in batches[1:])
+        assert one_value(rows, v, "recompiles") == per_call - 1
+
+
+def test_every_mode_ran_and_matches_eager(e21):
+    rows, _, contract, _ = e21
+    for mode in contract["params"]["modes"]:
+        assert one_value(rows, f"mode/{mode}", "first_call") > 0
+        assert one_value(rows, f"mode/{mode}", "max_abs_diff") < 1e-4
+    diffs = rows[rows.metric == "max_abs_diff"]
+    assert (diffs.value < 1e-4).all()
+
+
+def test_graph_break_is_counted(e21):
+    rows, *_ = e21
+    assert one_value(rows, "graph_break/explain", "graph_breaks") >= 1
+    assert one_value(rows, "graph_break/explain", "graphs") >= 2
+    assert one_value(rows, "graph_break/compiled", "max_abs_diff") == 0
+
+
+def test_table_and_figure(e21, tmp_path):
+    rows, _, _, out = e21
+    t = tables.table("E21", rows)
+    assert t.case.iloc[0] == "shapes/default"
+    assert t.case.iloc[-2] == "fullgraph=True, data-dependent branch"
+    assert t.graph_breaks.iloc[-2] == "error"
+    assert not tables.format_table(t).empty
+    png = figures.make_figure("E21", out["csv"], out["samples"], tmp_path / "e21.png")
+    assert png.stat().st_size > 0
