@@ -812,7 +812,11 @@ def fig_e12(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
         series[m] = [(lambda c: c if isinstance(c, Missing) else (c, 0.0, 0.0))(
             pick(r, st, m, "value")) for st in states]
     notes = _bars(ax, states, series) if series else ["no counter measured"]
-    ax.set_ylabel("MiB")
+    for m in ("allocated", "nvml_process"):
+        cell = pick(r, "steady", m, "value")
+        if m not in counters and isinstance(cell, Missing):
+            notes.append(f"{m}: {cell}")
+    ax.set_ylabel("MiB: " + ", ".join(counters))
     _note(ax, notes, loc="upper right")
     return fig
 
