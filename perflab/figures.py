@@ -773,9 +773,11 @@ def fig_e11(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
         if d.empty:
             notes.append(f"{v}: no samples (not run)")
             continue
-        growth = _num(pick(r, v, f"{instrument}_growth", "value"))
+        # the median iteration-to-iteration step: a one-off heap trim does not set it
+        growth = _num(pick(r, v, f"{instrument}_median_increment", "value"))
         ax.plot(d["index"], d.value, lw=2,
-                label=f"{label}: {growth:+.3f} MiB/iter" if growth is not None else label)
+                label=f"{label}: {growth:+.3f} MiB/iter (median step)" if growth is not None
+                else label)
         after = pick(r, f"{v}/after_empty_cache", "allocated", "value")
         if not isinstance(after, Missing):
             ax.plot([d["index"].max()], [after], "x", ms=9, color="black",
