@@ -773,9 +773,11 @@ def fig_e11(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
         if d.empty:
             notes.append(f"{v}: no samples (not run)")
             continue
-        growth = _num(pick(r, v, f"{instrument}_growth", "value"))
+        # the median iteration-to-iteration step: a one-off heap trim does not set it
+        growth = _num(pick(r, v, f"{instrument}_median_increment", "value"))
         ax.plot(d["index"], d.value, lw=2,
-                label=f"{label}: {growth:+.3f} MiB/iter" if growth is not None else label)
+                label=f"{label}: {growth:+.3f} MiB/iter (median step)" if growth is not None
+                else label)
         after = pick(r, f"{v}/after_empty_cache", "allocated", "value")
         if not isinstance(after, Missing):
             ax.plot([d["index"].max()], [after], "x", ms=9, color="black",
@@ -812,7 +814,11 @@ def fig_e12(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
         series[m] = [(lambda c: c if isinstance(c, Missing) else (c, 0.0, 0.0))(
             pick(r, st, m, "value")) for st in states]
     notes = _bars(ax, states, series) if series else ["no counter measured"]
-    ax.set_ylabel("MiB")
+    for m in ("allocated", "nvml_process"):
+        cell = pick(r, "steady", m, "value")
+        if m not in counters and isinstance(cell, Missing):
+            notes.append(f"{m}: {cell}")
+    ax.set_ylabel("MiB: " + ", ".join(counters))
     _note(ax, notes, loc="upper right")
 # E19-E24
 

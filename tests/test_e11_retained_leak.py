@@ -70,13 +70,14 @@ def test_monitored_metric_is_identical_in_all_three(e11):
         max(metrics) - min(metrics))
 
 
+def _bigger(contract):
+    """Activations of 256 KiB: a graph per iteration dwarfs the kept scalar (a 512 B block)."""
+    contract["workloads"]["mlp"]["params"].update(dim=256, batch=256)
+
+
 def test_rss_grows_with_the_leak_only(tiny_cfg, tmp_path):
     """Tensors of 256 KiB: the retained graphs move the process RSS; the repairs do not."""
-
-    def bigger(contract):
-        contract["workloads"]["mlp"]["params"].update(dim=256, batch=256)
-
-    rows, *_ = _run(tiny_cfg, tmp_path, bigger)
+    rows, *_ = _run(tiny_cfg, tmp_path, _bigger)
     graph = value(rows, "retained_graph", "retained_graph_growth")
     # the median step, not the fitted slope: a one-off heap trim or jump must not decide it
     leak = value(rows, "retained_graph", "rss_median_increment")
@@ -98,7 +99,7 @@ def test_table_and_figure(e11, tmp_path):
 
 def test_cuda_leak_allocated_climbs_and_empty_cache_frees_none_of_it(tmp_path):
     cfg = cuda_cfg()
-    rows, *_ = _run(cfg, tmp_path)
+    rows, *_ = _run(cfg, tmp_path, _bigger)
     leak = value(rows, "retained_graph", "allocated_growth")
     assert leak > 0
     graph = value(rows, "retained_graph", "retained_graph_growth")

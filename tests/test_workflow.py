@@ -107,3 +107,9 @@ def test_snakemake_report_zip(run_dir):
     names = zipfile.ZipFile(out).namelist()
     assert any(n.endswith("report.html") for n in names)
     assert sum(n.endswith(".png") for n in names) >= len(EXPERIMENTS)
+
+
+def test_memory_snapshot_page_is_linked_from_the_report(run_dir):
+    results = run_dir / "results" / TAG
+    assert "unsupported" in (results / "memory_snapshot.html").read_text()  # CPU: says why
+    assert 'href="memory_snapshot.html"' in (results / "report.html").read_text()
