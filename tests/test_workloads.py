@@ -16,6 +16,8 @@ TINY = {
     "mlp": dict(dim=8, depth=2, num_classes=3, batch=4),
     "pointwise": dict(dim=8, depth=2, batch=4),
     "attention": dict(batch=2, heads=2, head_dim=4, seq=8),
+    "convnet": dict(channels=4, image=8, num_classes=3, batch=4),
+    "transformer": dict(vocab=32, dim=16, heads=2, depth=1, seq=8, batch=2),
 }
 
 
@@ -37,7 +39,7 @@ def test_registry_builds_and_steps_on_cpu(name):
 
 
 def test_registered_names():
-    assert set(workloads.REGISTRY) == {"mlp", "pointwise", "attention"}
+    assert set(workloads.REGISTRY) == {"mlp", "pointwise", "attention", "convnet", "transformer"}
     for name, fn in workloads.REGISTRY.items():
         assert workloads.resolve_target(name) is fn
 
