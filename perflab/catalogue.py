@@ -107,5 +107,12 @@ EXPERIMENTS: dict[str, Experiment] = {
             "A worked pass: measure, localize, intervene (AdamW foreach to fused), remeasure",
             "localize",
         ),
+        Experiment(
+            "R01",
+            "roofline",
+            "Roofline: this device's measured ceilings and each phase's achieved fraction",
+            "diagnose",
+            cpu_behaviour="host memcpy is the bandwidth ceiling; host-device copies unsupported",
+        ),
     ]
 }

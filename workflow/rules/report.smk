@@ -28,7 +28,7 @@ rule figure:
     log:
         f"{LOGS}/figure_{{eid}}_{{name}}.log",
     wildcard_constraints:
-        eid="e[0-9]+",
+        eid="[er][0-9]+",
     conda:
         ENV
     script:
