@@ -146,3 +146,21 @@ for eid, experiment in EXPERIMENTS.items():
     display(html_table(tables.format_table(tables.table(eid, rows))))
     display(Markdown("**Figure**"))
     display(figure_html(eid))
+
+# %% [markdown]
+# ## Diagnosis: what is the machine waiting for?
+#
+# Decided by rule (`perflab/diagnose.py`) from the rows above: each candidate's test, the
+# rows it read, and the one intervention the verdict points to.
+
+# %%
+diagnosis_md, diagnosis_csv = RESULTS / "diagnosis.md", RESULTS / "diagnosis.csv"
+if diagnosis_md.is_file():
+    display(Markdown(diagnosis_md.read_text()))
+    if diagnosis_csv.is_file():
+        evidence = pd.read_csv(diagnosis_csv, keep_default_na=False)
+        shown = evidence[["label", "outcome", "source", "value", "unit", "test", "passes"]]
+        display(HTML(f"<details><summary>every evidence row read ({len(shown)})</summary>"
+                     f"{html_table(shown).data}</details>"))
+else:
+    display(Markdown("diagnosis.md not found: the diagnosis was not built."))

@@ -41,6 +41,7 @@ rule report_html:
         samples=selected_samples(),
         provenance=[exp_outputs(e)["provenance"] for e in selected()],
         ledger=f"{RESULTS}/ledger.md",
+        diagnosis=f"{RESULTS}/diagnosis.md",
         figures=[figure_path(e) for e in selected()],
         notebook=os.path.join(workflow.basedir, "report", "perflab.py"),
     output:
