@@ -13,8 +13,8 @@ takes it), and expects a :class:`perflab.workloads.Workload`:
 - ``make_optimizer(params)``: a fresh optimizer over ``params`` (None if the
   workload has no training step: experiments that need one then write
   ``unsupported`` rows saying so);
-- ``batch_size``, ``description`` (shown in every row and the ledger),
-  ``optimizer_name``, and optionally ``params`` (recorded in provenance).
+- ``name``, ``batch_size``, ``description`` (shown in every row and the
+  ledger), and optionally ``optimizer_name`` and ``params`` (for reference).
 
 Run it (from the repository root)::
 
