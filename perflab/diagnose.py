@@ -16,7 +16,8 @@ device even busy? then which device-side work dominates):
    ``OPTIMIZER_SHARE_PCT`` of the step (E05).
 5. ``device_compute`` / ``memory_bandwidth`` — forward + backward against the
    measured roofline (R01): arithmetic intensity at or above the ridge point
-   is compute-bound, below it bandwidth-bound.
+   is compute-bound, below it bandwidth-bound (compute-bound yet under
+   ``UTILIZATION_PCT`` of the matmul ceiling: utilization before faster math).
 
 The verdict is the first candidate whose test fits; every candidate's
 outcome (fits / ruled out / not measured) and the rows it read are kept, so
@@ -47,6 +48,8 @@ WALL_GAP_SHARE = 0.25
 ROOFLINE_FLOOR_PCT = 5.0
 #: optimizer share of the phase sum that, as the largest phase, makes it the verdict
 OPTIMIZER_SHARE_PCT = 25.0
+#: compute-bound forward + backward below this % of the matmul ceiling: utilization first
+UTILIZATION_PCT = 50.0
 
 LABELS = {
     "input_pipeline": "input pipeline",
@@ -97,6 +100,8 @@ class Finding:
     outcome: str
     because: str
     evidence: list[Evidence] = field(default_factory=list)
+    #: the intervention when the evidence refines the candidate's default one
+    intervention: str = ""
 
     @property
     def label(self) -> str:
@@ -115,7 +120,8 @@ class Diagnosis:
 
     @property
     def intervention(self) -> str:
-        return INTERVENTIONS[self.verdict]
+        chosen = [f for f in self.findings if f.bottleneck == self.verdict]
+        return (chosen[0].intervention if chosen else "") or INTERVENTIONS[self.verdict]
 
     @property
     def evidence(self) -> list[Evidence]:
@@ -283,11 +289,17 @@ def _device_bound(r: _Rows) -> Finding:
     evidence += [e for e in fb if e.value is not None]
     kind = "device_compute" if compute else "memory_bandwidth"
     close = flops.value if compute else bw.value
+    refined = ""
+    if compute and flops.value is not None and flops.value < UTILIZATION_PCT:
+        # compute-bound by intensity, yet far from the ceiling: the kernels are too small
+        refined = (f"raise the matmuls' utilization first (they reach {flops.value:.0f}% of "
+                   "this device's measured ceiling): more work per kernel — a larger batch "
+                   "(E08 shows the throughput curve) — then faster math (bf16 autocast, E15)")
     return Finding(kind, FITS,
                    f"forward + backward do {ai.value:.3g} FLOP per byte "
                    f"({'>=' if compute else '<'} the ridge point {ridge.value:.3g}) and reach "
                    f"{_fmt(close, '%')} of the measured "
-                   + ("matmul ceiling" if compute else "memory bandwidth"), evidence)
+                   + ("matmul ceiling" if compute else "memory bandwidth"), evidence, refined)
 
 
 TESTS = {
@@ -322,7 +334,7 @@ def to_frame(d: Diagnosis) -> pd.DataFrame:
     for f in d.findings:
         common = dict(candidate=f.bottleneck, label=f.label, outcome=f.outcome,
                       verdict=f.bottleneck == d.verdict, because=f.because,
-                      intervention=INTERVENTIONS[f.bottleneck])
+                      intervention=f.intervention or INTERVENTIONS[f.bottleneck])
         for e in f.evidence or [Evidence("", None, "", "")]:
             rows.append({**common, "source": e.source, "value": e.value, "unit": e.unit,
                          "test": e.test, "passes": e.passes})

@@ -90,7 +90,7 @@ BUSY = events(wall=10.0, submit=2.0, gap=0.1) + backlog(400, 3000.0, 10.0)
 def test_each_verdict(evidence, verdict, cited):
     d = diagnose.diagnose(evidence)
     assert d.verdict == verdict, [(f.bottleneck, f.outcome, f.because) for f in d.findings]
-    assert d.intervention == diagnose.INTERVENTIONS[verdict]
+    assert d.intervention == diagnose.INTERVENTIONS[verdict]  # near the ceiling: the default
     sources = [e.source for e in d.evidence]
     if cited is None:
         assert not sources
@@ -153,3 +153,10 @@ def test_outputs_cite_the_rows(tmp_path):
     assert verdict.value.iloc[0] == "optimizer"
     assert "E05 sync/optimizer phase_share value" in verdict.source.iloc[0]
     assert "verdict     waiting for optimizer" in led_md
+
+
+def test_compute_bound_far_from_the_ceiling_points_at_utilization():
+    d = diagnose.diagnose(frame(phases(), sync_tax(1.0), BUSY, roofline(50, 20, 20, 5, 20)))
+    assert d.verdict == "device_compute"
+    assert "utilization" in d.intervention and "20%" in d.intervention
+    assert d.intervention != diagnose.INTERVENTIONS["device_compute"]
