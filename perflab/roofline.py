@@ -10,7 +10,9 @@ convolutions, attention kernels it knows; elementwise work counts 0, so a
 phase's FLOPs are a lower bound) and bytes by :class:`ByteCounter`, the sum
 of the sizes of every tensor each ATen operator reads and writes (views move
 nothing and are skipped). The byte count is the traffic of the unfused
-operators: a fused kernel that keeps intermediates in registers moves less.
+operators: a fused kernel that keeps intermediates in registers moves less,
+and tensors small enough to stay in cache never reach memory (a small phase
+can show more than 100% of the memory bandwidth).
 
 A phase's achieved fraction is its counted work over its measured time, set
 against the ceiling: FLOP/s over the matmul ceiling of the contract's dtype,
