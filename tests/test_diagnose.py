@@ -62,7 +62,7 @@ def frame(*parts):
 
 
 #: a compute-bound device that is busy (CUDA evidence says the host keeps up)
-BUSY = events(wall=10.0, submit=2.0, gap=0.1) + backlog(400, 3000.0, 10.0)
+BUSY = events(wall=10.0, submit=2.0, gap=0.1) + backlog(400, 80.0, 10.0)  # 8 steps queued
 
 
 @pytest.mark.parametrize("evidence, verdict, cited", [
@@ -74,7 +74,7 @@ BUSY = events(wall=10.0, submit=2.0, gap=0.1) + backlog(400, 3000.0, 10.0)
            roofline(50, 20, 60, 10, 60)),
      "host_overhead", "E06 host_submission step_latency median"),
     (frame(phases(), sync_tax(1.0), events(wall=10.0, submit=2.0, gap=0.1)
-           + backlog(400, 1.0, 10.0), roofline(50, 20, 60, 10, 60)),
+           + backlog(400, 4.0, 10.0), roofline(50, 20, 60, 10, 60)),  # under a step queued
      "host_overhead", "E01 naive_loop_400 backlog_at_final_sync value"),
     (frame(phases(), sync_tax(1.0), roofline(50, 20, 2.0, 0.5, 2.0)),  # a CPU: no queue
      "host_overhead", "R01 phase/forward_backward roofline_fraction median"),
