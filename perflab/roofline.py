@@ -35,6 +35,36 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from perflab import timing
 
+
+def _register_cpu_attention_flops() -> None:
+    """Count the CPU fused attention kernel as the flop counter counts the CUDA ones.
+
+    ``torch.utils.flop_counter`` knows SDPA's flash / memory-efficient / cuDNN
+    kernels but not ``_scaled_dot_product_flash_attention_for_cpu``: without
+    this a transformer's attention would count 0 FLOPs on a CPU.
+    """
+    from torch.utils import flop_counter as fc
+
+    fwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    bwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    needed = ("register_flop_formula", "flop_registry", "sdpa_flop_count",
+              "sdpa_backward_flop_count")
+    if fwd is None or bwd is None or not all(hasattr(fc, n) for n in needed):
+        return
+    if fwd not in fc.flop_registry:
+        @fc.register_flop_formula(fwd)
+        def _fwd(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+            return fc.sdpa_flop_count(query_shape, key_shape, value_shape)
+    if bwd not in fc.flop_registry:
+        @fc.register_flop_formula(bwd)
+        def _bwd(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                 **kwargs) -> int:
+            return fc.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape,
+                                               value_shape)
+
+
+_register_cpu_attention_flops()
+
 #: operators that allocate without reading or writing data worth counting
 _NO_TRAFFIC = {
     "aten::empty",

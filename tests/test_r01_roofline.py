@@ -19,6 +19,15 @@ def test_counters_count_a_matmul_exactly():
     assert out.shape == (8, 4)
 
 
+def test_cpu_attention_counts_its_flops():
+    q = torch.randn(1, 2, 16, 8, requires_grad=True)  # B, H, T, Dh
+    work, out = roofline.count(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    # Q K^T and P V: 2 matmuls of 2*T*T*Dh FLOPs per head
+    assert work.flops == 2 * (2 * 16 * 16 * 8) * 2
+    back, _ = roofline.count(lambda: out.sum().backward())
+    assert back.flops >= 2 * work.flops
+
+
 def test_views_move_no_bytes():
     x = torch.randn(64)
     work, _ = roofline.count(lambda: x.view(8, 8).t())
