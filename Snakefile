@@ -19,6 +19,7 @@ include: "workflow/rules/hygiene.smk"
 include: "workflow/rules/localize.smk"
 include: "workflow/rules/memory.smk"
 include: "workflow/rules/interventions.smk"
+include: "workflow/rules/diagnose.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -180,5 +180,12 @@ EXPERIMENTS: dict[str, Experiment] = {
             "interventions",
             cpu_behaviour="num_workers sweep only; pinned and non_blocking rows unsupported",
         ),
+        Experiment(
+            "R01",
+            "roofline",
+            "Roofline: this device's measured ceilings and each phase's achieved fraction",
+            "diagnose",
+            cpu_behaviour="host memcpy is the bandwidth ceiling; host-device copies unsupported",
+        ),
     ]
 }

@@ -221,6 +221,8 @@ def resolve(config: Mapping[str, Any]) -> dict:
         default_scale = "chapter" if device.startswith("cuda") else "cpu"
         if scale != default_scale:
             tag += f"-{scale}"
+        if cfg["workload"] != "mlp":  # another workload's results never mix with the chapter's
+            tag += "-" + workload_slug(cfg["workload"])
     cfg.update(
         resolved_device=device,
         resolved_scale=scale,
@@ -228,6 +230,13 @@ def resolve(config: Mapping[str, Any]) -> dict:
         resolved_experiments=experiments,
     )
     return cfg
+
+
+def workload_slug(name: str) -> str:
+    """A workload name or target as a directory-name part (``pkg.mod:fn`` -> ``pkg.mod-fn``)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "workload"
 
 
 def workload_spec(cfg: Mapping[str, Any], name: str | None = None) -> tuple[str, dict]:

@@ -982,6 +982,58 @@ def fig_e24(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
     return fig
 
 
+def fig_r01(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """The measured roofline with the step's phases on it; each phase's fraction of the ceilings."""
+    r = rows[rows.experiment == "R01"]
+    phase_rows = r[r.variant.str.startswith("phase/")]  # their contract line names the model
+    fig, (ax, ax2) = _new_figure("R01", phase_rows if not phase_rows.empty else r, ncols=2,
+                                 width=12.0)
+    notes = []
+    dtype = r.dtype.iloc[0] if not r.empty else "float32"
+    ridge = _num(pick(r, "ceiling/ridge_point", "arithmetic_intensity", "value"))
+    bw = _num(pick(r, "ceiling/memory_bandwidth", "bandwidth", "value"))
+    peaks = {v.removeprefix("ceiling/matmul/"): _num(pick(r, v, "peak_flops", "value"))
+             for v in r.variant.unique() if v.startswith("ceiling/matmul/")}
+    phases = ["forward", "loss", "backward", "optimizer", "forward_backward", "step"]
+    points = {ph: (_num(pick(r, f"phase/{ph}", "arithmetic_intensity")),
+                   _num(pick(r, f"phase/{ph}", "achieved_flops"))) for ph in phases}
+    xs = [x for x, y in points.values() if x and y]
+    if bw and peaks and xs:
+        lo, hi = min(xs + [ridge or 1.0]) / 10, max(xs + [ridge or 1.0]) * 10
+        grid = np.geomspace(lo, hi, 200)
+        for name, peak in peaks.items():
+            if peak:
+                ax.plot(grid, np.minimum(peak, grid * bw), lw=2 if name == dtype else 1,
+                        ls="-" if name == dtype else "--", label=f"roof ({name} matmul)")
+        for (ph, (x, y)), colour in zip(points.items(), sns.color_palette("tab10", len(phases))):
+            if x and y:
+                ax.scatter([x], [y], s=40, color=colour, zorder=3, label=ph)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, loc="lower right")
+    else:
+        notes.append("no phase with counted FLOPs, or a ceiling was not measured")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title("measured roofline; phases with counted FLOPs", fontsize=10)
+    _note(ax, notes, loc="upper left")
+    groups = ["host_to_device", *phases]
+    notes2 = _bars(ax2, groups, {
+        "% of peak FLOP/s": [_pct_cell(r, g, "flops_fraction") for g in groups],
+        "% of bandwidth": [_pct_cell(r, g, "bandwidth_fraction") for g in groups],
+    })
+    ax2.set_ylabel("% of the measured ceiling")
+    ax2.set_title("achieved fraction per phase", fontsize=10)
+    ax2.tick_params(axis="x", labelsize=7)
+    _note(ax2, notes2, loc="upper left")
+    return fig
+
+
+def _pct_cell(r: pd.DataFrame, phase: str, metric: str):
+    cell = pick(r, f"phase/{phase}", metric)
+    return cell if isinstance(cell, Missing) else (float(cell), 0.0, 0.0)
+
+
 FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "E01": fig_e01,
     "E02": fig_e02,
@@ -1004,6 +1056,7 @@ FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "E21": fig_e21,
     "E22": fig_e22,
     "E24": fig_e24,
+    "R01": fig_r01,
 }
 
 

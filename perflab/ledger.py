@@ -160,9 +160,35 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
                     f"E19 {v} max_abs_diff")
     add("measurement", "boundary", "synchronized at both ends | uninstrumented | first step excluded"
         if bench else "no benchmark in this run")
+    _roofline_and_verdict(frame, add)
 
     ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
     return ledger, render_markdown(ledger)
+
+
+#: R01 phases shown in the ledger's roofline line
+ROOFLINE_PHASES = ("forward", "backward", "optimizer", "step")
+
+
+def _roofline_and_verdict(frame: pd.DataFrame, add) -> None:
+    """The roofline section (R01: each phase's achieved fraction of the measured ceilings)
+    and the verdict section (perflab.diagnose over every row of the run)."""
+    from perflab import diagnose
+
+    peak_rows = frame[(frame.experiment == "R01") & (frame.metric == "peak_flops")
+                      & (frame.status == "ok")]
+    if peak_rows.empty:
+        add("roofline", "fractions", None, "", "not measured in this run (needs R01)")
+    for ph in ROOFLINE_PHASES if not peak_rows.empty else ():
+        for metric in ("flops_fraction", "bandwidth_fraction"):
+            r = _get(frame, "R01", f"phase/{ph}", metric, "median")
+            if r is not None:
+                add("roofline", f"{ph}_{metric}", r.value, "%", f"R01 phase/{ph} {metric}")
+    d = diagnose.diagnose(frame)
+    cited = "; ".join(e.source for e in d.evidence if e.value is not None)
+    add("verdict", "waiting_for", d.label, "", cited or "diagnosis")
+    add("verdict", "because", d.because, "", cited or "diagnosis")
+    add("verdict", "next_intervention", d.intervention, "", "perflab.diagnose")
 
 
 def render_markdown(ledger: pd.DataFrame) -> str:
@@ -248,6 +274,16 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     lines += [
         f"measurement {val('measurement', 'boundary')}",
     ]
+    roof = []
+    for ph in ROOFLINE_PHASES:
+        f, b = val("roofline", f"{ph}_flops_fraction", 1), val("roofline", f"{ph}_bandwidth_fraction", 1)
+        if f is not None:
+            roof.append(f"{ph} {f}% of peak FLOP/s, {b}% of bandwidth")
+    lines.append("roofline    " + (" | ".join(roof) if roof else missing("roofline")))
+    verdict = val("verdict", "waiting_for")
+    if verdict:
+        lines.append(f"verdict     waiting for {verdict}: {val('verdict', 'because')}")
+        lines.append(f"next        {val('verdict', 'next_intervention')}")
     return "```\n" + "\n".join(lines) + "\n```\n"
 
 

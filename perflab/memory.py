@@ -157,6 +157,9 @@ def bytes_saved_by_graph(roots, exclude=()) -> int:
     """
     skip = {(str(t.device), t.untyped_storage().data_ptr()) for t in exclude}
     seen_nodes: set[int] = set()
+    # the Python wrappers of autograd nodes are made on access: keep every one visited
+    # alive, or a freed wrapper's id() is reused by the next and a node is skipped
+    visited: list = []
     saved: dict[tuple[str, int], int] = {}
     stack = [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
     while stack:
@@ -164,6 +167,7 @@ def bytes_saved_by_graph(roots, exclude=()) -> int:
         if node is None or id(node) in seen_nodes:
             continue
         seen_nodes.add(id(node))
+        visited.append(node)
         for name in dir(node):
             if not name.startswith("_saved_"):
                 continue

@@ -772,6 +772,49 @@ def table_e24(frame: pd.DataFrame) -> pd.DataFrame:
                         "host_to_device_median_ms": pick(r, v, "host_to_device"),
                         "bandwidth_gb_per_s": pick(r, v, "bandwidth")})
     return _frame(records)
+#: R01's phases and phase groups, in table order
+R01_PHASES = ("host_to_device", "forward", "loss", "backward", "optimizer", "forward_backward",
+              "step")
+
+
+def table_r01(frame: pd.DataFrame) -> pd.DataFrame:
+    """Measured ceilings, then each phase's work, time and achieved fraction of them."""
+    r = _rows("R01", frame)
+    records = []
+    for v in sorted(x for x in r.variant.unique() if x.startswith("ceiling/matmul/")):
+        records.append({"item": v.removeprefix("ceiling/"),
+                        "TFLOP_per_s": _scaled(pick(r, v, "peak_flops", "value"), 1e12)})
+    records.append({"item": "memory bandwidth",
+                    "GB_per_s": _scaled(pick(r, "ceiling/memory_bandwidth", "bandwidth",
+                                             "value"), 1e9)})
+    for kind in ("host_to_device", "device_to_host"):
+        cell = pick(r, f"copy/{kind}", "bandwidth")
+        records.append({"item": f"copy {kind}", "GB_per_s": _scaled(cell, 1e9)})
+    records.append({"item": "ridge point (FLOP/B)",
+                    "intensity_FLOP_per_B": pick(r, "ceiling/ridge_point",
+                                                 "arithmetic_intensity", "value")})
+    for ph in R01_PHASES:
+        v = f"phase/{ph}"
+        records.append({
+            "item": f"phase {ph}",
+            "median_ms": pick(r, v, "phase_time"),
+            "GFLOP": _scaled(pick(r, v, "flops", "value"), 1e9),
+            "MB": _scaled(pick(r, v, "bytes", "value"), 1e6),
+            "TFLOP_per_s": _scaled(pick(r, v, "achieved_flops"), 1e12),
+            "pct_of_peak_flops": pick(r, v, "flops_fraction"),
+            "GB_per_s": _scaled(pick(r, v, "achieved_bandwidth"), 1e9),
+            "pct_of_bandwidth": pick(r, v, "bandwidth_fraction"),
+            "intensity_FLOP_per_B": pick(r, v, "arithmetic_intensity"),
+            "pct_of_roofline": pick(r, v, "roofline_fraction"),
+        })
+    return _frame(records, ["item", "median_ms", "GFLOP", "MB", "TFLOP_per_s",
+                            "pct_of_peak_flops", "GB_per_s", "pct_of_bandwidth",
+                            "intensity_FLOP_per_B", "pct_of_roofline"])
+
+
+def _scaled(cell: Any, unit: float) -> Any:
+    """A picked number divided by ``unit``; a Missing passes through."""
+    return cell if isinstance(cell, Missing) else float(cell) / unit
 
 
 TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
@@ -796,6 +839,7 @@ TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "E21": table_e21,
     "E22": table_e22,
     "E24": table_e24,
+    "R01": table_r01,
 }
 
 

@@ -4,8 +4,8 @@ A workload is everything one training step needs, built with fixed seeds:
 a model on the device, a batch factory (host tensors, so host-to-device can
 be measured), a loss and an optimizer factory. Experiments never build models
 themselves; they ask :func:`build` for a workload by name, and a name is
-either a registered builder (``mlp``, ``pointwise``, ``attention``) or a
-user's ``package.module:function`` with the same contract::
+either a registered builder (``mlp``, ``pointwise``, ``attention``, ``convnet``,
+``transformer``) or a user's ``package.module:function`` with the same contract::
 
     def make_workload(device: torch.device, **params) -> perflab.workloads.Workload
 
@@ -132,6 +132,64 @@ class Attention(nn.Module):
         return scores.softmax(dim=-1) @ v
 
 
+class ConvNet(nn.Module):
+    """A small image classifier: three conv-BN-ReLU stages (the last two stride 2), pool, head."""
+
+    def __init__(self, channels: int = 64, num_classes: int = 10):
+        super().__init__()
+        c = channels
+
+        def stage(cin: int, cout: int, stride: int) -> list[nn.Module]:
+            return [nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
+                    nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+        self.body = nn.Sequential(*stage(3, c, 1), *stage(c, 2 * c, 2), *stage(2 * c, 4 * c, 2),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(4 * c, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.body(x))
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block: causal self-attention (SDPA) and a 4x GELU MLP."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        if dim % heads:
+            raise WorkloadError(f"transformer dim {dim} is not a multiple of heads {heads}",
+                                param="heads")
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyLM(nn.Module):
+    """A small causal language model: token + position embeddings, ``depth`` blocks, LM head."""
+
+    def __init__(self, vocab: int, dim: int, heads: int, depth: int, seq: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(depth)])
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
+
+
 # --------------------------------------------------------------------------- builders
 
 
@@ -240,10 +298,78 @@ def attention(
     )
 
 
+def _trained_with_adamw(name, model, make_batch, loss_fn, batch, description, lr, optimizer,
+                        params) -> Workload:
+    return Workload(name=name, model=model, make_batch=make_batch, loss_fn=loss_fn,
+                    batch_size=batch, description=description,
+                    make_optimizer=_adamw(lr, optimizer), optimizer_name=f"AdamW({optimizer})",
+                    params={**params, "lr": lr})
+
+
+def convnet(
+    device: torch.device,
+    *,
+    channels: int = 64,
+    image: int = 32,
+    num_classes: int = 10,
+    batch: int = 256,
+    lr: float = 1e-3,
+    optimizer: str = "foreach",
+    seed: int = 0,
+) -> Workload:
+    """A small convolutional classifier on ``image`` x ``image`` RGB inputs, AdamW."""
+    torch.manual_seed(seed)
+    model = ConvNet(channels, num_classes).to(device)
+
+    def make_batch(b: int):
+        g = _generator(seed + 1)
+        return (torch.randn(b, 3, image, image, generator=g),
+                torch.randint(0, num_classes, (b,), generator=g))
+
+    return _trained_with_adamw(
+        "convnet", model, make_batch, F.cross_entropy, batch, f"ConvNet c{channels} {image}x{image}",
+        lr, optimizer, dict(channels=channels, image=image, num_classes=num_classes, batch=batch),
+    )
+
+
+def transformer(
+    device: torch.device,
+    *,
+    vocab: int = 8192,
+    dim: int = 512,
+    heads: int = 8,
+    depth: int = 2,
+    seq: int = 256,
+    batch: int = 32,
+    lr: float = 3e-4,
+    optimizer: str = "foreach",
+    seed: int = 0,
+) -> Workload:
+    """A small causal transformer LM (``depth`` pre-norm blocks), next-token loss, AdamW."""
+    torch.manual_seed(seed)
+    model = TinyLM(vocab, dim, heads, depth, seq).to(device)
+
+    def make_batch(b: int):
+        g = _generator(seed + 1)
+        tokens = torch.randint(0, vocab, (b, seq + 1), generator=g)
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def loss(logits: Tensor, y: Tensor | None) -> Tensor:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+
+    return _trained_with_adamw(
+        "transformer", model, make_batch, loss, batch,
+        f"TinyLM d{dim} h{heads} L{depth} T{seq} V{vocab}", lr, optimizer,
+        dict(vocab=vocab, dim=dim, heads=heads, depth=depth, seq=seq, batch=batch),
+    )
+
+
 REGISTRY: dict[str, Callable[..., Workload]] = {
     "mlp": mlp,
     "pointwise": pointwise,
     "attention": attention,
+    "convnet": convnet,
+    "transformer": transformer,
 }
 
 
@@ -292,20 +418,30 @@ def cast(w: Workload, dtype: torch.dtype) -> Workload:
     return w
 
 
-def check_params(target: str, params: dict[str, Any]) -> None:
-    """Raise if ``params`` names an argument the builder does not take."""
+def _accepted(fn: Callable[..., Any]) -> set[str] | None:
+    """Keyword parameters ``fn`` takes besides ``device``; None when it takes any (``**kw``)."""
     import inspect
 
-    fn = resolve_target(target)
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return
+        return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
-        return
+        return None
     accepted = {n for n, p in sig.parameters.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
     accepted.discard("device")
-    unknown = sorted(set(params) - accepted)
+    return accepted
+
+
+def check_params(target: str, params: dict[str, Any]) -> None:
+    """Raise if ``params`` names an argument the builder does not take.
+
+    ``seed`` is exempt: the pipeline passes it only to builders that take it.
+    """
+    accepted = _accepted(resolve_target(target))
+    if accepted is None:
+        return
+    unknown = sorted(set(params) - accepted - {"seed"})
     if unknown:
         raise WorkloadError(
             f"workload {target!r} takes no parameter {unknown[0]!r} "
@@ -315,18 +451,91 @@ def check_params(target: str, params: dict[str, Any]) -> None:
 
 
 def build(target: str, device: torch.device | str, **params: Any) -> Workload:
-    """Build a workload on ``device`` and check it honours the contract."""
+    """Build a workload on ``device`` and check it honours the contract.
+
+    Any failure of the target itself (an exception in the builder, a return
+    value that is not a :class:`Workload`, fields of the wrong kind, a batch
+    factory that raises or returns the wrong shape) is a :class:`WorkloadError`
+    naming ``target``. The model is not run here (that would warm the device
+    before an experiment's first-step measurement): :func:`check` runs it.
+    """
     fn = resolve_target(target)
-    w = fn(torch.device(device), **params)
+    accepted = _accepted(fn)
+    if accepted is not None and "seed" not in accepted:
+        params.pop("seed", None)
+    try:
+        w = fn(torch.device(device), **params)
+    except WorkloadError as exc:
+        raise WorkloadError(f"workload target {target!r}: {exc}", param=exc.param) from exc
+    except Exception as exc:
+        raise WorkloadError(
+            f"workload target {target!r} raised while building "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
     if not isinstance(w, Workload):
         raise WorkloadError(
             f"workload target {target!r} returned {type(w).__name__}, "
             "expected perflab.workloads.Workload"
         )
-    batch = w.make_batch(w.batch_size)
-    if not (isinstance(batch, tuple) and len(batch) == 2 and isinstance(batch[0], Tensor)):
+    problems = []
+    if not isinstance(w.model, nn.Module):
+        problems.append(f"model must be a torch.nn.Module, got {type(w.model).__name__}")
+    if not callable(w.make_batch):
+        problems.append("make_batch must be callable")
+    if not callable(w.loss_fn):
+        problems.append("loss_fn must be callable")
+    if w.make_optimizer is not None and not callable(w.make_optimizer):
+        problems.append("make_optimizer must be callable or None")
+    if not isinstance(w.batch_size, int) or isinstance(w.batch_size, bool) or w.batch_size < 1:
+        problems.append(f"batch_size must be a positive int, got {w.batch_size!r}")
+    if problems:
+        raise WorkloadError(f"workload {target!r}: " + "; ".join(problems))
+    try:
+        batch = w.make_batch(w.batch_size)
+    except Exception as exc:
+        raise WorkloadError(
+            f"workload {target!r}: make_batch({w.batch_size}) raised ({type(exc).__name__}: {exc})"
+        ) from exc
+    if not (isinstance(batch, tuple) and len(batch) == 2 and isinstance(batch[0], Tensor)
+            and (batch[1] is None or isinstance(batch[1], Tensor))):
         raise WorkloadError(
             f"workload {target!r}: make_batch must return (x, y) with x a tensor, "
             f"got {type(batch).__name__}"
         )
+    return w
+
+
+def check(target: str, device: torch.device | str = "cpu", **params: Any) -> Workload:
+    """Build ``target`` and run one training step on a 2-example batch; return the workload.
+
+    The pre-flight of ``perflab diagnose``:
+    a model whose forward, loss, backward or optimizer step raises, or whose
+    loss is not a scalar, is reported as a :class:`WorkloadError` naming the
+    target and the phase, before any experiment starts.
+    """
+    w = build(target, device, **params)
+    x, y = w.batch_on(device, min(2, w.batch_size))
+
+    def phase(name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            raise WorkloadError(
+                f"workload {target!r}: the {name} raised ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    out = phase("model's forward", lambda: w.model(x))
+    if not isinstance(out, Tensor):
+        raise WorkloadError(f"workload {target!r}: the model returned {type(out).__name__}, "
+                            "expected a tensor (loss_fn(output, y) takes it)")
+    loss = phase("loss_fn", lambda: w.loss_fn(out, y))
+    if not (isinstance(loss, Tensor) and loss.dim() == 0):
+        shape = list(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
+        raise WorkloadError(f"workload {target!r}: loss_fn must return a scalar tensor, "
+                            f"got {shape}")
+    if w.make_optimizer is not None:
+        phase("backward", loss.backward)
+        opt = phase("make_optimizer", lambda: w.make_optimizer(w.model.parameters()))
+        phase("optimizer step", opt.step)
+        w.model.zero_grad(set_to_none=True)
     return w

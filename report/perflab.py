@@ -164,3 +164,19 @@ if snapshot.is_file():
 else:
     display(Markdown("No memory snapshot in this run (`experiments.E09.snapshot` is off, or "
                      "E09 was not selected)."))
+# ## Diagnosis: what is the machine waiting for?
+#
+# Decided by rule (`perflab/diagnose.py`) from the rows above: each candidate's test, the
+# rows it read, and the one intervention the verdict points to.
+
+# %%
+diagnosis_md, diagnosis_csv = RESULTS / "diagnosis.md", RESULTS / "diagnosis.csv"
+if diagnosis_md.is_file():
+    display(Markdown(diagnosis_md.read_text()))
+    if diagnosis_csv.is_file():
+        evidence = pd.read_csv(diagnosis_csv, keep_default_na=False)
+        shown = evidence[["label", "outcome", "source", "value", "unit", "test", "passes"]]
+        display(HTML(f"<details><summary>every evidence row read ({len(shown)})</summary>"
+                     f"{html_table(shown).data}</details>"))
+else:
+    display(Markdown("diagnosis.md not found: the diagnosis was not built."))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import sys
+import textwrap
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -61,3 +64,23 @@ def assert_outputs_obey_the_contract(eid: str, rows, samples, out: dict[str, str
     assert (rows.experiment == eid).all()
     assert list(samples.columns) == io.SAMPLE_COLUMNS
     assert Path(out["provenance"]).is_file()
+
+
+def write_user_package(tmp_path: Path, monkeypatch, modules: dict[str, str]) -> str:
+    """A package of ``modules`` (name -> source) in ``tmp_path``, importable; returns its name.
+
+    The name is unique per call, so no test imports another test's module.
+    Pair with :func:`forget_package` when done.
+    """
+    pkg = f"perflab_user_{uuid.uuid4().hex[:8]}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    for name, source in modules.items():
+        (tmp_path / pkg / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return pkg
+
+
+def forget_package(pkg: str) -> None:
+    for mod in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
+        del sys.modules[mod]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-import textwrap
-import uuid
-
 import pytest
 import torch
+from experiments import forget_package, write_user_package
 
 from perflab import config, workloads
 from perflab.workloads import Workload, WorkloadError
@@ -16,6 +13,8 @@ TINY = {
     "mlp": dict(dim=8, depth=2, num_classes=3, batch=4),
     "pointwise": dict(dim=8, depth=2, batch=4),
     "attention": dict(batch=2, heads=2, head_dim=4, seq=8),
+    "convnet": dict(channels=4, image=8, num_classes=3, batch=4),
+    "transformer": dict(vocab=32, dim=16, heads=2, depth=1, seq=8, batch=2),
 }
 
 
@@ -37,7 +36,7 @@ def test_registry_builds_and_steps_on_cpu(name):
 
 
 def test_registered_names():
-    assert set(workloads.REGISTRY) == {"mlp", "pointwise", "attention"}
+    assert set(workloads.REGISTRY) == {"mlp", "pointwise", "attention", "convnet", "transformer"}
     for name, fn in workloads.REGISTRY.items():
         assert workloads.resolve_target(name) is fn
 
@@ -120,16 +119,13 @@ def batch_first_not_tensor(device, **params):
 @pytest.fixture
 def user_pkg(tmp_path, monkeypatch):
     """A package `<unique>.models` written into tmp_path and importable; yields its name."""
-    pkg = f"perflab_user_{uuid.uuid4().hex[:8]}"
-    (tmp_path / pkg).mkdir()
-    (tmp_path / pkg / "__init__.py").write_text("")
-    (tmp_path / pkg / "models.py").write_text(textwrap.dedent(USER_MODULE))
-    (tmp_path / pkg / "broken.py").write_text("def make_workload(device:\n")
-    (tmp_path / pkg / "raises.py").write_text("raise RuntimeError('import-time failure')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    pkg = write_user_package(tmp_path, monkeypatch, {
+        "models": USER_MODULE,
+        "broken": "def make_workload(device:\n",
+        "raises": "raise RuntimeError('import-time failure')\n",
+    })
     yield f"{pkg}.models"
-    for mod in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
-        del sys.modules[mod]
+    forget_package(pkg)
 
 
 def test_user_target_builds(user_pkg):

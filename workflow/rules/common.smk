@@ -81,6 +81,7 @@ def final_outputs():
     return [
         f"{RESULTS}/ledger.md",
         f"{RESULTS}/report.html",
+        f"{RESULTS}/diagnosis.md",
         *[figure_path(e) for e in selected()],
         *memory_snapshot_outputs(),
     ]

@@ -28,7 +28,7 @@ rule figure:
     log:
         f"{LOGS}/figure_{{eid}}_{{name}}.log",
     wildcard_constraints:
-        eid="e[0-9]+",
+        eid="[er][0-9]+",
     conda:
         ENV
     script:
@@ -41,6 +41,7 @@ rule report_html:
         samples=selected_samples(),
         provenance=[exp_outputs(e)["provenance"] for e in selected()],
         ledger=f"{RESULTS}/ledger.md",
+        diagnosis=f"{RESULTS}/diagnosis.md",
         figures=[figure_path(e) for e in selected()],
         snapshot=memory_snapshot_outputs(),
         notebook=os.path.join(workflow.basedir, "report", "perflab.py"),

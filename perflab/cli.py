@@ -1,0 +1,115 @@
+"""``perflab``: a thin command line over the Snakemake pipeline.
+
+    perflab check mypkg.models:make_step           # build it and run one step: a clear error or OK
+    perflab diagnose mypkg.models:make_step        # its ledger, report and verdict
+
+``diagnose`` resolves the config exactly as the Snakefile does (so a bad key
+or target stops here with the same message), runs :func:`perflab.workloads.check`
+on the resolved device (a model that raises is reported with the target and
+the phase, before any job starts), then runs Snakemake on the experiments the
+verdict reads, and prints the verdict. Extra arguments after ``--`` go to
+Snakemake unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from perflab import config as cfgmod
+from perflab import workloads
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the experiments whose rows the verdict reads (perflab/diagnose.py)
+DIAGNOSE_RUN = "E01,E05,E06,E07,E13,R01"
+
+
+def _config(args) -> dict:
+    overrides = {"workload": args.target, "device": args.device}
+    if getattr(args, "run", None):
+        overrides["run"] = args.run
+    if getattr(args, "scale", None):
+        overrides["scale"] = args.scale
+    try:
+        return cfgmod.load(args.configfile, overrides)
+    except cfgmod.ConfigError as exc:
+        sys.exit(f"perflab: {exc}")
+
+
+def _check(cfg: dict) -> workloads.Workload:
+    target, params = cfgmod.workload_spec(cfg)
+    try:
+        return workloads.check(target, cfg["resolved_device"], **params)
+    except workloads.WorkloadError as exc:
+        sys.exit(f"perflab: {exc}")
+
+
+def check(args) -> int:
+    cfg = _config(args)
+    w = _check(cfg)
+    print(f"{args.target}: OK on {cfg['resolved_device']} — {w.description}, batch "
+          f"{w.batch_size}, input {w.input_shape()}, {w.parameter_count()} parameters, "
+          f"optimizer {w.optimizer_name}")
+    return 0
+
+
+def diagnose(args, snakemake_args: list[str]) -> int:
+    cfg = _config(args)
+    _check(cfg)
+    workdir = Path(args.directory).resolve()
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+           "--directory", str(workdir), "--cores", str(args.cores)]
+    for f in args.configfile:
+        cmd += ["--configfile", str(Path(f).resolve())]
+    cmd += ["--config", f"workload={args.target}", f"run={args.run}", f"device={args.device}"]
+    if args.scale:
+        cmd.append(f"scale={args.scale}")
+    cmd += snakemake_args
+    # jobs are fresh processes: the user's module must be importable there too
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path.cwd()), str(ROOT), env.get("PYTHONPATH")) if p)
+    print("perflab: " + " ".join(cmd), file=sys.stderr)
+    rc = subprocess.call(cmd, env=env)
+    md = workdir / cfgmod.result_dir(cfg) / "diagnosis.md"
+    if rc == 0 and md.is_file():
+        print(md.read_text())
+        print(f"ledger, report and evidence: {md.parent}")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(prog="perflab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, helptext in (("check", "build a workload and run one training step"),
+                           ("diagnose", "run the evidence experiments and print the verdict")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("target", help="a name under `workloads` in the config, a registered "
+                       "builder, or package.module:function")
+        s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+        s.add_argument("--scale", help="a name under `scales` (default: auto)")
+        s.add_argument("--configfile", action="append", default=[],
+                       help="YAML merged over config/config.yaml (repeatable)")
+        if name == "diagnose":
+            s.add_argument("--run", default=DIAGNOSE_RUN,
+                           help=f"experiments to run (default: {DIAGNOSE_RUN}; 'all' for every one)")
+            s.add_argument("--cores", type=int, default=1)
+            s.add_argument("--directory", default=".",
+                           help="where results/, figures/ and logs/ go (default: here)")
+    args = p.parse_args(argv)
+    if args.command == "check":
+        return check(args)
+    return diagnose(args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

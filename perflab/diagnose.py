@@ -1,0 +1,370 @@
+"""The verdict: what is the machine waiting for? Decided by rule from this run's rows.
+
+Six candidates, each tested against the measurements that bear on it, in the
+chapter's order of suspicion (is the step fed? does the host stall it? is the
+device even busy? then which device-side work dominates):
+
+1. ``input_pipeline`` — input wait + host-to-device share of the step (E05).
+2. ``synchronization`` — the tax of a per-step host read (E13), when it exceeds
+   the block-to-block noise and ``SYNC_TAX_PCT`` of the step.
+3. ``host_overhead`` — host launch & Python overhead: on CUDA, the host needs
+   nearly as long to submit a step as the device to run it (E06), the queue
+   never holds a step in a free-running loop (E01), or wall time exceeds device
+   time (E06); with none of those measurable (a CPU), forward + backward far
+   below both measured ceilings (R01).
+4. ``optimizer`` — the optimizer is the largest phase and at least
+   ``OPTIMIZER_SHARE_PCT`` of the step (E05).
+5. ``device_compute`` / ``memory_bandwidth`` — forward + backward against the
+   measured roofline (R01): arithmetic intensity at or above the ridge point
+   is compute-bound, below it bandwidth-bound (compute-bound yet under
+   ``UTILIZATION_PCT`` of the matmul ceiling: utilization before faster math).
+
+The verdict is the first candidate whose test fits; every candidate's
+outcome (fits / ruled out / not measured) and the rows it read are kept, so
+the verdict cites its evidence and says what was ruled out and why. The
+intervention is the one the verdict's mechanism points to — the chapter's
+"form one mechanism hypothesis", to be tested by remeasuring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from perflab import io, tables
+
+#: input wait + host-to-device share of the phase sum above which the step is starved
+INPUT_SHARE_PCT = 25.0
+#: per-step host read tax (% of the step without it) above which sync is the verdict
+SYNC_TAX_PCT = 10.0
+#: host submission time / synchronized wall time at or above which the host is the limit
+HOST_SUBMIT_RATIO = 0.8
+#: work still queued at a free-running loop's final sync, in steps, below which the device
+#: never ran behind the host (a device-bound loop queues several steps, up to the launch
+#: queue's depth, so the test is in steps, not as a share of the loop)
+BACKLOG_STEPS = 1.0
+#: (wall - events) / wall at or above which the device idles on the host
+WALL_GAP_SHARE = 0.25
+#: forward + backward below this % of the roofline: neither FLOPs nor bytes set the time
+ROOFLINE_FLOOR_PCT = 5.0
+#: optimizer share of the phase sum that, as the largest phase, makes it the verdict
+OPTIMIZER_SHARE_PCT = 25.0
+#: compute-bound forward + backward below this % of the matmul ceiling: utilization first
+UTILIZATION_PCT = 50.0
+
+LABELS = {
+    "input_pipeline": "input pipeline",
+    "synchronization": "synchronization",
+    "host_overhead": "host launch & Python overhead",
+    "optimizer": "optimizer",
+    "device_compute": "device compute",
+    "memory_bandwidth": "memory bandwidth",
+    "undetermined": "undetermined",
+}
+
+INTERVENTIONS = {
+    "input_pipeline": "feed the step faster: DataLoader workers, pinned host memory with "
+                      "non_blocking copies, prefetch the next batch while this one trains",
+    "synchronization": "stop reading a device value on the host every step: keep the running "
+                       "loss on the device and read it every N steps (E13 shows the logged "
+                       "mean is unchanged)",
+    "host_overhead": "cut per-operator host cost: fewer, larger kernels — torch.compile the step "
+                     "(mode='reduce-overhead' uses CUDA graphs), a larger batch per launch, "
+                     "foreach/fused optimizer kernels",
+    "optimizer": "fuse the optimizer step (AdamW(fused=True): one kernel per parameter group "
+                 "instead of one per operation); E07/E25 time the pair and check one step agrees",
+    "device_compute": "do the matmuls in faster math: bf16 autocast (E15) or TF32 for float32; "
+                      "beyond that, less work per example",
+    "memory_bandwidth": "move fewer bytes: fuse the elementwise work around the matmuls "
+                        "(torch.compile, E19) and keep activations in a narrower dtype",
+    "undetermined": "run the evidence experiments (E01, E05, E06, E13, R01) on this workload",
+}
+
+ORDER = ("input_pipeline", "synchronization", "host_overhead", "optimizer", "device_bound")
+FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
+
+
+@dataclass
+class Evidence:
+    """One measured number a test read, where it came from, and the test it faced."""
+
+    source: str  # "<experiment> <variant> <metric> <statistic>"
+    value: float | None
+    unit: str
+    test: str
+    passes: bool | None = None
+
+
+@dataclass
+class Finding:
+    bottleneck: str
+    outcome: str
+    because: str
+    evidence: list[Evidence] = field(default_factory=list)
+    #: the intervention when the evidence refines the candidate's default one
+    intervention: str = ""
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.bottleneck]
+
+
+@dataclass
+class Diagnosis:
+    verdict: str
+    because: str
+    findings: list[Finding]
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.verdict]
+
+    @property
+    def intervention(self) -> str:
+        chosen = [f for f in self.findings if f.bottleneck == self.verdict]
+        return (chosen[0].intervention if chosen else "") or INTERVENTIONS[self.verdict]
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        for f in self.findings:
+            if f.bottleneck == self.verdict:
+                return f.evidence
+        return []
+
+
+class _Rows:
+    """Reads single values out of the result frame, remembering where each came from."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+
+    def has(self, eid: str) -> bool:
+        return bool((self.frame.experiment == eid).any())
+
+    def get(self, eid: str, variant: str, metric: str, statistic: str = "median",
+            unit: str = "", test: str = "") -> Evidence:
+        cell = tables.pick(self.frame[self.frame.experiment == eid], variant, metric, statistic)
+        value = None if isinstance(cell, tables.Missing) else float(cell)
+        return Evidence(f"{eid} {variant} {metric} {statistic}", value, unit, test)
+
+    def device_is_cuda(self, eid: str) -> bool:
+        rows = self.frame[self.frame.experiment == eid]
+        return bool(rows.device.astype(str).str.startswith("cuda").any())
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    if v is None:
+        return "not measured"
+    text = f"{v:.3g}" if abs(v) < 1e4 else f"{v:.3e}"
+    return f"{text} {unit}".strip()
+
+
+# ------------------------------------------------------------------ the tests
+
+
+def _input_pipeline(r: _Rows) -> Finding:
+    wait = r.get("E05", "sync/input_wait", "phase_share", "value", "%")
+    h2d = r.get("E05", "sync/host_to_device", "phase_share", "value", "%")
+    if wait.value is None:
+        return Finding("input_pipeline", NOT_MEASURED, "needs E05's phase shares")
+    share = wait.value + (h2d.value or 0.0)
+    ok = share >= INPUT_SHARE_PCT
+    test = f"input wait + host-to-device >= {INPUT_SHARE_PCT:g}% of the phase sum"
+    for e in (wait, h2d):
+        e.test, e.passes = test, ok
+    return Finding("input_pipeline", FITS if ok else RULED_OUT,
+                   f"input wait + host-to-device are {share:.1f}% of the step "
+                   f"({'>=' if ok else '<'} {INPUT_SHARE_PCT:g}%)", [wait, h2d])
+
+
+def _synchronization(r: _Rows) -> Finding:
+    tax = r.get("E13", "controlled/tax", "tax_rel", "value", "%")
+    resolved = r.get("E13", "controlled/tax", "tax_resolved", "value", "bool")
+    if tax.value is None:
+        return Finding("synchronization", NOT_MEASURED, "needs E13's sync tax on the controlled step")
+    ok = tax.value >= SYNC_TAX_PCT and bool(resolved.value)
+    tax.test = f">= {SYNC_TAX_PCT:g}% of the step without a host read"
+    resolved.test = "1: the tax exceeds the block-to-block spread"
+    tax.passes, resolved.passes = tax.value >= SYNC_TAX_PCT, bool(resolved.value)
+    return Finding("synchronization", FITS if ok else RULED_OUT,
+                   f"a per-step host read costs {tax.value:+.1f}% of the step, "
+                   + ("beyond the noise" if resolved.value else "inside the noise"),
+                   [tax, resolved])
+
+
+def _host_overhead(r: _Rows) -> Finding:
+    evidence: list[Evidence] = []
+    cuda_votes: list[bool] = []
+    wall = r.get("E06", "wall_clock", "step_latency", "median", "ms")
+    submit = r.get("E06", "host_submission", "step_latency", "median", "ms")
+    gap = r.get("E06", "wall_minus_events", "step_latency", "median", "ms")
+    if wall.value and submit.value is not None:
+        ratio = Evidence(f"{submit.source} / {wall.source}", submit.value / wall.value, "ratio",
+                         f"host submission / wall >= {HOST_SUBMIT_RATIO:g}")
+        ratio.passes = ratio.value >= HOST_SUBMIT_RATIO
+        evidence += [submit, wall, ratio]
+        cuda_votes.append(ratio.passes)
+    if wall.value and gap.value is not None:
+        share = Evidence(f"{gap.source} / {wall.source}", gap.value / wall.value, "ratio",
+                         f"(wall - events) / wall >= {WALL_GAP_SHARE:g}")
+        share.passes = share.value >= WALL_GAP_SHARE
+        evidence += [gap, share]
+        cuda_votes.append(share.passes)
+    if r.device_is_cuda("E01"):
+        rows = r.frame[(r.frame.experiment == "E01") & (r.frame.status == "ok")]
+        loops = [v for v in rows.variant.unique() if v.startswith("naive_loop_")]
+        if loops:
+            longest = max(loops, key=lambda v: int(v.rsplit("_", 1)[1]))
+            n = int(longest.rsplit("_", 1)[1])
+            back = r.get("E01", longest, "backlog_at_final_sync", "value", "ms")
+            real = r.get("E01", longest, "real_ms_per_step", "value", "ms")
+            if back.value is not None and real.value:
+                queued = Evidence(f"{back.source} / {real.source}", back.value / real.value,
+                                  "steps", f"queued at the final sync < {BACKLOG_STEPS:g} step "
+                                  f"(loop of {n})")
+                queued.passes = queued.value < BACKLOG_STEPS
+                evidence += [back, real, queued]
+                cuda_votes.append(queued.passes)
+    if cuda_votes:
+        ok = any(cuda_votes)
+        return Finding("host_overhead", FITS if ok else RULED_OUT,
+                       "the host, not the device, sets the pace of the step" if ok else
+                       "the device stays busy: the host submits faster than the device runs",
+                       evidence)
+    # no device queue to observe (a CPU, or E01/E06 not run): the roofline's indirect evidence
+    roof = r.get("R01", "phase/forward_backward", "roofline_fraction", "median", "%")
+    if roof.value is None:
+        return Finding("host_overhead", NOT_MEASURED,
+                       "needs E06 (CUDA events, host submission) or E01 on CUDA, or R01")
+    roof.test = (f"forward + backward < {ROOFLINE_FLOOR_PCT:g}% of the roofline "
+                 "(neither FLOPs nor bytes set the time)")
+    roof.passes = roof.value < ROOFLINE_FLOOR_PCT
+    return Finding("host_overhead", FITS if roof.passes else RULED_OUT,
+                   f"forward + backward reach {roof.value:.1f}% of the attainable rate"
+                   + (": per-operator overhead, not work, fills the step" if roof.passes
+                      else "") + " (no device queue observable here)", [roof])
+
+
+def _optimizer(r: _Rows) -> Finding:
+    phases = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
+              "logging")
+    shares = {ph: r.get("E05", f"sync/{ph}", "phase_share", "value", "%") for ph in phases}
+    if shares["optimizer"].value is None:
+        return Finding("optimizer", NOT_MEASURED, "needs E05's phase shares")
+    largest = max(phases, key=lambda ph: shares[ph].value or 0.0)
+    opt = shares["optimizer"]
+    ok = largest == "optimizer" and opt.value >= OPTIMIZER_SHARE_PCT
+    opt.test = f"the largest phase and >= {OPTIMIZER_SHARE_PCT:g}% of the phase sum"
+    opt.passes = ok
+    evidence = [opt]
+    if largest != "optimizer":
+        big = shares[largest]
+        big.test, big.passes = "the largest phase", True
+        evidence.append(big)
+    for variant in ("adamw_foreach", "adamw_fused"):
+        e = r.get("E07", variant, "step_latency", "median", "ms",
+                  "isolated optimizer step (context, not part of the test)")
+        if e.value is not None:
+            evidence.append(e)
+    return Finding("optimizer", FITS if ok else RULED_OUT,
+                   f"the optimizer is {opt.value:.1f}% of the step"
+                   + ("" if largest == "optimizer" else f"; {largest} is larger "
+                      f"({shares[largest].value:.1f}%)"), evidence)
+
+
+def _device_bound(r: _Rows) -> Finding:
+    ai = r.get("R01", "phase/forward_backward", "arithmetic_intensity", "median", "FLOP/B")
+    ridge = r.get("R01", "ceiling/ridge_point", "arithmetic_intensity", "value", "FLOP/B")
+    flops = r.get("R01", "phase/forward_backward", "flops_fraction", "median", "%",
+                  "achieved FLOP/s as % of the measured matmul ceiling")
+    bw = r.get("R01", "phase/forward_backward", "bandwidth_fraction", "median", "%",
+               "achieved bytes/s as % of the measured memory bandwidth")
+    if ai.value is None or ridge.value is None:
+        return Finding("device_compute", NOT_MEASURED, "needs R01 (ceilings and phase work)")
+    compute = ai.value >= ridge.value
+    ai.test = "at or above the ridge point: compute-bound; below: bandwidth-bound"
+    ai.passes = compute
+    evidence = [ai, ridge, flops, bw]
+    fb = [r.get("E05", f"sync/{ph}", "phase_share", "value", "%", "share of the step")
+          for ph in ("forward", "backward")]
+    evidence += [e for e in fb if e.value is not None]
+    kind = "device_compute" if compute else "memory_bandwidth"
+    close = flops.value if compute else bw.value
+    refined = ""
+    if compute and flops.value is not None and flops.value < UTILIZATION_PCT:
+        # compute-bound by intensity, yet far from the ceiling: the kernels are too small
+        refined = (f"raise the matmuls' utilization first (they reach {flops.value:.0f}% of "
+                   "this device's measured ceiling): more work per kernel — a larger batch "
+                   "(E08 shows the throughput curve) — then faster math (bf16 autocast, E15)")
+    return Finding(kind, FITS,
+                   f"forward + backward do {ai.value:.3g} FLOP per byte "
+                   f"({'>=' if compute else '<'} the ridge point {ridge.value:.3g}) and reach "
+                   f"{_fmt(close, '%')} of the measured "
+                   + ("matmul ceiling" if compute else "memory bandwidth"), evidence, refined)
+
+
+TESTS = {
+    "input_pipeline": _input_pipeline,
+    "synchronization": _synchronization,
+    "host_overhead": _host_overhead,
+    "optimizer": _optimizer,
+    "device_bound": _device_bound,
+}
+
+
+def diagnose(frame: pd.DataFrame) -> Diagnosis:
+    """The verdict from the result rows of one run (any subset of experiments)."""
+    r = _Rows(frame)
+    findings = [TESTS[name](r) for name in ORDER]
+    for f in findings:
+        if f.outcome == FITS:
+            return Diagnosis(f.bottleneck, f.because, findings)
+    return Diagnosis("undetermined", "no candidate's test fits the rows of this run "
+                     "(see what each needs)", findings)
+
+
+# ------------------------------------------------------------------ outputs
+
+COLUMNS = ["candidate", "label", "outcome", "verdict", "because", "source", "value", "unit",
+           "test", "passes", "intervention"]
+
+
+def to_frame(d: Diagnosis) -> pd.DataFrame:
+    """One row per evidence row read (a candidate with none gets one row saying why)."""
+    rows = []
+    for f in d.findings:
+        common = dict(candidate=f.bottleneck, label=f.label, outcome=f.outcome,
+                      verdict=f.bottleneck == d.verdict, because=f.because,
+                      intervention=f.intervention or INTERVENTIONS[f.bottleneck])
+        for e in f.evidence or [Evidence("", None, "", "")]:
+            rows.append({**common, "source": e.source, "value": e.value, "unit": e.unit,
+                         "test": e.test, "passes": e.passes})
+    if d.verdict == "undetermined":
+        rows.append(dict(candidate="undetermined", label=d.label, outcome="", verdict=True,
+                         because=d.because, source="", value=None, unit="", test="",
+                         passes=None, intervention=d.intervention))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def render_markdown(d: Diagnosis) -> str:
+    lines = ["## What is the machine waiting for?", "",
+             f"**Verdict: {d.label}** — {d.because}.", ""]
+    ev = [e for e in d.evidence if e.value is not None]
+    if ev:
+        lines.append("Evidence:")
+        lines += [f"- `{e.source}` = {_fmt(e.value, e.unit)}" + (f" ({e.test})" if e.test else "")
+                  for e in ev]
+        lines.append("")
+    lines += [f"**Next intervention:** {d.intervention}. Then remeasure: the hypothesis holds "
+              "only if the step time moves beyond its noise.", "",
+              "| candidate | outcome | because |", "| --- | --- | --- |"]
+    for f in d.findings:
+        lines.append(f"| {f.label} | {f.outcome} | {f.because} |")
+    return "\n".join(lines) + "\n"
+
+
+def build(csv_paths) -> tuple[pd.DataFrame, str, Diagnosis]:
+    """(diagnosis rows, Markdown, the Diagnosis) from a run's result CSVs."""
+    d = diagnose(io.read_results(csv_paths))
+    return to_frame(d), render_markdown(d), d

@@ -1,0 +1,214 @@
+"""Roofline: this device's measured ceilings, and the work each phase of a step does.
+
+"Close to the limit" needs a limit. The ceilings here are *measured* on the
+device the pipeline runs on, not read from a data sheet: the best dense
+matmul FLOP/s per dtype over a few square sizes, and the copy bandwidth of a
+large buffer (device memory to device memory; host memcpy; host to device and
+back over pinned memory on CUDA). The work of a phase is counted, not
+estimated: FLOPs by ``torch.utils.flop_counter.FlopCounterMode`` (matmuls,
+convolutions, attention kernels it knows; elementwise work counts 0, so a
+phase's FLOPs are a lower bound) and bytes by :class:`ByteCounter`, the sum
+of the sizes of every tensor each ATen operator reads and writes (views move
+nothing and are skipped). The byte count is the traffic of the unfused
+operators: a fused kernel that keeps intermediates in registers moves less,
+and tensors small enough to stay in cache never reach memory (a small phase
+can show more than 100% of the memory bandwidth).
+
+A phase's achieved fraction is its counted work over its measured time, set
+against the ceiling: FLOP/s over the matmul ceiling of the contract's dtype,
+bytes/s over the memory bandwidth, and the roofline fraction (achieved FLOP/s
+over min(peak, intensity x bandwidth), the attainable rate at the phase's
+arithmetic intensity).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+from perflab import timing
+
+
+def _register_cpu_attention_flops() -> None:
+    """Count the CPU fused attention kernel as the flop counter counts the CUDA ones.
+
+    ``torch.utils.flop_counter`` knows SDPA's flash / memory-efficient / cuDNN
+    kernels but not ``_scaled_dot_product_flash_attention_for_cpu``: without
+    this a transformer's attention would count 0 FLOPs on a CPU.
+    """
+    from torch.utils import flop_counter as fc
+
+    fwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    bwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    needed = ("register_flop_formula", "flop_registry", "sdpa_flop_count",
+              "sdpa_backward_flop_count")
+    if fwd is None or bwd is None or not all(hasattr(fc, n) for n in needed):
+        return
+    if fwd not in fc.flop_registry:
+        @fc.register_flop_formula(fwd)
+        def _fwd(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+            return fc.sdpa_flop_count(query_shape, key_shape, value_shape)
+    if bwd not in fc.flop_registry:
+        @fc.register_flop_formula(bwd)
+        def _bwd(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                 **kwargs) -> int:
+            return fc.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape,
+                                               value_shape)
+
+
+_register_cpu_attention_flops()
+
+#: operators that allocate without reading or writing data worth counting
+_NO_TRAFFIC = {
+    "aten::empty",
+    "aten::empty_like",
+    "aten::empty_strided",
+    "aten::detach",
+    "aten::alias",
+    "aten::lift_fresh",
+}
+
+
+def _nbytes(tree: Any) -> int:
+    leaves, _ = tree_flatten(tree)
+    return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+
+
+class ByteCounter(TorchDispatchMode):
+    """Sum of the bytes of every tensor each ATen op reads (inputs) and writes (outputs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not getattr(func, "is_view", False) and func._schema.name not in _NO_TRAFFIC:
+            self.bytes += _nbytes((args, kwargs)) + _nbytes(out)
+            self.ops += 1
+        return out
+
+
+@dataclass
+class Work:
+    """What one call did: FLOPs counted by the flop counter, bytes moved, ATen ops run."""
+
+    flops: int
+    bytes: int
+    ops: int
+
+
+def count(fn: Callable[[], Any]) -> tuple[Work, Any]:
+    """Run ``fn`` once under the FLOP and byte counters; (its work, its return value)."""
+    flops = FlopCounterMode(display=False)
+    with flops, ByteCounter() as moved:
+        out = fn()
+    return Work(int(flops.get_total_flops()), int(moved.bytes), moved.ops), out
+
+
+#: the phases of the training step that do device work, in order
+WORK_PHASES = ("host_to_device", "forward", "loss", "backward", "optimizer")
+
+
+def step_work(model, w, opt, x_host, y_host, device) -> dict[str, Work]:
+    """The work of each phase of one steady-state training step (optimizer state exists).
+
+    One uncounted step runs first so AdamW's state is allocated, as in every
+    step after the first.
+    """
+    x = x_host.to(device)
+    y = y_host.to(device) if y_host is not None else None
+    opt.zero_grad(set_to_none=True)
+    w.loss_fn(model(x), y).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    moved = _nbytes((x_host, y_host)) if torch.device(device).type != "cpu" else 0
+    work = {"host_to_device": Work(0, moved, 2 if y_host is not None else 1)}
+    work["forward"], out = count(lambda: model(x))
+    work["loss"], loss = count(lambda: w.loss_fn(out, y))
+    work["backward"], _ = count(loss.backward)
+    work["optimizer"], _ = count(opt.step)
+    opt.zero_grad(set_to_none=True)
+    return work
+
+
+# ------------------------------------------------------------------ ceilings
+
+
+def inner_count(fn: Callable[[], Any], target_ms: float, sync: timing.Sync) -> int:
+    """How many back-to-back calls of ``fn`` last about ``target_ms`` (at least 1)."""
+    fn()
+    sync()
+    one = min(timing.time_calls(fn, warmup=0, repeats=3, sync=sync))
+    return max(1, min(10_000, math.ceil(target_ms / max(one, 1e-6))))
+
+
+def per_call_ms(fn: Callable[[], Any], *, target_ms: float, repeats: int,
+                sync: timing.Sync) -> tuple[list[float], int]:
+    """ms per call of ``fn``: each sample is ``inner`` calls synchronized only at both ends."""
+    inner = inner_count(fn, target_ms, sync)
+
+    def block():
+        for _ in range(inner):
+            fn()
+
+    samples = timing.time_calls(block, warmup=1, repeats=repeats, sync=sync)
+    return [s / inner for s in samples], inner
+
+
+def matmul_op(n: int, dtype: torch.dtype, device: torch.device) -> Callable[[], Any]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    c = torch.empty(n, n, device=device, dtype=dtype)
+    return lambda: torch.mm(a, b, out=c)
+
+
+def copy_op(kind: str, nbytes: int, device: torch.device) -> tuple[Callable[[], Any], int]:
+    """(the copy, bytes it moves per call). Kinds: host_memcpy, device_to_device,
+    host_to_device, device_to_host (pinned host memory for the last two)."""
+    n = max(1, nbytes // 4)
+    if kind == "host_memcpy":
+        src, dst = torch.ones(n), torch.empty(n)
+        return (lambda: dst.copy_(src)), 2 * 4 * n  # read + write
+    if kind == "device_to_device":
+        src = torch.ones(n, device=device)
+        dst = torch.empty(n, device=device)
+        return (lambda: dst.copy_(src)), 2 * 4 * n
+    if kind == "host_to_device":
+        src = torch.ones(n).pin_memory()
+        dst = torch.empty(n, device=device)
+        return (lambda: dst.copy_(src, non_blocking=True)), 4 * n  # across the link once
+    if kind == "device_to_host":
+        src = torch.ones(n, device=device)
+        dst = torch.empty(n).pin_memory()
+        return (lambda: dst.copy_(src, non_blocking=True)), 4 * n
+    raise ValueError(f"unknown copy kind {kind!r}")
+
+
+def fractions(work: Work, ms: float, peak_flops: float, bandwidth: float) -> dict[str, float]:
+    """Achieved rates of ``work`` done in ``ms`` and their fractions (%) of the ceilings."""
+    s = ms / 1e3
+    achieved_flops = work.flops / s if s > 0 else 0.0
+    achieved_bw = work.bytes / s if s > 0 else 0.0
+    intensity = work.flops / work.bytes if work.bytes else 0.0
+    attainable = min(peak_flops, intensity * bandwidth) if work.flops else 0.0
+    return {
+        "achieved_flops": achieved_flops,
+        "achieved_bandwidth": achieved_bw,
+        "arithmetic_intensity": intensity,
+        "flops_fraction": 100 * achieved_flops / peak_flops if peak_flops else 0.0,
+        "bandwidth_fraction": 100 * achieved_bw / bandwidth if bandwidth else 0.0,
+        # at zero intensity the attainable FLOP rate is 0: the bytes are the limit
+        "roofline_fraction": (100 * achieved_flops / attainable if attainable
+                              else 100 * achieved_bw / bandwidth if bandwidth else 0.0),
+    }

@@ -1,0 +1,162 @@
+"""The verdict rules on synthetic evidence: each verdict, its cited rows, its ruled-out rivals."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from perflab import diagnose, io, ledger
+
+PHASES = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer", "logging")
+
+
+def _row(eid, variant, metric, value, statistic="value", device="cpu", unit="x"):
+    return {
+        "experiment": eid, "variant": variant, "workload": "w", "model": "m",
+        "input_shape": "[1]", "dtype": "float32", "device": device, "device_name": "d",
+        "mode": "train", "execution": "eager", "metric": metric, "window": "w",
+        "sync_boundary": "s", "statistic": statistic, "value": value, "unit": unit, "n": 1,
+        "status": "ok", "reason": "",
+    }
+
+
+def phases(**shares):
+    """E05 phase shares (%): the given ones, the rest of 100 spread over forward/backward."""
+    given = {ph: 0.5 for ph in PHASES if ph not in ("forward", "backward")}
+    given.update(shares)
+    rest = max(0.0, 100 - sum(v for k, v in given.items() if k not in ("forward", "backward")))
+    given.setdefault("forward", rest / 3)
+    given.setdefault("backward", 2 * rest / 3)
+    return [_row("E05", f"sync/{ph}", "phase_share", v) for ph, v in given.items()]
+
+
+def sync_tax(pct, resolved=True):
+    return [_row("E13", "controlled/tax", "tax_rel", pct),
+            _row("E13", "controlled/tax", "tax_resolved", float(resolved))]
+
+
+def events(wall, submit, gap, device="cuda:0"):
+    return [_row("E06", v, "step_latency", x, "median", device)
+            for v, x in (("wall_clock", wall), ("host_submission", submit),
+                         ("wall_minus_events", gap))]
+
+
+def backlog(n, backlog_ms, real_ms, device="cuda:0"):
+    return [_row("E01", f"naive_loop_{n}", "backlog_at_final_sync", backlog_ms, device=device),
+            _row("E01", f"naive_loop_{n}", "real_ms_per_step", real_ms, device=device)]
+
+
+def roofline(intensity, ridge, flops_pct, bw_pct, roof_pct):
+    v = "phase/forward_backward"
+    return [_row("R01", v, "arithmetic_intensity", intensity, "median"),
+            _row("R01", "ceiling/ridge_point", "arithmetic_intensity", ridge),
+            _row("R01", v, "flops_fraction", flops_pct, "median"),
+            _row("R01", v, "bandwidth_fraction", bw_pct, "median"),
+            _row("R01", v, "roofline_fraction", roof_pct, "median")]
+
+
+def frame(*parts):
+    f = pd.DataFrame([r for part in parts for r in part], columns=io.COLUMNS)
+    io.validate_rows(f)  # synthetic evidence obeys the same contract as measured rows
+    return f
+
+
+#: a compute-bound device that is busy (CUDA evidence says the host keeps up)
+BUSY = events(wall=10.0, submit=2.0, gap=0.1) + backlog(400, 80.0, 10.0)  # 8 steps queued
+
+
+@pytest.mark.parametrize("evidence, verdict, cited", [
+    (frame(phases(input_wait=40.0), sync_tax(1.0), BUSY, roofline(50, 20, 60, 10, 60)),
+     "input_pipeline", "E05 sync/input_wait phase_share"),
+    (frame(phases(), sync_tax(25.0), BUSY, roofline(50, 20, 60, 10, 60)),
+     "synchronization", "E13 controlled/tax tax_rel"),
+    (frame(phases(), sync_tax(1.0), events(wall=10.0, submit=9.5, gap=0.2),
+           roofline(50, 20, 60, 10, 60)),
+     "host_overhead", "E06 host_submission step_latency median"),
+    (frame(phases(), sync_tax(1.0), events(wall=10.0, submit=2.0, gap=0.1)
+           + backlog(400, 4.0, 10.0), roofline(50, 20, 60, 10, 60)),  # under a step queued
+     "host_overhead", "E01 naive_loop_400 backlog_at_final_sync value"),
+    (frame(phases(), sync_tax(1.0), roofline(50, 20, 2.0, 0.5, 2.0)),  # a CPU: no queue
+     "host_overhead", "R01 phase/forward_backward roofline_fraction median"),
+    (frame(phases(optimizer=51.0, forward=16.0, backward=31.0), sync_tax(1.0), BUSY,
+           roofline(50, 20, 60, 10, 60)),
+     "optimizer", "E05 sync/optimizer phase_share"),
+    (frame(phases(), sync_tax(1.0), BUSY, roofline(50, 20, 70, 10, 70)),
+     "device_compute", "R01 phase/forward_backward arithmetic_intensity median"),
+    (frame(phases(), sync_tax(1.0), BUSY, roofline(4, 20, 8, 80, 40)),
+     "memory_bandwidth", "R01 ceiling/ridge_point arithmetic_intensity value"),
+    (frame(phases(), sync_tax(1.0)), "undetermined", None),
+])
+def test_each_verdict(evidence, verdict, cited):
+    d = diagnose.diagnose(evidence)
+    assert d.verdict == verdict, [(f.bottleneck, f.outcome, f.because) for f in d.findings]
+    assert d.intervention == diagnose.INTERVENTIONS[verdict]  # near the ceiling: the default
+    sources = [e.source for e in d.evidence]
+    if cited is None:
+        assert not sources
+    else:
+        assert any(s.startswith(cited) for s in sources), sources
+        # every cited number is a value of the frame (or a ratio of two of them)
+        assert all(e.value is not None for e in d.evidence if e.source.startswith(cited))
+
+
+def test_rivals_say_why_they_were_ruled_out():
+    d = diagnose.diagnose(frame(phases(optimizer=51.0, forward=16.0, backward=31.0),
+                                sync_tax(3.0, resolved=False), BUSY,
+                                roofline(50, 20, 60, 10, 60)))
+    outcome = {f.bottleneck: f for f in d.findings}
+    assert outcome["input_pipeline"].outcome == diagnose.RULED_OUT
+    assert outcome["synchronization"].outcome == diagnose.RULED_OUT
+    assert "inside the noise" in outcome["synchronization"].because
+    assert outcome["host_overhead"].outcome == diagnose.RULED_OUT
+    assert "51.0%" in outcome["optimizer"].because
+
+
+def test_a_small_resolved_tax_is_not_the_verdict_nor_a_large_unresolved_one():
+    for tax, resolved in ((3.0, True), (40.0, False)):
+        d = diagnose.diagnose(frame(phases(), sync_tax(tax, resolved), BUSY,
+                                    roofline(50, 20, 60, 10, 60)))
+        assert d.verdict == "device_compute"
+
+
+def test_cpu_queue_evidence_is_not_read_as_host_bound():
+    # on a CPU the loop's backlog is always ~0: E01 on a CPU must not vote host-bound
+    d = diagnose.diagnose(frame(phases(), sync_tax(1.0), backlog(400, 0.0, 10.0, device="cpu"),
+                                roofline(50, 20, 60, 10, 60)))
+    assert d.verdict == "device_compute"
+
+
+def test_missing_evidence_is_said_not_invented():
+    d = diagnose.diagnose(frame(phases()))
+    outcome = {f.bottleneck: f.outcome for f in d.findings}
+    assert outcome["synchronization"] == diagnose.NOT_MEASURED
+    assert outcome["host_overhead"] == diagnose.NOT_MEASURED
+    assert outcome["device_compute"] == diagnose.NOT_MEASURED
+    assert d.verdict == "undetermined"
+
+
+def test_outputs_cite_the_rows(tmp_path):
+    evidence = frame(phases(optimizer=51.0, forward=16.0, backward=31.0), sync_tax(1.0),
+                     events(wall=10.0, submit=2.0, gap=0.1), roofline(50, 20, 60, 10, 60))
+    csv = tmp_path / "evidence.csv"
+    io.write_results(csv, evidence.to_dict("records"))
+    rows, md, d = diagnose.build([csv])
+    assert d.verdict == "optimizer"
+    chosen = rows[rows.verdict]
+    assert set(chosen.candidate) == {"optimizer"}
+    assert "E05 sync/optimizer phase_share value" in set(chosen.source)
+    assert "**Verdict: optimizer**" in md and "E05 sync/optimizer phase_share value" in md
+    assert diagnose.INTERVENTIONS["optimizer"] in md
+    # the ledger carries the same verdict, citing the same row
+    led, led_md = ledger.build([csv])
+    verdict = led[(led.section == "verdict") & (led.field == "waiting_for")]
+    assert verdict.value.iloc[0] == "optimizer"
+    assert "E05 sync/optimizer phase_share value" in verdict.source.iloc[0]
+    assert "verdict     waiting for optimizer" in led_md
+
+
+def test_compute_bound_far_from_the_ceiling_points_at_utilization():
+    d = diagnose.diagnose(frame(phases(), sync_tax(1.0), BUSY, roofline(50, 20, 20, 5, 20)))
+    assert d.verdict == "device_compute"
+    assert "utilization" in d.intervention and "20%" in d.intervention
+    assert d.intervention != diagnose.INTERVENTIONS["device_compute"]
