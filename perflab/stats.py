@@ -193,11 +193,24 @@ def judge(
     if not np.isfinite(p):
         p = 1.0
     rel = 100 * effect / base if base else float("nan")
-    significant = bool(p < alpha and (lo > 0 or hi < 0))
-    exceeds = None if noise_floor_pct is None else bool(abs(rel) > noise_floor_pct)
+    significant, exceeds, resolved = decide(p=p, ci_low=lo, ci_high=hi, relative_pct=rel,
+                                            noise_floor_pct=noise_floor_pct, alpha=alpha)
     return Judgement(effect=effect, relative_pct=rel, ci_low=lo, ci_high=hi, p=p, test=test,
                      n=n, significant=significant, noise_floor_pct=noise_floor_pct,
-                     exceeds_floor=exceeds, resolved=significant and exceeds is not False)
+                     exceeds_floor=exceeds, resolved=resolved)
+
+
+def decide(*, p: float, ci_low: float, ci_high: float, relative_pct: float,
+           noise_floor_pct: float | None, alpha: float = ALPHA) -> tuple[bool, bool | None, bool]:
+    """(significant, exceeds_floor, resolved): the rule :func:`judge` applies to its numbers.
+
+    Exposed so a judgement already written as rows (``ab_p``, ``ab_ci_low``,
+    ``ab_ci_high``, ``ab_effect_rel``) can be re-judged later against an A/A
+    floor measured in another job, by the same rule.
+    """
+    significant = bool(p < alpha and (ci_low > 0 or ci_high < 0))
+    exceeds = None if noise_floor_pct is None else bool(abs(relative_pct) > noise_floor_pct)
+    return significant, exceeds, significant and exceeds is not False
 
 
 def aa_noise_floor_pct(a_blocks: Sequence[float], b_blocks: Sequence[float],

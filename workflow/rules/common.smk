@@ -82,7 +82,13 @@ def final_outputs():
         f"{RESULTS}/ledger.md",
         f"{RESULTS}/report.html",
         *[figure_path(e) for e in selected()],
+        *compare_outputs(),
     ]
+
+
+def compare_outputs():
+    """The cross-run comparison (rule `compare`) when `compare_to` names a directory."""
+    return [f"{RESULTS}/compare/summary.md"] if RUN["compare_to"] else []
 
 
 # E08 batch sweep: one job per batch size (a fresh process each, so no allocator

@@ -28,7 +28,7 @@ rule figure:
     log:
         f"{LOGS}/figure_{{eid}}_{{name}}.log",
     wildcard_constraints:
-        eid="e[0-9]+",
+        eid="[ce][0-9]+",
     conda:
         ENV
     script:
@@ -43,6 +43,7 @@ rule report_html:
         ledger=f"{RESULTS}/ledger.md",
         figures=[figure_path(e) for e in selected()],
         notebook=os.path.join(workflow.basedir, "report", "perflab.py"),
+        compare=compare_outputs(),
     output:
         report(
             f"{RESULTS}/report.html",
