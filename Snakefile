@@ -18,6 +18,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/calibration.smk"
 include: "workflow/rules/hygiene.smk"
 include: "workflow/rules/localize.smk"
+include: "workflow/rules/memory.smk"
 include: "workflow/rules/report.smk"
 
 

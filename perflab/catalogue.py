@@ -89,6 +89,41 @@ EXPERIMENTS: dict[str, Experiment] = {
             "allocator counters; a scaled batch range",
         ),
         Experiment(
+            "E09",
+            "memory_by_phase",
+            "Where memory goes: allocated after each phase, cold and steady, and the hidden peak",
+            "memory",
+            cpu_behaviour="the phase table is n/a (no allocator counter); peak RSS (VmHWM) over "
+            "the measured steps, and the persistent breakdown by tensor accounting",
+        ),
+        Experiment(
+            "E10",
+            "oom_decomposition",
+            "An out-of-memory error decomposed: persistent, shape-dependent, accumulating, "
+            "allocator",
+            "memory",
+            workloads=("oom_mlp",),
+            cpu_behaviour="no per-process allocator cap: the OOM and its diagnosis are "
+            "unsupported rows; the evidence (parameter, gradient and optimizer-state bytes by "
+            "tensor accounting, RSS across repeated steps) is measured",
+        ),
+        Experiment(
+            "E11",
+            "retained_leak",
+            "The accumulating branch: a retained reference grows memory linearly",
+            "memory",
+            cpu_behaviour="RSS instead of allocated (no allocator counter; empty_cache n/a); "
+            "the retained graph's saved-tensor bytes are counted on both devices",
+        ),
+        Experiment(
+            "E12",
+            "alloc_reserved_smi",
+            "Allocated, reserved, max reserved and NVML: four counters, four stories",
+            "memory",
+            cpu_behaviour="allocator and NVML counters are unsupported rows; the process RSS "
+            "around the same large tensor is measured instead",
+        ),
+        Experiment(
             "E13",
             "sync_tax",
             "The synchronization tax of a per-step host read",

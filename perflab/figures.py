@@ -26,6 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import (  # noqa: E402
     FixedLocator,
     FuncFormatter,
+    MaxNLocator,
     NullLocator,
     ScalarFormatter,
 )
@@ -695,6 +696,180 @@ def fig_c00(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
     return fig
 
 
+E09_BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
+
+
+def fig_e09(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Allocated after each phase, cold and steady, with each step's peak; the persistent parts."""
+    r = rows[rows.experiment == "E09"]
+    fig, (ax, ax2) = _new_figure("E09", r, ncols=2, width=12.5,
+                                 gridspec_kw={"width_ratios": [1.6, 1]})
+    notes = []
+    colours = sns.color_palette(n_colors=2)
+    xs = np.arange(len(E09_BOUNDARIES))
+    for colour, label in zip(colours, ("cold", "steady")):
+        ys = [_num(pick(r, f"{label}/{b}", "allocated", "value")) for b in E09_BOUNDARIES]
+        if any(y is None for y in ys):
+            notes.append(f"{label} phases: {pick(r, f'{label}/start', 'allocated', 'value')}")
+            continue
+        win = pick(r, label, "peak_allocated", "value", field="window")
+        step = " ".join(str(win).split()[:2]) if not isinstance(win, Missing) else label
+        ax.plot(xs, ys, "o-", color=colour, label=f"{step} ({label}): after each phase")
+        peak = pick(r, label, "peak_allocated", "value")
+        hidden = pick(r, label, "hidden_peak", "value")
+        if not isinstance(peak, Missing):
+            ax.axhline(peak, color=colour, ls="--", lw=1,
+                       label=f"{label} peak {peak:.1f} MiB"
+                       + ("" if isinstance(hidden, Missing) else
+                          f" ({hidden:+.1f} above every boundary)"))
+    rss = [(label, pick(r, label, "peak_rss", "value")) for label in ("cold", "steady")]
+    for label, v in rss:
+        if not isinstance(v, Missing):
+            notes.append(f"{label} step peak RSS (VmHWM, whole process): {v:.1f} MiB")
+    ax.set_xticks(xs, E09_BOUNDARIES)
+    ax.set_xlabel("after phase")
+    ax.set_ylabel("allocated MiB")
+    ax.set_title("allocated after each phase, and the step's peak")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)
+    _note(ax, notes, loc="lower right")
+
+    parts = ("parameters", "gradients", "optimizer_state", "other")
+    vals = [(p, pick(r, f"persistent/{p}", "bytes", "value"),
+             pick(r, f"persistent/{p}", "share", "value")) for p in parts]
+    bottom, notes2 = 0.0, []
+    for colour, (part, mib, share) in zip(sns.color_palette(n_colors=len(parts)), vals):
+        if isinstance(mib, Missing):
+            notes2.append(f"{part}: {mib}")
+            continue
+        ax2.bar(0, mib, 0.5, bottom=bottom, color=colour,
+                label=f"{part.replace('_', ' ')}: {mib:.4g} MiB"
+                + ("" if isinstance(share, Missing) else f" ({share:.0f}%)"))
+        bottom += mib
+    ax2.set_xticks([0], ["after the steady step"])
+    ax2.set_xlim(-0.6, 1.6)
+    ax2.set_ylabel("MiB")
+    ax2.set_title("persistent breakdown")
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(loc="upper right", fontsize=8)
+    _note(ax2, notes2, loc="lower right")
+    return fig
+
+
+def fig_e10(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """The OOM's evidence: peak at two batch sizes against persistent state and the budget."""
+    r = rows[rows.experiment == "E10"]
+    fig, (ax, ax2) = _new_figure("E10", r, ncols=2, width=12.0)
+    batches = sorted((v for v in r.variant.unique() if v.startswith("batch_")),
+                     key=lambda v: int(v.removeprefix("batch_")))
+    rss = (r.metric == "peak_rss").any()
+    metric = "peak_rss" if rss else "peak_allocated"
+    notes = []
+    for x, v in enumerate(batches):
+        peak = pick(r, v, metric, "value")
+        if isinstance(peak, Missing):
+            notes.append(f"{v}: {peak}")
+            continue
+        ax.bar(x, peak, 0.6, color=sns.color_palette()[0],
+               label="peak (uncapped)" if x == 0 else None)
+        ax.text(x, peak, f"{peak:.0f}", ha="center", va="bottom", fontsize=8)
+    persistent = pick(r, "persistent", "bytes", "value")
+    if not isinstance(persistent, Missing):
+        ax.axhline(persistent, color="black", ls=":", lw=1.2,
+                   label=f"parameters + gradients + optimizer state {persistent:.0f} MiB")
+    budget = pick(r, "capped_run", "budget", "value")
+    if not isinstance(budget, Missing):
+        ax.axhline(budget, color="#c0392b", ls="--", lw=1.2, label=f"budget {budget:.0f} MiB")
+    oom = pick(r, "capped_run", "oom", "value")
+    if isinstance(oom, Missing):
+        notes.append(f"capped run: {oom}")
+    ax.set_xticks(range(len(batches)), [f"batch {v.removeprefix('batch_')}" for v in batches])
+    ax.set_ylabel("peak RSS MiB (whole process)" if rss else "peak allocated MiB")
+    ax.set_title("peak at two batch sizes")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower left", fontsize=8)
+    _note(ax, notes, loc="upper right")
+
+    # allocated after each repeated step: flat or climbing
+    series = samples[(samples.experiment == "E10") & samples.metric.str.endswith("_after_step")]
+    for v in batches:
+        s = series[series.variant == v]
+        if not s.empty:
+            ax2.plot(s["index"], s.value, "o-", label=v.replace("_", " "))
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax2.set_xlabel("training step")
+    ax2.set_ylabel(("RSS" if rss else "allocated") + " MiB after the step")
+    ax2.set_title("repeated identical steps: flat or climbing")
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=8)
+    branches = [b for b in ("accumulating", "persistent", "shape_dependent", "allocator",
+                            "inconclusive")
+                if _num(pick(r, f"diagnosis/{b}", "supported", "value")) == 1.0]
+    diag = pick(r, "diagnosis/persistent", "supported", "value")
+    text = (f"diagnosis: {branches[0].replace('_', '-')}" if branches
+            else f"diagnosis: {diag}")
+    _note(ax2, [text], loc="lower right")
+    return fig
+
+
+def fig_e11(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """The leak plot: memory after every iteration, three variants; the retained graph's bytes."""
+    r = rows[rows.experiment == "E11"]
+    fig, (ax, ax2) = _new_figure("E11", r, ncols=2, width=12.0)
+    s = samples[samples.experiment == "E11"]
+    instrument = s.metric.iloc[0] if not s.empty else "allocated"
+    labels = {"retained_graph": "kept.append(metric) (graph kept)",
+              "no_grad": "torch.no_grad()", "item": "metric.item()"}
+    notes = []
+    for v, label in labels.items():
+        d = s[s.variant == v]
+        if d.empty:
+            notes.append(f"{v}: no samples (not run)")
+            continue
+        growth = _num(pick(r, v, f"{instrument}_growth", "value"))
+        ax.plot(d["index"], d.value, lw=2,
+                label=f"{label}: {growth:+.3f} MiB/iter" if growth is not None else label)
+        after = pick(r, f"{v}/after_empty_cache", "allocated", "value")
+        if not isinstance(after, Missing):
+            ax.plot([d["index"].max()], [after], "x", ms=9, color="black",
+                    label="after empty_cache()" if v == "retained_graph" else None)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(f"{instrument} MiB" + (" (process RSS)" if instrument == "rss" else ""))
+    ax.set_title("memory after every iteration")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)
+    _note(ax, notes)
+    for v, label in labels.items():
+        marks = sorted(int(x.removeprefix(f"{v}/i")) for x in r.variant.unique()
+                       if x.startswith(f"{v}/i"))
+        ys = [_num(pick(r, f"{v}/i{m:02d}", "retained_graph_bytes", "value")) for m in marks]
+        if marks and all(y is not None for y in ys):
+            ax2.plot(marks, ys, "o-", label=label)
+    ax2.set_xlabel("iteration")
+    ax2.set_ylabel("MiB saved for backward, reachable from the kept list")
+    ax2.set_title("the retained graph, counted tensor by tensor")
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def fig_e12(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """The counters at each state: allocated, reserved, max reserved, NVML (CPU: RSS)."""
+    r = rows[rows.experiment == "E12"]
+    fig, (ax,) = _new_figure("E12", r, width=10.0)
+    states = ["steady", "after_alloc", "after_del", "after_empty_cache"]
+    counters = [m for m in ("allocated", "reserved", "max_reserved", "nvml_process", "rss")
+                if ((r.metric == m) & (r.status == "ok")).any()]
+    series = {}
+    for m in counters:
+        series[m] = [(lambda c: c if isinstance(c, Missing) else (c, 0.0, 0.0))(
+            pick(r, st, m, "value")) for st in states]
+    notes = _bars(ax, states, series) if series else ["no counter measured"]
+    ax.set_ylabel("MiB")
+    _note(ax, notes, loc="upper right")
+    return fig
+
+
 FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "C00": fig_c00,
     "E01": fig_e01,
@@ -705,6 +880,10 @@ FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "E06": fig_e06,
     "E07": fig_e07,
     "E08": fig_e08,
+    "E09": fig_e09,
+    "E10": fig_e10,
+    "E11": fig_e11,
+    "E12": fig_e12,
     "E13": fig_e13,
     "E14": fig_e14,
     "E23": fig_e23,

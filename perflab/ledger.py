@@ -136,7 +136,7 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
             add("phases", "sum_minus_total", gap.value, "%", "E05 sum_minus_total")
     else:
         add("phases", "shares", None, "", "not measured in this run (needs E05)")
-    add("memory", "peak", None, "", "not measured in this run (needs E09)")
+    _memory_rows(frame, add)
     # correctness: the one-step fused-vs-foreach agreement (E07, else E25)
     for eid in ("E07", "E25"):
         diff = _get(frame, eid, "fused_vs_foreach", "max_abs_diff", "value")
@@ -249,7 +249,7 @@ def render_markdown(ledger: pd.DataFrame) -> str:
                      + (f" | sum vs total {gap}%" if gap else ""))
     else:
         lines.append(f"phases      {missing('phases')}")
-    lines.append(f"memory      {missing('memory')}")
+    lines.append(f"memory      {_memory_line(val) or missing('memory')}")
     diff = ledger[(ledger.section == "correctness")
                   & (ledger.field == "fused_vs_foreach_max_abs_diff")]
     if not diff.empty:
@@ -293,3 +293,31 @@ def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
     v = val("validity", "gpu_state")
     lines.append(f"validity    {v if v else missing('validity')}")
     return lines
+
+
+#: the ledger's memory fields: (field, E09 variant, metric, label)
+MEMORY_FIELDS = (
+    ("peak_allocated", "steady", "peak_allocated", "peak allocated"),
+    ("peak_reserved", "steady", "peak_reserved", "peak reserved"),
+    ("peak_rss", "steady", "peak_rss", "peak RSS (VmHWM, whole process)"),
+    ("persistent", "persistent", "bytes", "persistent"),
+    ("activations", "activations", "bytes", "activations"),
+)
+
+
+def _memory_rows(frame: pd.DataFrame, add) -> None:
+    """The memory line's fields from E09's steady step (first step excluded), or why not."""
+    found = False
+    for field, variant, metric, _ in MEMORY_FIELDS:
+        r = _get(frame, "E09", variant, metric, "value")
+        if r is not None:
+            found = True
+            add("memory", field, r.value, "MiB", f"E09 {variant} {metric}")
+    if not found:
+        add("memory", "peak", None, "", "not measured in this run (needs E09)")
+
+
+def _memory_line(val) -> str:
+    parts = [f"{label} {val('memory', field, 1)} MiB" for field, _, _, label in MEMORY_FIELDS
+             if val("memory", field, 1)]
+    return " | ".join(parts)

@@ -117,3 +117,114 @@ def reset_vmhwm() -> bool:
 
 def bytes_of_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+# ------------------------------------------------------------ tensor accounting
+#
+# Device-independent byte counts of named tensors (each distinct storage once).
+# Unlike the allocator counters they say *whose* bytes these are, and they work
+# on a CPU, where no allocator counter exists; they do not see temporaries.
+
+
+def _storage_bytes(tensors) -> int:
+    seen: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            continue
+        s = t.untyped_storage()
+        seen[(str(t.device), s.data_ptr())] = s.nbytes()
+    return sum(seen.values())
+
+
+def bytes_of_gradients(model: torch.nn.Module) -> int:
+    """Bytes of the ``.grad`` tensors the parameters hold now (0 after zero_grad(set_to_none))."""
+    return _storage_bytes(p.grad for p in model.parameters() if p.grad is not None)
+
+
+def bytes_of_optimizer_state(opt: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in the optimizer's per-parameter state (AdamW: moments, step)."""
+    return _storage_bytes(v for state in opt.state.values() for v in state.values())
+
+
+def bytes_saved_by_graph(roots, exclude=()) -> int:
+    """Bytes of the tensors autograd saved for backward, reachable from ``roots``' graphs.
+
+    Walks each root's ``grad_fn`` graph and reads the documented
+    ``grad_fn._saved_<name>`` attributes; each distinct storage counts once,
+    and storages of ``exclude`` (e.g. the parameters, persistent anyway) are
+    left out. This is what a retained graph keeps alive, counted tensor by
+    tensor, on any device.
+    """
+    skip = {(str(t.device), t.untyped_storage().data_ptr()) for t in exclude}
+    seen_nodes: set[int] = set()
+    saved: dict[tuple[str, int], int] = {}
+    stack = [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        for name in dir(node):
+            if not name.startswith("_saved_"):
+                continue
+            try:
+                value = getattr(node, name)
+            except RuntimeError:  # freed by a backward already
+                continue
+            for t in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(t, torch.Tensor):
+                    key = (str(t.device), t.untyped_storage().data_ptr())
+                    if key not in skip:
+                        saved[key] = t.untyped_storage().nbytes()
+        stack.extend(fn for fn, _ in node.next_functions if fn is not None)
+    return sum(saved.values())
+
+
+# ------------------------------------------------------------ the OOM decomposition
+
+#: the chapter's four branches, in the order the decision procedure tests them
+OOM_BRANCHES = ("accumulating", "persistent", "shape_dependent", "allocator")
+
+
+def diagnose_oom(
+    *, peak_small_mib: float, peak_large_mib: float, persistent_mib: float,
+    growth_mib_per_step: float, reserved_at_oom_mib: float | None = None,
+    allocated_at_oom_mib: float | None = None,
+) -> tuple[str, dict[str, str]]:
+    """The branch the evidence supports, and the evidence line of every branch.
+
+    The chapter's order: allocated climbing across identical steps means
+    *accumulating* (a smaller batch only delays it); else persistent state
+    (parameters, gradients, optimizer state) holding at least half the peak
+    means *persistent* (the batch was never the pressure); else the peak
+    moving with the batch by at least half of what is above persistent state
+    means *shape-dependent*; else reserved-but-unallocated taking at least a
+    quarter of the reservation when it failed points at the *allocator*.
+    Otherwise ``inconclusive``.
+    """
+    climbing = growth_mib_per_step > max(1.0, 0.01 * peak_large_mib)
+    share = persistent_mib / peak_large_mib if peak_large_mib > 0 else 0.0
+    above = max(peak_large_mib - persistent_mib, 0.0)
+    moved = peak_large_mib - peak_small_mib
+    shape = above > 0 and moved >= 0.5 * above
+    slack = None
+    if reserved_at_oom_mib is not None and allocated_at_oom_mib is not None:
+        slack = reserved_at_oom_mib - allocated_at_oom_mib
+    alloc = slack is not None and reserved_at_oom_mib > 0 and slack >= 0.25 * reserved_at_oom_mib
+    lines = {
+        "accumulating": f"allocated grows {growth_mib_per_step:+.2f} MiB/step across identical "
+                        f"steps ({'climbing' if climbing else 'flat'}; climbing means > "
+                        f"max(1 MiB, 1% of the peak) per step)",
+        "persistent": f"parameters + gradients + optimizer state = {persistent_mib:.1f} MiB, "
+                      f"{100 * share:.0f}% of the larger batch's peak (dominant at >= 50%)",
+        "shape_dependent": f"the peak moved {moved:+.1f} MiB between the two batch sizes, of "
+                           f"{above:.1f} MiB above persistent state (dominant at >= 50%)",
+        "allocator": ("reserved minus allocated when it failed: "
+                      + (f"{slack:.1f} of {reserved_at_oom_mib:.1f} MiB reserved (dominant at "
+                         ">= 25%)" if slack is not None else "not read (no OOM caught)")),
+    }
+    for branch, verdict in (("accumulating", climbing), ("persistent", share >= 0.5),
+                            ("shape_dependent", shape), ("allocator", alloc)):
+        if verdict:
+            return branch, lines
+    return "inconclusive", lines

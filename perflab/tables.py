@@ -549,6 +549,153 @@ def table_c00(frame: pd.DataFrame) -> pd.DataFrame:
                             "resolved"])
 
 
+#: E09's boundaries, in step order
+E09_BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
+
+
+def table_e09(frame: pd.DataFrame) -> pd.DataFrame:
+    """Memory by phase: allocated after each phase (cold, steady), peaks; the persistent parts.
+
+    On CUDA the peak is max_memory_allocated and the hidden peak is the peak
+    minus the largest boundary reading; on a CPU the phase cells are
+    ``unsupported`` and the step's peak is the process's VmHWM. The breakdown
+    rows give MiB and % (of allocated after the steady step on CUDA, of the
+    counted tensors on a CPU, whose windows say so).
+    """
+    r = _rows("E09", frame)
+    rss = (r.metric == "peak_rss").any()
+    records = []
+    for label in ("cold", "steady"):
+        win = pick(r, label, "peak_rss" if rss else "peak_allocated", "value", field="window")
+        # the window starts "step N of M": the row says which step it was
+        step = " ".join(str(win).split()[:2]) if not isinstance(win, Missing) else ""
+        rec = {"row": f"{step} ({label})" if step.startswith("step") else label}
+        rec.update({f"{b}_mib": pick(r, f"{label}/{b}", "allocated", "value")
+                    for b in E09_BOUNDARIES})
+        rec["peak_alloc_mib"] = pick(r, label, "peak_allocated", "value")
+        rec["hidden_peak_mib"] = pick(r, label, "hidden_peak", "value")
+        rec["peak_resv_mib"] = pick(r, label, "peak_reserved", "value")
+        if rss:
+            rec["peak_rss_mib"] = pick(r, label, "peak_rss", "value")
+        records.append(rec)
+    for part in ("parameters", "gradients", "optimizer_state", "other"):
+        records.append({"row": f"persistent: {part.replace('_', ' ')}",
+                        "mib": pick(r, f"persistent/{part}", "bytes", "value"),
+                        "share_pct": pick(r, f"persistent/{part}", "share", "value")})
+    share = pick(r, "persistent", "share", "value")  # CPU: no denominator beyond the parts
+    records.append({"row": "persistent (parameters + gradients + optimizer state)",
+                    "mib": pick(r, "persistent", "bytes", "value"),
+                    "share_pct": "" if isinstance(share, Missing) and share.status == NOT_RUN
+                    else share})
+    records.append({"row": "activations (steady: after forward - after zero_grad)",
+                    "mib": pick(r, "activations", "bytes", "value")})
+    records.append({"row": "optimizer state before step 1",
+                    "mib": pick(r, "optimizer_state", "state_before_first_step", "value")})
+    records.append({"row": "optimizer state after step 1",
+                    "mib": pick(r, "optimizer_state", "state_after_first_step", "value")})
+    records.append({"row": "step 1 optimizer phase: allocated jump",
+                    "mib": pick(r, "optimizer_state", "first_step_allocated_jump", "value")})
+    columns = ["row", *(f"{b}_mib" for b in E09_BOUNDARIES), "peak_alloc_mib",
+               "hidden_peak_mib", "peak_resv_mib", *(["peak_rss_mib"] if rss else []),
+               "mib", "share_pct"]
+    return _frame(records, columns)
+
+
+def table_e10(frame: pd.DataFrame) -> pd.DataFrame:
+    """OOM decomposition: the evidence per batch size, persistent bytes, the OOM, the diagnosis."""
+    r = _rows("E10", frame)
+    records = []
+    batches = _variants(r, "batch_")
+    rss = (r.metric == "peak_rss").any()
+    for v in batches:
+        rec = {"evidence": f"batch {v.removeprefix('batch_')} (uncapped)",
+               "peak_mib": pick(r, v, "peak_rss" if rss else "peak_allocated", "value"),
+               "growth_mib_per_step": pick(r, v, "rss_growth" if rss else "allocated_growth",
+                                           "value"),
+               "first_step_alloc_mib": pick(r, v, "first_step_allocation", "value"),
+               "optimizer_state_mib": pick(r, v, "optimizer_state_bytes", "value"),
+               "gradients_mib": pick(r, v, "gradient_bytes", "value")}
+        records.append(rec)
+    records.append({"evidence": "parameter bytes", "value": pick(r, "parameters", "bytes",
+                                                                  "value")})
+    records.append({"evidence": "persistent (parameters + gradients + optimizer state)",
+                    "value": pick(r, "persistent", "bytes", "value")})
+    if (r.variant == "peak_moved_by_batch").any():
+        records.append({"evidence": "peak moved by the batch size",
+                        "value": pick(r, "peak_moved_by_batch", "peak_allocated", "value")})
+    records.append({"evidence": "budget (emulated card)",
+                    "value": pick(r, "capped_run", "budget", "value")})
+    oom = pick(r, "capped_run", "oom", "value")
+    if isinstance(oom, Missing) and oom.status == "oom":  # the failure, with its reason
+        records.append({"evidence": "capped run: out of memory", "value": "OOM",
+                        "because": oom.reason})
+    else:
+        records.append({"evidence": "capped run: out of memory (0 = every step ran)",
+                        "value": oom})
+    for metric in ("allocated_at_oom", "reserved_at_oom", "peak_allocated_before_oom"):
+        if ((r.variant == "capped_run") & (r.metric == metric)).any():
+            records.append({"evidence": f"capped run: {metric.replace('_', ' ')}",
+                            "value": pick(r, "capped_run", metric, "value")})
+    for branch in ("accumulating", "persistent", "shape_dependent", "allocator", "inconclusive"):
+        v = f"diagnosis/{branch}"
+        supported = pick(r, v, "supported", "value")
+        why = pick(r, v, "supported", "value", field="window")
+        records.append({"evidence": f"diagnosis: {branch.replace('_', '-')}",
+                        "value": supported,
+                        "because": "" if isinstance(why, Missing) else why})
+    columns = ["evidence", "peak_mib", "growth_mib_per_step", "first_step_alloc_mib",
+               "optimizer_state_mib", "gradients_mib", "value", "because"]
+    return _frame(records, columns)
+
+
+def table_e11(frame: pd.DataFrame) -> pd.DataFrame:
+    """The leak: memory every N iterations, final, after empty_cache; growth; the metric."""
+    r = _rows("E11", frame)
+    instrument = "allocated" if ((r.metric == "allocated") & (r.status == "ok")).any() else "rss"
+    records = []
+    for variant in ("retained_graph", "no_grad", "item"):
+        marks = sorted({v.removeprefix(f"{variant}/") for v in r.variant.unique()
+                        if v.startswith(f"{variant}/i")})
+        for metric, label in ((instrument, f"{instrument} MiB"),
+                              ("retained_graph_bytes", "retained graph MiB")):
+            rec = {"variant": variant, "instrument": label}
+            rec.update({m: pick(r, f"{variant}/{m}", metric, "value") for m in marks})
+            rec["final"] = pick(r, f"{variant}/final", metric, "value")
+            if metric == instrument:
+                rec["after_empty_cache"] = pick(r, f"{variant}/after_empty_cache", "allocated",
+                                                "value")
+                rec["growth_mib_per_iter"] = pick(r, variant, f"{instrument}_growth", "value")
+                rec["median_step_mib"] = pick(r, variant, f"{instrument}_median_increment",
+                                              "value")
+                rec["monitored_metric"] = pick(r, variant, "monitored_metric", "value")
+            else:
+                rec["growth_mib_per_iter"] = pick(r, variant, "retained_graph_growth", "value")
+            records.append(rec)
+    records.append({"variant": "all", "instrument": "monitored metric, max |difference|",
+                    "monitored_metric": pick(r, "all", "monitored_metric_max_abs_diff",
+                                             "value")})
+    return _frame(records)
+
+
+def table_e12(frame: pd.DataFrame) -> pd.DataFrame:
+    """Four counters at four states, then what del and empty_cache moved."""
+    r = _rows("E12", frame)
+    records = []
+    for state, label in (("steady", "steady state"),
+                         ("after_alloc", "after allocating the large tensor"),
+                         ("after_del", "after del (Python reference gone)"),
+                         ("after_empty_cache", "after torch.cuda.empty_cache()"),
+                         ("delta/del", "moved by del"),
+                         ("delta/empty_cache", "moved by empty_cache()")):
+        records.append({"state": label,
+                        "allocated_mib": pick(r, state, "allocated", "value"),
+                        "reserved_mib": pick(r, state, "reserved", "value"),
+                        "max_reserved_mib": pick(r, state, "max_reserved", "value"),
+                        "nvml_process_mib": pick(r, state, "nvml_process", "value"),
+                        "rss_mib": pick(r, state, "rss", "value")})
+    return _frame(records)
+
+
 TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "C00": table_c00,
     "E01": table_e01,
@@ -559,6 +706,10 @@ TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "E06": table_e06,
     "E07": table_e07,
     "E08": table_e08,
+    "E09": table_e09,
+    "E10": table_e10,
+    "E11": table_e11,
+    "E12": table_e12,
     "E13": table_e13,
     "E14": table_e14,
     "E23": table_e23,

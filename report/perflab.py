@@ -190,3 +190,21 @@ if (compare_dir / "summary.md").is_file():
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         display(HTML(f'<img alt="comparison" style="max-width:100%" '
                      f'src="data:image/png;base64,{data}"/>'))
+
+# %% [markdown]
+# ## Escalation: a memory snapshot
+#
+# When the aggregate counters stop being enough (a hidden peak whose owner matters),
+# the allocator's history over a few controlled steps, rendered by PyTorch's memory_viz.
+
+# %%
+snapshot = RESULTS / "memory_snapshot.html"
+if snapshot.is_file():
+    display(HTML(f'<p><a href="{snapshot.name}">{snapshot.name}</a>: the allocation timeline '
+                 "of the controlled step (the page beside this report; opening it loads "
+                 "PyTorch's MemoryViz viewer over the network). Written by the "
+                 "<code>memory_snapshot</code> rule; on a machine without CUDA it says why "
+                 "there is none.</p>"))
+else:
+    display(Markdown("No memory snapshot in this run (`experiments.E09.snapshot` is off, or "
+                     "E09 was not selected)."))

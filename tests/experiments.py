@@ -25,13 +25,16 @@ def load_script(name: str) -> ModuleType:
 
 
 def run_tiny(tiny_cfg: dict, eid: str, out_dir: Path, *, extra: dict[str, str] | None = None,
-             measure=None) -> tuple[dict, dict[str, str]]:
+             measure=None, patch=None) -> tuple[dict, dict[str, str]]:
     """Run ``eid`` through the harness on the tiny contract; returns (contract, outputs).
 
     One intra-op thread: fast and steady on a shared 2-core machine (restored after).
+    ``patch(contract)``, when given, edits the contract in place before the run.
     """
     contract = copy.deepcopy(config.contract(tiny_cfg, eid))
     contract["threads"] = 1
+    if patch is not None:
+        patch(contract)
     out = {k: str(Path(out_dir) / f"{eid.lower()}.{k}") for k in ("csv", "samples", "provenance")}
     out.update(extra or {})
     saved = torch.get_num_threads()

@@ -83,6 +83,7 @@ def final_outputs():
         f"{RESULTS}/report.html",
         *[figure_path(e) for e in selected()],
         *compare_outputs(),
+        *memory_snapshot_outputs(),
     ]
 
 
@@ -118,3 +119,15 @@ def e08_batch_files(kind):
 def e08_batch_contract(wildcards):
     """E08's contract with this job's batch size in place of the list of batch sizes."""
     return perflab_sweep.batch_contract(exp_contract("E08"), int(wildcards.batch))
+
+
+# The memory snapshot (the escalation tool): one HTML page beside the report, when E09
+# runs with `snapshot: true`.
+def memory_snapshot_path():
+    return f"{RESULTS}/memory_snapshot.html"
+
+
+def memory_snapshot_outputs():
+    if "E09" in selected() and exp_contract("E09")["params"].get("snapshot", False):
+        return [memory_snapshot_path()]
+    return []

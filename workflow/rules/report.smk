@@ -42,6 +42,7 @@ rule report_html:
         provenance=[exp_outputs(e)["provenance"] for e in selected()],
         ledger=f"{RESULTS}/ledger.md",
         figures=[figure_path(e) for e in selected()],
+        snapshot=memory_snapshot_outputs(),
         notebook=os.path.join(workflow.basedir, "report", "perflab.py"),
         compare=compare_outputs(),
     output:

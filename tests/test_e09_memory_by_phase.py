@@ -1,0 +1,96 @@
+"""E09 (memory by phase): the persistent breakdown, the optimizer state of the first step,
+honest CPU rows; the CUDA phase table through a fake allocator, and for real on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
+
+from perflab import figures, ledger, tables
+
+BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
+PARTS = ("parameters", "gradients", "optimizer_state")
+
+
+@pytest.fixture(scope="module")
+def e09(tiny_cfg, tmp_path_factory):
+    return run_rows(tiny_cfg, "E09", tmp_path_factory.mktemp("e09"))
+
+
+def _mlp_param_bytes(contract) -> float:
+    p = contract["workloads"]["mlp"]["params"]
+    d, k = p["dim"], p["num_classes"]
+    return 4 * (p["depth"] * (d * d + d) + d * k + k) / 2**20  # fp32 weights and biases
+
+
+def test_cpu_rows_are_honest(e09):
+    rows, *_ = e09
+    assert_rows_honest("E09", rows)
+    for label in ("cold", "steady"):
+        for b in BOUNDARIES:
+            assert status(rows, f"{label}/{b}", "allocated") == "unsupported"
+        assert value(rows, label, "peak_rss") > 0
+        assert status(rows, label, "peak_allocated") == "unsupported"
+
+
+def test_persistent_breakdown_counts_the_tensors(e09):
+    rows, contract, _ = e09
+    params = value(rows, "persistent/parameters", "bytes")
+    assert params == pytest.approx(_mlp_param_bytes(contract))
+    # one gradient per parameter, AdamW's two moments per parameter (+ a step counter each)
+    assert value(rows, "persistent/gradients", "bytes") == pytest.approx(params)
+    state = value(rows, "persistent/optimizer_state", "bytes")
+    assert 2 * params <= state <= 2 * params + 0.01
+    assert sum(value(rows, f"persistent/{p}", "share") for p in PARTS) == pytest.approx(100)
+    assert value(rows, "persistent", "bytes") == pytest.approx(
+        sum(value(rows, f"persistent/{p}", "bytes") for p in PARTS))
+
+
+def test_optimizer_state_appears_on_the_first_step(e09):
+    rows, *_ = e09
+    assert value(rows, "optimizer_state", "state_before_first_step") == 0.0
+    assert value(rows, "optimizer_state", "state_after_first_step") == pytest.approx(
+        value(rows, "persistent/optimizer_state", "bytes"))
+
+
+def test_table_figure_and_ledger_line(e09, tmp_path):
+    rows, _, out = e09
+    t = tables.table("E09", rows)
+    assert list(t.row[:2]) == ["step 1 (cold)", "step 3 (steady)"]
+    assert "peak_rss_mib" in t.columns
+    assert figures.make_figure("E09", out["csv"], out["samples"], tmp_path / "e09.png").is_file()
+    led, md = ledger.build([out["csv"]])
+    mem = led[led.section == "memory"]
+    assert set(mem.field) == {"peak_rss", "persistent"}
+    assert "peak RSS (VmHWM, whole process)" in md
+
+
+def test_cuda_branch_through_a_fake_allocator(tiny_cfg, tmp_path, monkeypatch):
+    """The CUDA code path: every phase row, the hidden peak's arithmetic; no memory claim."""
+    rows, _, out = run_fake_cuda(tiny_cfg, "E09", tmp_path, monkeypatch)
+    assert_rows_honest("E09", rows)
+    assert (rows.status == "ok").all()
+    for label in ("cold", "steady"):
+        top = max(value(rows, f"{label}/{b}", "allocated") for b in BOUNDARIES)
+        assert value(rows, label, "max_boundary_allocated") == top
+        assert value(rows, label, "hidden_peak") == pytest.approx(
+            value(rows, label, "peak_allocated") - top)
+    shares = [value(rows, f"persistent/{p}", "share") for p in (*PARTS, "other")]
+    assert sum(shares) == pytest.approx(100)
+    led, _ = ledger.build([out["csv"]])
+    assert {"peak_allocated", "peak_reserved", "persistent", "activations"} <= set(
+        led[led.section == "memory"].field)
+    assert tables.table("E09", rows).shape[0] == 11
+
+
+def test_cuda_first_step_allocates_the_optimizer_state(tmp_path):
+    cfg = cuda_cfg()
+    rows, *_ = run_rows(cfg, "E09", tmp_path)
+    state = value(rows, "optimizer_state", "state_after_first_step")
+    jump = value(rows, "optimizer_state", "first_step_allocated_jump")
+    assert jump >= state  # the moments appear on step 1's .step() (+ any rounding)
+    for label in ("cold", "steady"):
+        assert value(rows, label, "hidden_peak") >= 0
+    # the steady step starts where the previous one ended: the state is already there
+    assert value(rows, "steady/start", "allocated") >= value(rows, "cold/start", "allocated")

@@ -1,0 +1,70 @@
+"""E12 (allocated / reserved / NVML): the four states, the two deltas, honest CPU rows.
+
+On the CPU the allocator and NVML rows are ``unsupported`` and the RSS around
+the large tensor is measured; the chapter's two properties (del does not move
+reserved, empty_cache does not move allocated) need CUDA and are checked there.
+"""
+
+from __future__ import annotations
+
+import pytest
+from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
+
+from perflab import figures, tables
+
+STATES = ("steady", "after_alloc", "after_del", "after_empty_cache")
+
+
+@pytest.fixture(scope="module")
+def e12(tiny_cfg, tmp_path_factory):
+    return run_rows(tiny_cfg, "E12", tmp_path_factory.mktemp("e12"))
+
+
+def test_cpu_rows_are_honest(e12):
+    rows, *_ = e12
+    assert_rows_honest("E12", rows)
+    for state in STATES:
+        for metric in ("allocated", "reserved", "max_reserved", "nvml_process"):
+            assert status(rows, state, metric) == "unsupported"
+    assert status(rows, "after_empty_cache", "rss") == "unsupported"
+
+
+def test_rss_sees_the_written_tensor_and_deltas_add_up(e12):
+    rows, contract, _ = e12
+    big = contract["params"]["big_mib"]
+    grew = value(rows, "after_alloc", "rss") - value(rows, "steady", "rss")
+    assert grew >= 0.9 * big  # torch.ones wrote every page
+    assert value(rows, "delta/del", "rss") == pytest.approx(
+        value(rows, "after_del", "rss") - value(rows, "after_alloc", "rss"))
+
+
+def test_table_and_figure(e12, tmp_path):
+    rows, _, out = e12
+    t = tables.table("E12", rows)
+    assert len(t) == 6 and {"allocated_mib", "reserved_mib", "rss_mib"} <= set(t.columns)
+    assert figures.make_figure("E12", out["csv"], out["samples"], tmp_path / "e12.png").is_file()
+
+
+def test_cuda_branch_writes_every_counter_row(tiny_cfg, tmp_path, monkeypatch):
+    """The CUDA code path against a fake allocator: rows and deltas, no memory claim."""
+    rows, *_ = run_fake_cuda(tiny_cfg, "E12", tmp_path, monkeypatch)
+    assert_rows_honest("E12", rows)
+    for state in STATES:
+        for metric in ("allocated", "reserved", "max_reserved"):
+            assert status(rows, state, metric) == "ok"
+        assert status(rows, state, "nvml_process") == "unsupported"  # the fake has no NVML
+    assert value(rows, "delta/empty_cache", "allocated") == pytest.approx(
+        value(rows, "after_empty_cache", "allocated") - value(rows, "after_del", "allocated"))
+
+
+def test_cuda_del_moves_allocated_not_reserved_and_empty_cache_the_reverse(tmp_path):
+    cfg = cuda_cfg()
+    rows, contract, _ = run_rows(cfg, "E12", tmp_path)
+    big = contract["params"]["big_mib"]
+    assert value(rows, "delta/del", "allocated") == pytest.approx(-big, abs=0.01)
+    assert value(rows, "delta/del", "reserved") == 0.0
+    assert value(rows, "delta/empty_cache", "allocated") == 0.0
+    assert value(rows, "delta/empty_cache", "reserved") <= -big + 0.01
+    # a high-water mark: empty_cache leaves it where the large tensor put it
+    assert value(rows, "after_empty_cache", "max_reserved") == value(rows, "after_del",
+                                                                      "max_reserved")
