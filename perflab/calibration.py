@@ -104,3 +104,16 @@ def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.Da
     cols = ["experiment", "comparison", "effect_ms", "effect_pct", "ci_low_ms", "ci_high_ms",
             "p", "in_job", "floor_pct", "exceeds_floor", "verdict"]
     return pd.DataFrame(out, columns=cols)
+
+
+def verdict_of(frame: pd.DataFrame, experiment: str, comparison: str,
+               floor_pct: float | None = None) -> str | None:
+    """``"resolved"`` or ``"inconclusive"`` for one A/B of a run, under the A/A floor.
+
+    ``comparison`` is the A/B's difference variant (e.g. ``adamw_fused_minus_adamw_foreach``
+    of E25, ``controlled/tax`` of E13); None when the run has no judgement rows for it.
+    The claims' INCONCLUSIVE verdict is this returning ``"inconclusive"``.
+    """
+    table = ab_comparisons(frame, floor_pct)
+    hit = table[(table.experiment == experiment) & (table.comparison == comparison)]
+    return None if hit.empty else str(hit.verdict.iloc[0])

@@ -122,6 +122,12 @@ def test_table_figure_ledger_and_note(c00, tmp_path):
     assert "did not run" in calibration.floor_note(rows[rows.experiment == "none"])
     comp = calibration.ab_comparisons(rows)
     assert {"aa_b_minus_aa_a", "planted_2x_minus_planted_a"} <= set(comp.comparison)
+    planted = comp[comp.comparison == "planted_2x_minus_planted_a"].iloc[0]
+    assert calibration.verdict_of(rows, "C00", "planted_2x_minus_planted_a") == planted.verdict
+    # an impossible floor makes the same effect inconclusive; an unknown comparison is None
+    assert calibration.verdict_of(rows, "C00", "planted_2x_minus_planted_a",
+                                  floor_pct=1e9) == "inconclusive"
+    assert calibration.verdict_of(rows, "C00", "nothing") is None
 
 
 # ------------------------------------------------------------------ A/A vs planted 2x, deterministic
