@@ -31,6 +31,15 @@ class Experiment:
 EXPERIMENTS: dict[str, Experiment] = {
     e.eid: e
     for e in [
+        # C00 first: the harness calibrates itself before any experiment (rule priority)
+        Experiment(
+            "C00",
+            "calibration",
+            "Calibration: the harness's own floors, the A/A noise floor, and peer timers",
+            "calibration",
+            cpu_behaviour="CUDA-event and do_bench rows unsupported; sync is a no-op, so its "
+            "cost is a Python call",
+        ),
         Experiment(
             "E01",
             "lying_benchmark",

@@ -106,6 +106,12 @@ def gpu_state(index: int = 0) -> dict[str, Any]:
                 else pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
             ),
             "compute_processes": lambda: len(pynvml.nvmlDeviceGetComputeRunningProcesses(h)),
+            # added for the validity gate (judge_gpu_state)
+            "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+            "process_pids": lambda: sorted(
+                {int(p.pid) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
+                | {int(p.pid) for p in pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)}),
         }
         for key, probe in probes.items():
             try:
@@ -118,7 +124,77 @@ def gpu_state(index: int = 0) -> dict[str, Any]:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+    if isinstance(state.get("throttle_reasons"), int):
+        state["throttle_reason_names"] = throttle_reason_names(state["throttle_reasons"])
+    state["own_pid"] = os.getpid()
+    # whether this process may hold a CUDA context yet (and so be one of the listed processes)
+    state["cuda_initialized"] = bool(torch.cuda.is_initialized())
     return state
+
+
+#: NVML clock-event ("throttle") reason bits, from nvml.h
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+#: the reasons that mean the clocks were held down while work ran (idle and settings do not)
+THROTTLING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def throttle_reason_names(mask: int) -> list[str]:
+    """The names of the reason bits set in an NVML clock-event mask."""
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+def judge_gpu_state(provenance: dict[str, Any], *, max_temperature_c: float = 85.0
+                    ) -> dict[str, Any]:
+    """Was a job's GPU valid to measure on? Judged from its provenance's NVML snapshots.
+
+    Reads ``gpu_state_before`` and ``gpu_state_after`` (see :func:`gpu_state`).
+    Flags the job when either snapshot shows a throttling reason
+    (:data:`THROTTLING`: power cap, thermal or hardware slowdown), a temperature
+    at or above ``max_temperature_c``, or another process on the device. NVML
+    lists host PIDs; in a container this process's own PID may not appear, so
+    when it is absent one listed process is taken to be this job.
+
+    Returns ``{"status": "valid" | "flagged" | "unknown", "reasons": [...]}``;
+    ``unknown`` when the job ran on a CPU or NVML gave nothing to judge.
+    """
+    snaps = {k: provenance.get(f"gpu_state_{k}") for k in ("before", "after")}
+    usable = {k: v for k, v in snaps.items() if isinstance(v, dict) and v.get("available")}
+    if not usable:
+        why = next((v.get("reason") for v in snaps.values() if isinstance(v, dict)
+                    and v.get("reason")), None)
+        return {"status": "unknown",
+                "reasons": [why or "no GPU state recorded (a CPU job, or NVML absent)"]}
+    reasons = []
+    for when, st in usable.items():
+        mask = st.get("throttle_reasons")
+        if isinstance(mask, int) and mask & THROTTLING:
+            names = ", ".join(throttle_reason_names(mask & THROTTLING))
+            reasons.append(f"throttled {when} the job ({names})")
+        temp = st.get("temperature_c")
+        if isinstance(temp, (int, float)) and temp >= max_temperature_c:
+            reasons.append(f"{temp:.0f} C {when} the job (limit {max_temperature_c:.0f} C)")
+        pids = st.get("process_pids")
+        if isinstance(pids, list):
+            own = st.get("own_pid")
+            others = [p for p in pids if p != own]
+            if own not in pids and others and st.get("cuda_initialized", True):
+                others = others[1:]  # a PID namespace hides ours: one of them is this job
+            if others:
+                reasons.append(f"{len(others)} other process(es) on the device {when} the job")
+        elif isinstance(st.get("compute_processes"), int) and st["compute_processes"] > 1:
+            reasons.append(f"{st['compute_processes']} compute processes on the device {when} "
+                           "the job")
+    return {"status": "flagged" if reasons else "valid", "reasons": reasons}
 
 
 def environment_report(device: torch.device | str, *, cfg_hash: str | None = None) -> dict[str, Any]:

@@ -642,6 +642,59 @@ def fig_e23(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
     return fig
 
 
+#: C00's left panel: (label, variant, metric), each a median in ms shown in µs
+C00_COSTS = (
+    ("clock tick", "clock/perf_counter", "tick"),
+    ("idle synchronize", "sync/idle", "sync_cost"),
+    ("empty call (helper)", "floor/empty_call", "call_latency"),
+    ("CUDA event pair", "events/empty_pair", "event_elapsed"),
+    ("event record (host)", "events/record_pair", "host_record_cost"),
+    ("process: interpreter", "process/interpreter", "process_wall"),
+    ("process: + torch", "process/import_torch", "process_wall"),
+    ("process: + device", "process/device_init", "process_wall"),
+)
+
+
+def fig_c00(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """The harness's own floors (log µs) and the A/A pair beside the planted 2x pair."""
+    fig, (ax1, ax2) = _new_figure("C00", rows, ncols=2, width=11)
+    labels, values, notes = [], [], []
+    for label, variant, metric in C00_COSTS:
+        v = pick(rows, variant, metric)
+        if isinstance(v, Missing):
+            notes.append(f"{label}: {v}")
+            continue
+        labels.append(label)
+        values.append(float(v) * 1e3)
+    if values:
+        sns.barplot(x=values, y=labels, ax=ax1, color=sns.color_palette()[0])
+        ax1.set_xscale("log")
+        ax1.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax1.set_xlabel("median, µs (log scale)")
+    ax1.set_ylabel("")
+    ax1.set_title("what the instruments cost", fontsize=10)
+    _note(ax1, notes, loc="upper right")
+    s = samples[(samples.experiment == "C00")
+                & samples.variant.isin(["aa_a", "aa_b", "planted_a", "planted_2x"])]
+    if s.empty:
+        _note(ax2, ["no samples of the A/A or planted pairs"], loc="upper left")
+    else:
+        blocks = s.groupby(["variant", "block"]).value.median().reset_index()
+        for variant, label, marker in (("aa_a", "A/A: A", "o"), ("aa_b", "A/A: B", "s"),
+                                       ("planted_a", "planted: A", "^"),
+                                       ("planted_2x", "planted: B = step twice", "v")):
+            d = blocks[blocks.variant == variant]
+            ax2.plot(d.block, d.value, marker=marker, label=label)
+        ax2.set_xlabel("block (A and B alternate AB, BA, ...)")
+        ax2.set_ylabel("block median, ms per call")
+        ax2.xaxis.set_major_locator(FixedLocator(sorted(blocks.block.unique())))
+        ax2.legend(loc="best", fontsize=8)
+    floor = pick(rows, "aa", "aa_noise_floor", "value")
+    ax2.set_title("A/A noise" + ("" if isinstance(floor, Missing)
+                                 else f" (floor {float(floor):.2f}%)") + " vs a planted 2x",
+                  fontsize=10)
+    return fig
+
 
 E09_BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
 
@@ -1035,6 +1088,7 @@ def _pct_cell(r: pd.DataFrame, phase: str, metric: str):
 
 
 FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
+    "C00": fig_c00,
     "E01": fig_e01,
     "E02": fig_e02,
     "E03": fig_e03,

@@ -162,6 +162,8 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
         if bench else "no benchmark in this run")
     _roofline_and_verdict(frame, add)
 
+    _harness(frame, prov, add)
+
     ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
     return ledger, render_markdown(ledger)
 
@@ -189,6 +191,31 @@ def _roofline_and_verdict(frame: pd.DataFrame, add) -> None:
     add("verdict", "waiting_for", d.label, "", cited or "diagnosis")
     add("verdict", "because", d.because, "", cited or "diagnosis")
     add("verdict", "next_intervention", d.intervention, "", "perflab.diagnose")
+
+
+def _harness(frame: pd.DataFrame, prov: dict[str, dict[str, Any]], add) -> None:
+    """The harness's own floors (C00) and the GPU-state validity of every job."""
+    from perflab import calibration, env
+
+    f = calibration.floors(frame)
+    if isinstance(f["empty_call_ms"], tables.Missing):
+        add("harness", "floors", None, "", "not measured in this run (needs C00)")
+    for key, variant, metric, statistic in calibration.FLOOR_ROWS:
+        if not isinstance(f[key], tables.Missing):
+            unit = "%" if key.endswith("_pct") else "x" if "_over_" in key else "ms"
+            add("harness", key, f[key], unit, f"C00 {variant} {metric} {statistic}")
+    flagged = {eid: env.judge_gpu_state(p) for eid, p in prov.items()}
+    known = {eid: v for eid, v in flagged.items() if v["status"] != "unknown"}
+    bad = {eid: v for eid, v in known.items() if v["status"] == "flagged"}
+    if not known:
+        add("validity", "gpu_state", None, "", "no GPU state recorded (CPU run or NVML absent)")
+    elif not bad:
+        add("validity", "gpu_state", f"all {len(known)} GPU jobs ran unthrottled and alone", "",
+            "provenance gpu_state_before/after")
+    else:
+        add("validity", "gpu_state", "; ".join(f"{eid}: {', '.join(v['reasons'])}"
+                                               for eid, v in bad.items()),
+            "flagged", "provenance gpu_state_before/after")
 
 
 def render_markdown(ledger: pd.DataFrame) -> str:
@@ -284,7 +311,38 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     if verdict:
         lines.append(f"verdict     waiting for {verdict}: {val('verdict', 'because')}")
         lines.append(f"next        {val('verdict', 'next_intervention')}")
+    lines += _harness_lines(ledger, val, missing)
     return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
+    """The ledger's harness and validity lines (C00 floors, GPU-state gate)."""
+    us = {k: val("harness", k, 6) for k in ("sync_ms", "empty_call_ms", "event_pair_ms")}
+    if not us["empty_call_ms"]:
+        lines = [f"harness     {missing('harness')}"]
+    else:
+        parts = [f"timer floor {float(us['empty_call_ms']) * 1e3:.2f} us",
+                 f"sync {float(us['sync_ms']) * 1e3:.2f} us" if us["sync_ms"] else None,
+                 f"event pair {float(us['event_pair_ms']) * 1e3:.2f} us"
+                 if us["event_pair_ms"] else None]
+        dev = val("harness", "process_device_init_ms", 0)
+        if dev:
+            parts.append(f"process floor {float(dev) / 1e3:.2f} s")
+        prof = val("harness", "profiler_overhead_pct", 1)
+        if prof:
+            parts.append(f"profiler {prof}%")
+        aa = val("harness", "aa_noise_floor_pct", 2)
+        if aa:
+            parts.append(f"A/A noise floor {aa}%")
+        for key, label in (("timer_over_helper", "Timer/helper"),
+                           ("do_bench_over_helper", "do_bench/helper")):
+            v = val("harness", key, 3)
+            if v:
+                parts.append(f"{label} {v}x")
+        lines = ["harness     " + " | ".join(p for p in parts if p)]
+    v = val("validity", "gpu_state")
+    lines.append(f"validity    {v if v else missing('validity')}")
+    return lines
 
 
 #: the ledger's memory fields: (field, E09 variant, metric, label)

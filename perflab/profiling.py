@@ -283,22 +283,34 @@ class PairedCost:
     rel: float  # diff / a_median (a fraction)
     a_spread: tuple[float, float]  # (min, max) of A's block medians
     b_spread: tuple[float, float]
-    noise: float  # the wider of the two block spreads
-    resolved: bool  # |diff| > noise
+    noise: float  # the wider of the two block spreads (reported beside the difference)
+    resolved: bool  # the judgement's verdict (perflab.stats.judge on the paired blocks)
     block_diffs: list[float] = field(default_factory=list)  # b_i - a_i, block by block
+    judgement: stats.Judgement | None = None
 
 
 def paired_cost(a_samples: Sequence[float], b_samples: Sequence[float],
-                a_blocks: Sequence[float], b_blocks: Sequence[float]) -> PairedCost:
-    """The difference of the sides' medians, judged against the block-to-block spread."""
+                a_blocks: Sequence[float], b_blocks: Sequence[float], *,
+                block_diffs: Sequence[float] | None = None,
+                noise_floor_pct: float | None = None) -> PairedCost:
+    """The difference of the sides' medians, judged by :func:`perflab.stats.judge`.
+
+    The judgement runs on the paired block differences (``block_diffs`` when
+    given, else ``b_i - a_i``); the block spread is kept beside it as the
+    visible noise.
+    """
     a_med, b_med = statistics.median(a_samples), statistics.median(b_samples)
     a_sp, b_sp = stats.block_spread(a_blocks), stats.block_spread(b_blocks)
     noise = max(a_sp[1] - a_sp[0], b_sp[1] - b_sp[0])
     diff = b_med - a_med
+    diffs = (list(block_diffs) if block_diffs is not None
+             else [b - a for a, b in zip(a_blocks, b_blocks)])
+    j = stats.judge(a_blocks, b_blocks, paired=True, diffs=diffs,
+                    noise_floor_pct=noise_floor_pct)
     return PairedCost(
         a_median=a_med, b_median=b_med, diff=diff, rel=stats.relative_change(b_med, a_med),
-        a_spread=a_sp, b_spread=b_sp, noise=noise, resolved=stats.resolved(diff, noise),
-        block_diffs=[b - a for a, b in zip(a_blocks, b_blocks)],
+        a_spread=a_sp, b_spread=b_sp, noise=noise, resolved=j.resolved,
+        block_diffs=diffs, judgement=j,
     )
 
 
@@ -325,7 +337,8 @@ def record_pair(
     min, max: the block spread); both go to the samples file with their block
     index. ``diff_variant`` gets ``<diff_metric>`` (B - A, ms),
     ``<diff_metric>_rel`` (%), ``block_spread`` (the noise, ms) and
-    ``<diff_metric>_resolved`` (1 when the difference exceeds the noise, else 0),
+    ``<diff_metric>_resolved`` (1 when :func:`perflab.stats.judge` resolves it, else 0)
+    with the judgement's ``ab_*`` rows,
     and, when given, the block-by-block differences as ``block_pair_diff``.
     """
     (av, a_s, _, a_blk, _), (bv, b_s, _, b_blk, _) = sides
@@ -336,9 +349,8 @@ def record_pair(
         ctx.summary(blocks, variant=variant, metric="block_median",
                     window=window + "; one value per block: the median of its samples",
                     sync_boundary=sync, statistics=("median", "min", "max"), block=list(bid))
-    pc = paired_cost(a_s, b_s, a_blk, b_blk)
-    if block_diffs is not None:
-        pc.block_diffs = list(block_diffs)
+    pc = paired_cost(a_s, b_s, a_blk, b_blk, block_diffs=block_diffs,
+                     noise_floor_pct=getattr(ctx, "noise_floor_pct", None))
     how = f"{bv} minus {av}: difference of the two sides' medians of all samples"
     n_blocks = len(a_blk) + len(b_blk)
     ctx.row(variant=diff_variant, metric=diff_metric, value=pc.diff, unit="ms", window=window,
@@ -350,8 +362,11 @@ def record_pair(
             "(max - min of block medians)", n=n_blocks)
     ctx.row(variant=diff_variant, metric=f"{diff_metric}_resolved", value=float(pc.resolved),
             unit="bool", window=window,
-            sync_boundary=f"1 when |{diff_metric}| exceeds the block spread, else 0 (unresolved)",
+            sync_boundary="1 when perflab.stats.judge resolves the paired block differences "
+            "(Wilcoxon p < 0.05, bootstrap interval excludes 0, above the A/A floor when "
+            "known), else 0 (unresolved)",
             n=n_blocks)
+    ctx.judgement(pc.judgement, variant=diff_variant, window=window)
     if pc.block_diffs:
         ctx.summary(pc.block_diffs, variant=diff_variant, metric="block_pair_diff",
                     window=window + "; B - A block by block",

@@ -57,6 +57,8 @@ class Context:
         self.outputs: dict[str, str] = {}
         self.workloads_built: dict[str, dict[str, Any]] = {}
         self.samples: list[dict[str, Any]] = []
+        #: the A/A noise floor (%) A/B judgements are held to in this job; None: not known
+        self.noise_floor_pct: float | None = None
         self._defaults: dict[str, Any] = {
             "experiment": eid,
             "device": str(self.device),
@@ -212,17 +214,19 @@ class Context:
         sync_boundary: str = "synchronized at both ends of each call; blocks interleaved AB/BA",
         metric: str = "step_latency",
         batch_size: int | None = None,
+        noise_floor_pct: float | None = None,
         **kw: Any,
     ) -> dict[str, float]:
         """Rows of an interleaved A/B: each side, its block spread, and the paired difference.
 
-        The difference is judged against the block-to-block noise: the paired
-        per-block differences (B - A) go to a Wilcoxon signed-rank test
-        (scipy.stats); ``difference_resolved`` is 1 when p < 0.05, else 0 (the
-        effect is inside the noise and must not be reported as a speedup).
+        The difference is judged by :func:`perflab.stats.judge` on the paired
+        per-block medians (Wilcoxon signed-rank, bootstrap interval, and the A/A
+        floor ``noise_floor_pct`` when one is known; default ``ctx.noise_floor_pct``):
+        ``difference_resolved`` is 1 when resolved, else 0 (the effect is inside
+        the noise and must not be reported as a speedup). The judgement's own
+        rows (``ab_effect``, ``ab_ci_low``, ``ab_ci_high``, ``ab_p``,
+        ``ab_resolved``) go under the difference variant, as for every A/B.
         """
-        from scipy.stats import wilcoxon
-
         n_blocks = len(res.a_blocks)
         inner = len(res.a_samples) // max(n_blocks, 1)
         blocks = [i // inner for i in range(len(res.a_samples))]
@@ -238,7 +242,9 @@ class Context:
                          unit="ms", n=n_blocks, window=window, sync_boundary=sync_boundary, **kw)
         paired = [vb - va for va, vb in zip(res.a_blocks, res.b_blocks)]
         diff = sb["median"] - sa["median"]
-        p = float(wilcoxon(paired).pvalue) if n_blocks >= 2 and any(paired) else 1.0
+        floor = self.noise_floor_pct if noise_floor_pct is None else noise_floor_pct
+        j = stats.judge(res.a_blocks, res.b_blocks, paired=True, noise_floor_pct=floor)
+        p = j.p
         dv = f"{b}_minus_{a}"
         common = dict(n=n_blocks, window=window, sync_boundary=sync_boundary, **kw)
         self.row(variant=dv, metric=metric, value=diff, unit="ms", **common)
@@ -250,14 +256,23 @@ class Context:
         self.row(variant=dv, metric="paired_block_difference", statistic="max", value=hi,
                  unit="ms", **common)
         self.row(variant=dv, metric="wilcoxon_p", value=p, unit="p", **common)
-        self.row(variant=dv, metric="difference_resolved", value=float(p < 0.05), unit="bool",
+        self.row(variant=dv, metric="difference_resolved", value=float(j.resolved), unit="bool",
                  **common)
+        self.judgement(j, variant=dv, window=window, **kw)
         if batch_size:
             for variant, s in ((a, sa), (b, sb)):
                 self.row(variant=variant, metric="throughput", value=batch_size / s["median"] * 1e3,
                          unit="examples/s", statistic="median", n=len(res.a_samples),
                          window=window, sync_boundary=sync_boundary, **kw)
-        return {"a": sa["median"], "b": sb["median"], "diff": diff, "p": p}
+        return {"a": sa["median"], "b": sb["median"], "diff": diff, "p": p,
+                "resolved": j.resolved}
+
+    def judgement(self, j: stats.Judgement, *, variant: str, window: str, unit: str = "ms",
+                  **kw: Any) -> None:
+        """The rows of a :class:`perflab.stats.Judgement` under an A/B's difference variant."""
+        for metric, value, u, how in stats.judgement_rows(j, unit):
+            self.row(variant=variant, metric=metric, value=value, unit=u, n=j.n, window=window,
+                     sync_boundary=how, **kw)
 
     def unsupported(
         self, *, variant: str, metric: str, unit: str, reason: str, window: str = "n/a",
@@ -388,6 +403,8 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "wall_s": round(time.perf_counter() - t_start, 3),
             "gpu_state_before": gpu_before,
             "gpu_state_after": gpu_after,
+            "gpu_validity": env.judge_gpu_state({"gpu_state_before": gpu_before,
+                                                 "gpu_state_after": gpu_after}),
             "inductor_cache_dir": cache_dir,
             "workloads": ctx.workloads_built,
             "argv": sys.argv,

@@ -9,6 +9,7 @@ one-sided tail pulls the mean, not the median).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,3 +78,182 @@ def resolved(diff: float, noise: float) -> bool:
     the noise is reported as unresolved, never as a speedup.
     """
     return abs(diff) > abs(noise)
+
+
+# --------------------------------------------------------------------------- judging a difference
+
+#: significance level of every A/B judgement in the pipeline
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdict on a B-versus-A difference, with the numbers it rests on.
+
+    ``effect`` is in the unit of the inputs (ms for step times): the median of
+    the paired differences ``b_i - a_i`` (paired) or ``median(b) - median(a)``
+    (independent samples). ``relative_pct`` is ``100 * effect / median(a)``.
+    ``ci_low``/``ci_high`` bound ``effect`` (``scipy.stats.bootstrap``, percentile
+    interval, fixed seed). ``p`` is from ``test``: Wilcoxon signed-rank on the
+    paired differences, or Mann-Whitney U on independent samples.
+    """
+
+    effect: float
+    relative_pct: float
+    ci_low: float
+    ci_high: float
+    p: float
+    test: str
+    n: int  # paired differences, or the smaller side's sample count
+    significant: bool  # p < alpha and the interval excludes 0
+    noise_floor_pct: float | None  # the A/A floor it was judged against (None: none known)
+    exceeds_floor: bool | None  # |relative_pct| > noise_floor_pct (None without a floor)
+    resolved: bool  # significant, and above the floor when a floor is known
+
+    @property
+    def verdict(self) -> str:
+        """``"resolved"`` or ``"inconclusive"`` (the effect is inside the noise)."""
+        return "resolved" if self.resolved else "inconclusive"
+
+
+def _bootstrap_ci(data: tuple, statistic, confidence: float, n_resamples: int,
+                  paired: bool, seed: int) -> tuple[float, float]:
+    from scipy.stats import bootstrap
+
+    if min(len(d) for d in data) < 2:
+        point = float(statistic(*data))
+        return point, point
+    kw = dict(confidence_level=confidence, n_resamples=n_resamples, method="percentile",
+              paired=paired, vectorized=False)
+    try:
+        res = bootstrap(data, statistic, rng=np.random.default_rng(seed), **kw)
+    except TypeError:  # scipy < 1.15 names the generator random_state
+        res = bootstrap(data, statistic, random_state=np.random.default_rng(seed), **kw)
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # every resample alike
+        point = float(statistic(*data))
+        return point, point
+    return lo, hi
+
+
+def judge(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    paired: bool = True,
+    diffs: Sequence[float] | None = None,
+    noise_floor_pct: float | None = None,
+    alpha: float = ALPHA,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> Judgement:
+    """Is B different from A beyond the noise? The one judgement every A/B uses.
+
+    Parameters
+    ----------
+    a, b
+        Values of the two sides in one unit (ms). ``paired=True``: one value
+        per interleaved block (block medians), ``a[i]`` and ``b[i]`` measured
+        next to each other; ``paired=False``: independent samples.
+    diffs
+        Paired differences to use instead of ``b[i] - a[i]`` (e.g. a profiled
+        block against the mean of the unprofiled blocks around it).
+    noise_floor_pct
+        The A/A noise floor of this machine in % (see :func:`aa_noise_floor_pct`),
+        or None when no A/A experiment ran; an effect must exceed it to be resolved.
+
+    Returns a :class:`Judgement`: resolved when ``p < alpha``, the bootstrap
+    interval of the effect excludes 0, and ``|relative_pct|`` exceeds the
+    floor (when one is given). Anything else is inconclusive: the claim's
+    INCONCLUSIVE verdict, never reported as a speedup or a cost.
+    """
+    from scipy.stats import mannwhitneyu, wilcoxon
+
+    a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a_arr.size == 0 or b_arr.size == 0:
+        raise ValueError("judge() needs values on both sides")
+    base = float(np.median(a_arr))
+    if paired or diffs is not None:
+        d = (np.asarray(diffs, dtype=float) if diffs is not None
+             else b_arr - a_arr if a_arr.size == b_arr.size else None)
+        if d is None:
+            raise ValueError("paired judgement needs as many values of A as of B")
+        effect = float(np.median(d))
+        lo, hi = _bootstrap_ci((d,), np.median, confidence, n_resamples, False, seed)
+        p = float(wilcoxon(d).pvalue) if d.size >= 2 and np.any(d != 0) else 1.0
+        test, n = "wilcoxon signed-rank on paired differences", int(d.size)
+    else:
+        effect = float(np.median(b_arr) - base)
+        lo, hi = _bootstrap_ci((a_arr, b_arr), lambda x, y: np.median(y) - np.median(x),
+                               confidence, n_resamples, False, seed)
+        p = (float(mannwhitneyu(b_arr, a_arr, alternative="two-sided").pvalue)
+             if min(a_arr.size, b_arr.size) >= 2 else 1.0)
+        test, n = "mann-whitney U on independent samples", int(min(a_arr.size, b_arr.size))
+    if not np.isfinite(p):
+        p = 1.0
+    rel = 100 * effect / base if base else float("nan")
+    significant, exceeds, resolved = decide(p=p, ci_low=lo, ci_high=hi, relative_pct=rel,
+                                            noise_floor_pct=noise_floor_pct, alpha=alpha)
+    return Judgement(effect=effect, relative_pct=rel, ci_low=lo, ci_high=hi, p=p, test=test,
+                     n=n, significant=significant, noise_floor_pct=noise_floor_pct,
+                     exceeds_floor=exceeds, resolved=resolved)
+
+
+def decide(*, p: float, ci_low: float, ci_high: float, relative_pct: float,
+           noise_floor_pct: float | None, alpha: float = ALPHA) -> tuple[bool, bool | None, bool]:
+    """(significant, exceeds_floor, resolved): the rule :func:`judge` applies to its numbers.
+
+    Exposed so a judgement already written as rows (``ab_p``, ``ab_ci_low``,
+    ``ab_ci_high``, ``ab_effect_rel``) can be re-judged later against an A/A
+    floor measured in another job, by the same rule.
+    """
+    significant = bool(p < alpha and (ci_low > 0 or ci_high < 0))
+    exceeds = None if noise_floor_pct is None else bool(abs(relative_pct) > noise_floor_pct)
+    return significant, exceeds, significant and exceeds is not False
+
+
+def aa_noise_floor_pct(a_blocks: Sequence[float], b_blocks: Sequence[float],
+                       quantile: float = 0.95) -> float:
+    """The A/A noise floor in %: how far two identical sides' blocks drift apart here.
+
+    ``quantile`` of ``|b_i - a_i| / median(a)`` over the paired blocks of an
+    A/A run (the same step on both sides, interleaved), times 100. A
+    comparison on this machine whose relative effect is not above it cannot
+    be told from running the same code twice.
+    """
+    a_arr, b_arr = np.asarray(a_blocks, dtype=float), np.asarray(b_blocks, dtype=float)
+    if a_arr.size == 0 or a_arr.size != b_arr.size:
+        raise ValueError("an A/A floor needs as many blocks of A as of B (at least one)")
+    rel = np.abs(b_arr - a_arr) / float(np.median(a_arr))
+    return float(100 * np.quantile(rel, quantile))
+
+
+#: metrics of the rows :func:`judgement_rows` writes under an A/B's difference variant
+JUDGEMENT_METRICS = ("ab_effect", "ab_effect_rel", "ab_ci_low", "ab_ci_high", "ab_p",
+                     "ab_resolved", "ab_exceeds_floor")
+
+
+def judgement_rows(j: Judgement, unit: str = "ms") -> list[tuple[str, float, str, str]]:
+    """(metric, value, unit, how) of the rows that report ``j`` beside an A/B.
+
+    The same metrics under every A/B's difference variant, so the report can
+    list every comparison of a run and re-judge it against the A/A floor.
+    """
+    ci = f"{round(100 * 0.95)}% bootstrap interval (percentile) of the effect"
+    rows = [
+        ("ab_effect", j.effect, unit, "B minus A: median of the paired block differences"
+         if j.test.startswith("wilcoxon") else "B minus A: difference of the medians"),
+        ("ab_effect_rel", j.relative_pct, "%", "effect relative to A's median"),
+        ("ab_ci_low", j.ci_low, unit, ci + ", low end"),
+        ("ab_ci_high", j.ci_high, unit, ci + ", high end"),
+        ("ab_p", j.p, "p", j.test),
+        ("ab_resolved", float(j.resolved), "bool",
+         f"1 when p < {ALPHA}, the interval excludes 0"
+         + (f" and |effect| > the A/A floor {j.noise_floor_pct:.3g}%" if j.noise_floor_pct
+            is not None else " (no A/A floor known in this job)") + "; else 0 (inconclusive)"),
+    ]
+    if j.exceeds_floor is not None:
+        rows.append(("ab_exceeds_floor", float(j.exceeds_floor), "bool",
+                     f"1 when |effect| > the A/A floor {j.noise_floor_pct:.3g}%"))
+    return rows

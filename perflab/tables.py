@@ -497,6 +497,58 @@ def table_e23(frame: pd.DataFrame) -> pd.DataFrame:
     return _frame(records)
 
 
+#: C00's table: (measurement, variant, metric, statistic)
+C00_ROWS = (
+    ("clock tick (perf_counter, measured)", "clock/perf_counter", "tick", "median"),
+    ("clock resolution (declared)", "clock/perf_counter", "resolution_declared", "value"),
+    ("one synchronize, idle device", "sync/idle", "sync_cost", "median"),
+    ("empty call through the helper (timer floor)", "floor/empty_call", "call_latency", "median"),
+    ("CUDA events: empty pair, device time", "events/empty_pair", "event_elapsed", "median"),
+    ("CUDA events: host cost of recording a pair", "events/record_pair", "host_record_cost",
+     "median"),
+    ("fresh process: interpreter", "process/interpreter", "process_wall", "median"),
+    ("fresh process: + import torch", "process/import_torch", "process_wall", "median"),
+    ("fresh process: + device init", "process/device_init", "process_wall", "median"),
+    ("reference step, unprofiled", "profiler/unprofiled", "step_latency", "median"),
+    ("reference step, profiled", "profiler/profiled", "step_latency", "median"),
+    ("profiler overhead", "profiler/overhead", "overhead_rel", "value"),
+    ("A/A: B - A (same step both sides)", "aa_b_minus_aa_a", "ab_effect", "value"),
+    ("A/A noise floor", "aa", "aa_noise_floor", "value"),
+    ("planted 2x: B - A", "planted_2x_minus_planted_a", "ab_effect", "value"),
+    ("planted 2x: relative", "planted_2x_minus_planted_a", "ab_effect_rel", "value"),
+    ("step: project helper", "peer/helper", "step_latency", "median"),
+    ("step: torch.utils.benchmark Timer", "peer/timer", "step_latency", "median"),
+    ("step: triton do_bench", "peer/do_bench", "step_latency", "median"),
+    ("Timer / helper", "peer/timer_over_helper", "ratio", "value"),
+    ("do_bench / helper", "peer/do_bench_over_helper", "ratio", "value"),
+)
+
+
+def table_c00(frame: pd.DataFrame) -> pd.DataFrame:
+    """Calibration: the harness's floors, the A/A noise floor, the planted check, peer timers.
+
+    One line per measurement with its value and unit; A/B lines add the
+    judgement (bootstrap interval, p, resolved).
+    """
+    r = _rows("C00", frame)
+    records = []
+    for label, variant, metric, statistic in C00_ROWS:
+        value = pick(r, variant, metric, statistic)
+        unit = pick(r, variant, metric, statistic, field="unit")
+        rec = {"measurement": label, "value": value,
+               "unit": unit if not isinstance(unit, Missing) else "",
+               "n": "" if isinstance(value, Missing) else pick(r, variant, metric, statistic,
+                                                                field="n")}
+        if metric == "ab_effect":
+            rec["ci_low"] = pick(r, variant, "ab_ci_low", "value")
+            rec["ci_high"] = pick(r, variant, "ab_ci_high", "value")
+            rec["p"] = pick(r, variant, "ab_p", "value")
+            rec["resolved"] = pick(r, variant, "ab_resolved", "value")
+        records.append(rec)
+    return _frame(records, ["measurement", "value", "unit", "n", "ci_low", "ci_high", "p",
+                            "resolved"])
+
+
 #: E09's boundaries, in step order
 E09_BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
 
@@ -818,6 +870,7 @@ def _scaled(cell: Any, unit: float) -> Any:
 
 
 TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
+    "C00": table_c00,
     "E01": table_e01,
     "E02": table_e02,
     "E03": table_e03,

@@ -101,6 +101,12 @@ else:
 # %% [markdown]
 # ## Experiments
 
+# %%
+# the floors the calibration (C00) measured: every table below states them
+from perflab import calibration  # noqa: E402
+
+FLOOR_NOTE = calibration.floor_note(ROWS)
+
 
 # %%
 def contract_tables(rows: pd.DataFrame) -> list[HTML]:
@@ -144,8 +150,46 @@ for eid, experiment in EXPERIMENTS.items():
         display(part)
     display(Markdown("**Table**"))
     display(html_table(tables.format_table(tables.table(eid, rows))))
+    display(Markdown(f"*{FLOOR_NOTE}*"))  # the harness floor every timing sits above (C00)
     display(Markdown("**Figure**"))
     display(figure_html(eid))
+
+# %% [markdown]
+# ## Noise floor, A/B verdicts and GPU-state validity
+#
+# Every A/B comparison of this run, judged by one rule (`perflab.stats.judge`): Wilcoxon
+# signed-rank on the paired block medians, a bootstrap interval of the effect, and the A/A
+# noise floor measured by C00 — an effect inside it is inconclusive. Then, for each job, whether
+# the GPU ran throttled or shared (NVML before and after the job).
+
+# %%
+from perflab import env as perflab_env  # noqa: E402
+
+display(Markdown(FLOOR_NOTE))
+comparisons = calibration.ab_comparisons(ROWS)
+if comparisons.empty:
+    display(Markdown("No A/B comparison in this run."))
+else:
+    display(html_table(tables.format_table(comparisons)))
+validity = pd.DataFrame(
+    [{"experiment": eid, **{k: (", ".join(v) if isinstance(v, list) else v)
+                            for k, v in perflab_env.judge_gpu_state(p).items()}}
+     for eid, p in PROVENANCE.items()], columns=["experiment", "status", "reasons"])
+display(html_table(validity))
+if (validity.status == "flagged").any():
+    display(Markdown("**Flagged jobs ran throttled or shared: their numbers are not "
+                     "comparable with an unflagged run.**"))
+
+# %%
+compare_dir = RESULTS / "compare"
+if (compare_dir / "summary.md").is_file():
+    display(Markdown("## Cross-run comparison"))
+    display(Markdown((compare_dir / "summary.md").read_text()))
+    png = compare_dir / "compare.png"
+    if png.is_file():
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        display(HTML(f'<img alt="comparison" style="max-width:100%" '
+                     f'src="data:image/png;base64,{data}"/>'))
 
 # %% [markdown]
 # ## Escalation: a memory snapshot

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
 
-from perflab import figures, io, profiling, tables
+from perflab import figures, io, profiling, stats, tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e13_sync_tax.py"
 
@@ -84,7 +84,15 @@ def test_difference_spread_and_throughput_are_consistent(e13):
                   for s in ("none", "item_every")]
         spread = one_value(rows, f"{prefix}/tax", "block_spread")
         assert spread == pytest.approx(max(widths))
-        assert one_value(rows, f"{prefix}/tax", "tax_resolved") == float(abs(tax) > spread)
+        # resolved is the one judgement of every A/B (stats.judge on the paired block medians)
+        blocks = {side: samples[(samples.variant == f"{prefix}/{side}")
+                                & (samples.metric == "block_median")].sort_values("block").value
+                  for side in ("none", "item_every")}
+        j = stats.judge(blocks["none"].tolist(), blocks["item_every"].tolist())
+        assert one_value(rows, f"{prefix}/tax", "tax_resolved") == float(j.resolved)
+        assert one_value(rows, f"{prefix}/tax", "ab_resolved") == float(j.resolved)
+        assert one_value(rows, f"{prefix}/tax", "ab_p") == pytest.approx(j.p)
+        assert one_value(rows, f"{prefix}/tax", "ab_effect") == pytest.approx(j.effect)
         for side, med in (("none", a), ("item_every", b)):
             assert one_value(rows, f"{prefix}/{side}", "throughput") == pytest.approx(
                 batch[prefix] * 1e3 / med)
@@ -129,12 +137,18 @@ def test_free_running_calls_the_step_k_times():
         profiling.free_running(lambda: None, 0)
 
 
-def test_paired_cost_judges_the_difference_against_the_block_spread():
-    pc = profiling.paired_cost([1.0, 1.0, 1.1], [1.5, 1.6, 1.5], [1.0, 1.1], [1.5, 1.55])
+def test_paired_cost_keeps_the_block_spread_and_uses_the_one_judgement():
+    a_blk = [1.0, 1.1, 1.0, 1.05, 0.98, 1.02, 1.0, 1.04]
+    b_blk = [v + 0.5 + 0.01 * i for i, v in enumerate(a_blk)]
+    pc = profiling.paired_cost([1.0, 1.0, 1.1], [1.5, 1.6, 1.5], a_blk, b_blk)
     assert pc.diff == pytest.approx(0.5)
     assert pc.rel == pytest.approx(0.5)
-    assert pc.noise == pytest.approx(0.1)
-    assert pc.resolved
-    assert pc.block_diffs == pytest.approx([0.5, 0.45])
-    inside = profiling.paired_cost([1.0], [1.05], [0.9, 1.1], [1.0, 1.05])
-    assert not inside.resolved
+    assert pc.noise == pytest.approx(0.12)
+    assert pc.block_diffs == pytest.approx([b - a for a, b in zip(a_blk, b_blk)])
+    assert pc.resolved and pc.judgement == stats.judge(a_blk, b_blk)
+    # two blocks cannot resolve anything (Wilcoxon's smallest p is 0.5)
+    two = profiling.paired_cost([1.0, 1.0, 1.1], [1.5, 1.6, 1.5], [1.0, 1.1], [1.5, 1.55])
+    assert not two.resolved and two.judgement.p == pytest.approx(0.5)
+    # given block differences replace b_i - a_i
+    given = profiling.paired_cost([1.0], [1.05], a_blk, b_blk, block_diffs=[0.0] * 8)
+    assert given.block_diffs == [0.0] * 8 and not given.resolved

@@ -53,7 +53,11 @@ def test_cost_is_consistent_with_the_rows(e23, key):
               for s in ("baseline", "instrumented")]
     spread = one_value(rows, f"{key}/cost", "block_spread")
     assert spread == pytest.approx(max(widths))
-    assert one_value(rows, f"{key}/cost", "cost_resolved") == float(abs(cost) > spread)
+    # resolved is the judgement's verdict (stats.judge), reported beside the block spread
+    assert one_value(rows, f"{key}/cost", "cost_resolved") == one_value(rows, f"{key}/cost",
+                                                                         "ab_resolved")
+    lo, hi = (one_value(rows, f"{key}/cost", m) for m in ("ab_ci_low", "ab_ci_high"))
+    assert lo <= one_value(rows, f"{key}/cost", "ab_effect") <= hi
 
 
 def test_block_counts_match_params(e23):

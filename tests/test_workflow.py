@@ -113,3 +113,20 @@ def test_memory_snapshot_page_is_linked_from_the_report(run_dir):
     results = run_dir / "results" / TAG
     assert "unsupported" in (results / "memory_snapshot.html").read_text()  # CPU: says why
     assert 'href="memory_snapshot.html"' in (results / "report.html").read_text()
+def test_calibration_runs_first(run_dir):
+    results = run_dir / "results" / TAG
+    started = {eid: json.loads((results / f"{exp.slug}.json").read_text())["started"]
+               for eid, exp in EXPERIMENTS.items()}
+    assert started["C00"] == min(started.values())
+
+
+def test_compare_target_against_the_same_run(run_dir):
+    # the `compare` target with this run's own directory: every ratio 1, no verdict changed
+    proc = snakemake(run_dir, f"compare_to=results/{TAG}", "--cores", "1", "compare")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = run_dir / "results" / TAG / "compare"
+    rows = pd.read_csv(out / "rows.csv")
+    assert len(rows) > 0 and (rows.ratio.dropna() == 1.0).all()
+    verdicts = pd.read_csv(out / "verdicts.csv")
+    assert len(verdicts) > 0 and not verdicts.changed.any()
+    assert (out / "compare.png").stat().st_size > 1000

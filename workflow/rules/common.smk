@@ -83,8 +83,14 @@ def final_outputs():
         f"{RESULTS}/report.html",
         f"{RESULTS}/diagnosis.md",
         *[figure_path(e) for e in selected()],
+        *compare_outputs(),
         *memory_snapshot_outputs(),
     ]
+
+
+def compare_outputs():
+    """The cross-run comparison (rule `compare`) when `compare_to` names a directory."""
+    return [f"{RESULTS}/compare/summary.md"] if RUN["compare_to"] else []
 
 
 # E08 batch sweep: one job per batch size (a fresh process each, so no allocator

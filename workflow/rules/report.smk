@@ -28,7 +28,7 @@ rule figure:
     log:
         f"{LOGS}/figure_{{eid}}_{{name}}.log",
     wildcard_constraints:
-        eid="[er][0-9]+",
+        eid="[cer][0-9]+",
     conda:
         ENV
     script:
@@ -45,6 +45,7 @@ rule report_html:
         figures=[figure_path(e) for e in selected()],
         snapshot=memory_snapshot_outputs(),
         notebook=os.path.join(workflow.basedir, "report", "perflab.py"),
+        compare=compare_outputs(),
     output:
         report(
             f"{RESULTS}/report.html",

@@ -1,0 +1,119 @@
+"""What the C00 calibration measured, for the ledger, the tables and the report.
+
+Every timing in a run sits above floors the harness itself imposes: the
+synchronize at each end of a sample, the clock, the process a job runs in.
+C00 measures them on the machine at hand, with the A/A noise floor (how far
+two identical sides drift apart) that every A/B comparison is held to. This
+module reads those rows back: :func:`floors` as numbers, :func:`floor_note`
+as the sentence a timing table carries, :func:`ab_comparisons` as the list of
+every A/B in a run re-judged against the A/A floor by :func:`perflab.stats.decide`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from perflab import stats, tables
+
+CALIBRATION = "C00"
+
+#: (key, variant, metric, statistic) of the numbers :func:`floors` reads
+FLOOR_ROWS = (
+    ("clock_tick_ms", "clock/perf_counter", "tick", "median"),
+    ("sync_ms", "sync/idle", "sync_cost", "median"),
+    ("empty_call_ms", "floor/empty_call", "call_latency", "median"),
+    ("event_pair_ms", "events/empty_pair", "event_elapsed", "median"),
+    ("event_record_ms", "events/record_pair", "host_record_cost", "median"),
+    ("process_interpreter_ms", "process/interpreter", "process_wall", "median"),
+    ("process_import_torch_ms", "process/import_torch", "process_wall", "median"),
+    ("process_device_init_ms", "process/device_init", "process_wall", "median"),
+    ("profiler_overhead_pct", "profiler/overhead", "overhead_rel", "value"),
+    ("aa_noise_floor_pct", "aa", "aa_noise_floor", "value"),
+    ("timer_over_helper", "peer/timer_over_helper", "ratio", "value"),
+    ("do_bench_over_helper", "peer/do_bench_over_helper", "ratio", "value"),
+)
+
+
+def floors(frame: pd.DataFrame) -> dict[str, Any]:
+    """The calibration's numbers by key (:data:`FLOOR_ROWS`); a Missing where not measured."""
+    rows = frame[frame.experiment == CALIBRATION]
+    out: dict[str, Any] = {}
+    for key, variant, metric, statistic in FLOOR_ROWS:
+        v = tables.pick(rows, variant, metric, statistic)
+        out[key] = v if isinstance(v, tables.Missing) else float(v)
+    return out
+
+
+def noise_floor_pct(frame: pd.DataFrame) -> float | None:
+    """The A/A noise floor (%) of this run, or None when C00 did not measure it."""
+    v = floors(frame)["aa_noise_floor_pct"]
+    return None if isinstance(v, tables.Missing) else v
+
+
+def floor_note(frame: pd.DataFrame) -> str:
+    """One sentence: the floors every timing table of this run sits above."""
+    f = floors(frame)
+    if isinstance(f["empty_call_ms"], tables.Missing):
+        return ("Harness floor unknown: the calibration (C00) did not run, so no timing here "
+                "states what the instruments themselves cost.")
+    parts = [f"an empty call through the helper takes {f['empty_call_ms'] * 1e3:.2f} µs"]
+    if not isinstance(f["sync_ms"], tables.Missing):
+        parts.append(f"one synchronize on an idle device {f['sync_ms'] * 1e3:.2f} µs")
+    if not isinstance(f["event_pair_ms"], tables.Missing):
+        parts.append(f"an empty CUDA-event pair {f['event_pair_ms'] * 1e3:.2f} µs")
+    tail = ""
+    if not isinstance(f["aa_noise_floor_pct"], tables.Missing):
+        tail = (f" A/B differences below the A/A noise floor of "
+                f"{f['aa_noise_floor_pct']:.2f}% are inconclusive.")
+    return "Timings sit above the harness floor measured by C00: " + ", ".join(parts) + "." + tail
+
+
+def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.DataFrame:
+    """Every A/B of the run (each variant with ``ab_*`` judgement rows), re-judged.
+
+    ``floor_pct`` defaults to this run's A/A floor (:func:`noise_floor_pct`).
+    Columns: experiment, comparison (the difference variant), effect_ms,
+    effect_pct, ci_low_ms, ci_high_ms, p, in_job (the verdict written by the
+    job), exceeds_floor, verdict (``resolved`` or ``inconclusive`` under the floor).
+    """
+    if floor_pct is None:
+        floor_pct = noise_floor_pct(frame)
+    ok = frame[(frame.status == "ok") & frame.metric.str.startswith("ab_")]
+    out = []
+    for (eid, variant), g in ok.groupby(["experiment", "variant"], sort=False):
+        m = dict(zip(g.metric, g.value.astype(float)))
+        if not {"ab_effect", "ab_effect_rel", "ab_ci_low", "ab_ci_high", "ab_p"} <= set(m):
+            continue
+        # the calibration's own A/A pair defines the floor: it is not judged against itself
+        floor = None if variant.startswith("aa_") else floor_pct
+        _, exceeds, resolved = stats.decide(p=m["ab_p"], ci_low=m["ab_ci_low"],
+                                            ci_high=m["ab_ci_high"],
+                                            relative_pct=m["ab_effect_rel"],
+                                            noise_floor_pct=floor)
+        out.append({
+            "experiment": eid, "comparison": variant, "effect_ms": m["ab_effect"],
+            "effect_pct": m["ab_effect_rel"], "ci_low_ms": m["ab_ci_low"],
+            "ci_high_ms": m["ab_ci_high"], "p": m["ab_p"],
+            "in_job": "resolved" if m.get("ab_resolved") else "inconclusive",
+            "floor_pct": floor,
+            "exceeds_floor": "" if exceeds is None else ("yes" if exceeds else "no"),
+            "verdict": "resolved" if resolved else "inconclusive",
+        })
+    cols = ["experiment", "comparison", "effect_ms", "effect_pct", "ci_low_ms", "ci_high_ms",
+            "p", "in_job", "floor_pct", "exceeds_floor", "verdict"]
+    return pd.DataFrame(out, columns=cols)
+
+
+def verdict_of(frame: pd.DataFrame, experiment: str, comparison: str,
+               floor_pct: float | None = None) -> str | None:
+    """``"resolved"`` or ``"inconclusive"`` for one A/B of a run, under the A/A floor.
+
+    ``comparison`` is the A/B's difference variant (e.g. ``adamw_fused_minus_adamw_foreach``
+    of E25, ``controlled/tax`` of E13); None when the run has no judgement rows for it.
+    The claims' INCONCLUSIVE verdict is this returning ``"inconclusive"``.
+    """
+    table = ab_comparisons(frame, floor_pct)
+    hit = table[(table.experiment == experiment) & (table.comparison == comparison)]
+    return None if hit.empty else str(hit.verdict.iloc[0])

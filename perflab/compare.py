@@ -1,0 +1,254 @@
+"""Set two runs' result directories side by side: this run against another.
+
+``compare(this_dir, ref_dir, out_dir)`` reads each directory's result CSVs
+(any ``*.csv`` with the contract's columns; ``*_samples.csv`` as raw samples;
+``claims.csv`` when present) and writes, under ``out_dir``:
+
+* ``rows.csv`` — every measured row present in both, matched on its contract
+  keys, with ``ratio = this / ref``;
+* ``tables.csv`` — each experiment's regenerated table (perflab.tables), cell
+  by cell, with the ratio of every numeric cell;
+* ``verdicts.csv`` — every 0/1 verdict row (``*_resolved``) and, when both
+  directories hold a ``claims.csv``, every claim, with whether it changed;
+* ``samples.csv`` — per series with raw samples in both: the medians, their
+  ratio and a Mann-Whitney U test (scipy.stats) of the two sample sets;
+* ``summary.md`` and ``compare.png`` (the ratios of time medians by experiment).
+
+Two runs on the same machine should agree on every verdict whose effect is
+above the noise floor; on different machines the ratios say by how much.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perflab import io, tables
+
+#: the contract columns two rows must share to be the same measurement (not the device)
+KEY = ["experiment", "variant", "workload", "dtype", "mode", "execution", "metric",
+       "statistic", "unit"]
+SAMPLE_KEY = ["experiment", "variant", "execution", "metric", "unit"]
+#: column names a claims.csv may use for the claim's name and for its verdict
+CLAIM_ID_COLUMNS = ("claim_id", "claim", "id", "name")
+CLAIM_VERDICT_COLUMNS = ("verdict", "status", "result")
+
+
+def result_csvs(d: str | Path) -> list[Path]:
+    """The result CSVs of a directory: top-level ``*.csv`` with the contract's columns."""
+    out = []
+    for p in sorted(Path(d).glob("*.csv")):
+        if p.name.endswith("_samples.csv"):
+            continue
+        head = pd.read_csv(p, nrows=0)
+        if all(c in head.columns for c in io.COLUMNS):
+            out.append(p)
+    return out
+
+
+def load_rows(d: str | Path) -> pd.DataFrame:
+    return io.read_results(result_csvs(d))
+
+
+def load_samples(d: str | Path) -> pd.DataFrame:
+    frames = []
+    for p in sorted(Path(d).glob("*_samples.csv")):
+        s = pd.read_csv(p, keep_default_na=False)
+        if all(c in s.columns for c in io.SAMPLE_COLUMNS):
+            s["value"] = pd.to_numeric(s["value"], errors="coerce")
+            frames.append(s.dropna(subset=["value"]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=io.SAMPLE_COLUMNS)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b not in (0, 0.0) and math.isfinite(a) and math.isfinite(b) else math.nan
+
+
+def row_ratios(this: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """Measured rows present in both runs, matched on :data:`KEY`, with this / ref."""
+    cols = [*KEY, "value"]
+    a = this[this.status == "ok"][cols].drop_duplicates(KEY)
+    b = ref[ref.status == "ok"][cols].drop_duplicates(KEY)
+    m = a.merge(b, on=KEY, suffixes=("_this", "_ref"))
+    m["ratio"] = [_ratio(x, y) for x, y in zip(m.value_this, m.value_ref)]
+    return m
+
+
+def table_ratios(this: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """Each experiment's table in both runs, numeric cell by numeric cell, with this / ref.
+
+    Table rows are matched by their first column (the row's label) and, for
+    repeated labels, by order; a row or column present in one run only is left out.
+    """
+    out = []
+    for eid in sorted(set(this.experiment) & set(ref.experiment)):
+        if eid not in tables.TABLES:
+            continue
+        ta = tables.table(eid, this[this.experiment == eid])
+        tb = tables.table(eid, ref[ref.experiment == eid])
+        if ta.empty or tb.empty:
+            continue
+        label = ta.columns[0]
+        if label not in tb.columns:
+            continue
+        ta = ta.assign(_k=ta.groupby(label).cumcount())
+        tb = tb.assign(_k=tb.groupby(label).cumcount())
+        rows_b = {(r[label], r["_k"]): r for r in tb.to_dict("records")}
+        for r in ta.to_dict("records"):
+            rb = rows_b.get((r[label], r["_k"]))
+            if rb is None:
+                continue
+            for col in ta.columns:
+                if col in (label, "_k", "note") or col not in tb.columns:
+                    continue
+                va, vb = r[col], rb[col]
+                if isinstance(va, (int, float, np.number)) and isinstance(
+                        vb, (int, float, np.number)) and not isinstance(va, bool):
+                    out.append({"experiment": eid, "row": str(r[label]), "column": col,
+                                "this": float(va), "ref": float(vb),
+                                "ratio": _ratio(float(va), float(vb))})
+    return pd.DataFrame(out, columns=["experiment", "row", "column", "this", "ref", "ratio"])
+
+
+def _claims_column(frame: pd.DataFrame, names: tuple[str, ...]) -> str | None:
+    low = {c.lower(): c for c in frame.columns}
+    return next((low[n] for n in names if n in low), None)
+
+
+def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
+                    this_claims: pd.DataFrame | None = None,
+                    ref_claims: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every verdict of both runs, and whether it changed.
+
+    Verdicts are the 0/1 rows whose metric ends in ``_resolved`` (each A/B's
+    judgement) and, when both runs have a claims table, each claim's verdict
+    (its name and verdict columns found by name: :data:`CLAIM_ID_COLUMNS`,
+    :data:`CLAIM_VERDICT_COLUMNS`).
+    """
+    cols = ["source", "experiment", "item", "this", "ref", "changed"]
+    out = []
+    r = row_ratios(this[this.metric.str.endswith("_resolved")],
+                   ref[ref.metric.str.endswith("_resolved")])
+    for rec in r.to_dict("records"):
+        a = "resolved" if rec["value_this"] else "inconclusive"
+        b = "resolved" if rec["value_ref"] else "inconclusive"
+        out.append({"source": "ab", "experiment": rec["experiment"],
+                    "item": f"{rec['variant']} {rec['metric']}", "this": a, "ref": b,
+                    "changed": a != b})
+    if this_claims is not None and ref_claims is not None:
+        ida, va = (_claims_column(this_claims, CLAIM_ID_COLUMNS),
+                   _claims_column(this_claims, CLAIM_VERDICT_COLUMNS))
+        idb, vb = (_claims_column(ref_claims, CLAIM_ID_COLUMNS),
+                   _claims_column(ref_claims, CLAIM_VERDICT_COLUMNS))
+        if all((ida, va, idb, vb)):
+            exp_col = _claims_column(this_claims, ("experiment", "eid"))
+            ref_map = dict(zip(ref_claims[idb].astype(str), ref_claims[vb].astype(str)))
+            for rec in this_claims.to_dict("records"):
+                cid = str(rec[ida])
+                if cid in ref_map:
+                    out.append({"source": "claim",
+                                "experiment": str(rec[exp_col]) if exp_col else "",
+                                "item": cid, "this": str(rec[va]), "ref": ref_map[cid],
+                                "changed": str(rec[va]) != ref_map[cid]})
+    return pd.DataFrame(out, columns=cols)
+
+
+def sample_tests(this: pd.DataFrame, ref: pd.DataFrame, min_samples: int = 3) -> pd.DataFrame:
+    """Series with raw samples in both runs: medians, ratio and a Mann-Whitney U p-value."""
+    from scipy.stats import mannwhitneyu
+
+    cols = [*SAMPLE_KEY, "n_this", "n_ref", "median_this", "median_ref", "ratio", "p",
+            "significant"]
+    out = []
+    gb = dict(list(ref.groupby(SAMPLE_KEY)))
+    for key, g in this.groupby(SAMPLE_KEY):
+        h = gb.get(key)
+        if h is None or len(g) < min_samples or len(h) < min_samples:
+            continue
+        a, b = g.value.to_numpy(float), h.value.to_numpy(float)
+        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+        ma, mb = float(np.median(a)), float(np.median(b))
+        out.append({**dict(zip(SAMPLE_KEY, key)), "n_this": len(a), "n_ref": len(b),
+                    "median_this": ma, "median_ref": mb, "ratio": _ratio(ma, mb), "p": p,
+                    "significant": p < 0.05})
+    return pd.DataFrame(out, columns=cols)
+
+
+def _read_claims(d: Path) -> pd.DataFrame | None:
+    p = d / "claims.csv"
+    return pd.read_csv(p, keep_default_na=False) if p.is_file() else None
+
+
+def figure(rows: pd.DataFrame, out_png: str | Path, title: str) -> Path:
+    """Ratios of the time medians (ms rows, statistic median), one strip per experiment."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from perflab.figures import apply_style
+
+    apply_style()
+    d = rows[(rows.unit == "ms") & (rows.statistic == "median") & np.isfinite(rows.ratio)
+             & (rows.ratio > 0)]
+    fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
+    if d.empty:
+        ax.text(0.5, 0.5, "no time medians in both runs", ha="center", transform=ax.transAxes)
+    else:
+        sns.stripplot(data=d, x="experiment", y="ratio", ax=ax, hue="experiment", legend=False,
+                      size=5, jitter=0.2, order=sorted(d.experiment.unique()))
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="#444444", lw=1, ls="--")
+    ax.set_ylabel("this run / reference (time medians, log)")
+    ax.set_xlabel("")
+    fig.suptitle(title, fontsize=11)
+    out = Path(out_png)
+    try:
+        io.atomic_write(out, lambda fh: fig.savefig(fh, format="png", dpi=120), binary=True)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
+    """Write the comparison of ``this_dir`` against ``ref_dir`` into ``out_dir``."""
+    this_dir, ref_dir, out_dir = Path(this_dir), Path(ref_dir), Path(out_dir)
+    for d in (this_dir, ref_dir):
+        if not d.is_dir():
+            raise FileNotFoundError(f"result directory {str(d)!r} does not exist")
+    this, ref = load_rows(this_dir), load_rows(ref_dir)
+    if ref.empty:
+        raise ValueError(f"{str(ref_dir)!r} holds no result CSV")
+    rows = row_ratios(this, ref)
+    tabs = table_ratios(this, ref)
+    verdicts = verdict_changes(this, ref, _read_claims(this_dir), _read_claims(ref_dir))
+    samp = sample_tests(load_samples(this_dir), load_samples(ref_dir))
+    for name, frame in (("rows", rows), ("tables", tabs), ("verdicts", verdicts),
+                        ("samples", samp)):
+        io.atomic_write_csv(out_dir / f"{name}.csv", frame)
+    figure(rows, out_dir / "compare.png", f"{this_dir.name} vs {ref_dir.name}")
+    times = rows[(rows.unit == "ms") & (rows.statistic == "median")].ratio.dropna()
+    changed = verdicts[verdicts.changed]
+    lines = [
+        f"# {this_dir.name} compared with {ref_dir.name}", "",
+        f"- rows matched: {len(rows)}; time medians: {len(times)}, geometric mean ratio "
+        + (f"{float(np.exp(np.log(times[times > 0]).mean())):.3f}" if (times > 0).any()
+           else "n/a"),
+        f"- table cells compared: {len(tabs)}",
+        f"- verdicts compared: {len(verdicts)}, changed: {len(changed)}",
+        f"- sampled series tested (Mann-Whitney U): {len(samp)}, differing at p < 0.05: "
+        f"{int(samp.significant.sum()) if len(samp) else 0}",
+    ]
+    if len(changed):
+        lines += ["", "## Verdicts that changed", "", "| source | experiment | item | this | ref |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {r.source} | {r.experiment} | {r.item} | {r.this} | {r.ref} |"
+                  for r in changed.itertuples()]
+    io.atomic_write_text(out_dir / "summary.md", "\n".join(lines) + "\n")
+    return {"rows": rows, "tables": tabs, "verdicts": verdicts, "samples": samp}

@@ -1,0 +1,270 @@
+"""C00 — the harness calibrates itself before any experiment is trusted.
+
+What the instruments cost and how small an effect this machine can resolve,
+measured in one job that runs first:
+
+* the floor of every timing: one device synchronize on an idle device, the
+  clock's resolution, and an empty callable timed through the project's own
+  helper (:func:`perflab.timing.time_calls`);
+* CUDA events: the device time between two events recorded back to back and
+  the host cost of recording a pair (CUDA only);
+* the per-process floor: fresh interpreters launched a few times — bare, with
+  ``import torch``, and with the device initialised — so a job's fixed cost
+  is known;
+* the profiler's overhead on the reference step (the controlled training step);
+* the A/A noise floor: the same step as A and as B, interleaved, gives the
+  block-to-block noise every A/B of the run is held to; a planted 2x step
+  (the step called twice) judged against that floor checks the judgement;
+* peer agreement: the helper's median against ``torch.utils.benchmark.Timer``
+  and, on CUDA, ``triton.testing.do_bench`` on the same step.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from perflab import profiling, stats, timing
+from perflab.runner import run
+
+#: the fresh-process variants: (variant, what the child does, code)
+PROCESS_STAGES = (
+    ("process/interpreter", "start the interpreter and exit", "pass"),
+    ("process/import_torch", "start, import torch, exit", "import torch"),
+    ("process/device_init", "start, import torch, first tensor on the device, synchronize",
+     "import torch\nd = torch.device({device!r})\nx = torch.zeros(1, device=d)\n"
+     "torch.cuda.synchronize(d) if d.type == 'cuda' else None"),
+)
+
+
+def _clock_floor(ctx):
+    p, t = ctx.params, ctx.timing
+    n = p["floor_repeats"]
+    info = time.get_clock_info("perf_counter")
+    ctx.row(variant="clock/perf_counter", metric="resolution_declared",
+            value=info.resolution * 1e3, unit="ms", window="time.get_clock_info('perf_counter')",
+            sync_boundary="n/a: a property of the clock", n=1)
+    deltas, clock = [], time.perf_counter
+    for _ in range(n):
+        t0 = clock()
+        t1 = clock()
+        while t1 == t0:
+            t1 = clock()
+        deltas.append((t1 - t0) * 1e3)
+    ctx.summary(deltas, variant="clock/perf_counter", metric="tick",
+                window=f"{n} pairs of back-to-back reads, the second repeated until it differs",
+                sync_boundary="no device involved", statistics=("median", "min", "p25", "p75"))
+
+    # one synchronize on an idle device: what each synchronized sample adds at its ends
+    ctx.sync()
+    sync_ms = []
+    for _ in range(n):
+        t0 = clock()
+        ctx.sync()
+        sync_ms.append((clock() - t0) * 1e3)
+    ctx.summary(sync_ms, variant="sync/idle", metric="sync_cost",
+                window=f"{n} calls of the sync on an idle device (queue already drained)",
+                sync_boundary=f"{ctx.sync_name} itself, timed by the host clock")
+
+    # the empty callable through the helper: the floor every step time sits above
+    empty = timing.time_calls(lambda: None, warmup=t["warmup"], repeats=n, sync=ctx.sync)
+    s = ctx.summary(empty, variant="floor/empty_call", metric="call_latency",
+                    window=f"timing.time_calls(lambda: None, warmup={t['warmup']}, repeats={n})",
+                    sync_boundary="synchronized at both ends of each call (the helper's boundary)")
+    ctx.log(f"clock tick {statistics.median(deltas) * 1e6:.0f} ns, idle sync "
+            f"{statistics.median(sync_ms) * 1e3:.2f} us, empty call through the helper "
+            f"{s['median'] * 1e3:.2f} us")
+
+
+def _events(ctx):
+    p = ctx.params
+    n = p["floor_repeats"]
+    if not ctx.is_cuda:
+        for variant, metric in (("events/empty_pair", "event_elapsed"),
+                                ("events/record_pair", "host_record_cost")):
+            ctx.unsupported(variant=variant, metric=metric, unit="ms",
+                            reason="CUDA events need a CUDA device")
+        return
+    ev = timing.time_cuda_events(lambda: None, warmup=ctx.timing["warmup"], repeats=n,
+                                 device=ctx.device)
+    ctx.summary(ev, variant="events/empty_pair", metric="event_elapsed",
+                window=f"{n} pairs of events recorded back to back (nothing between them)",
+                sync_boundary="start.elapsed_time(end) after end.synchronize()")
+    host = []
+    for _ in range(n):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        ctx.sync()
+        t0 = time.perf_counter()
+        a.record()
+        b.record()
+        host.append((time.perf_counter() - t0) * 1e3)
+    ctx.sync()
+    ctx.summary(host, variant="events/record_pair", metric="host_record_cost",
+                window=f"{n} host-side record() pairs, event objects made beforehand",
+                sync_boundary="host clock around the two record() calls; device drained before")
+
+
+def _process_floor(ctx):
+    p = ctx.params
+    samples = {v: [] for v, _, _ in PROCESS_STAGES}
+    failed = {}
+    env = dict(os.environ)
+    for _ in range(p["process_repeats"]):
+        for variant, _, code in PROCESS_STAGES:  # round robin: drift hits every stage alike
+            if variant in failed:
+                continue
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-c", code.format(device=str(ctx.device))],
+                                  capture_output=True, text=True, env=env, timeout=600)
+            dt = (time.perf_counter() - t0) * 1e3
+            if proc.returncode != 0:
+                failed[variant] = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+                continue
+            samples[variant].append(dt)
+    for variant, what, _ in PROCESS_STAGES:
+        if variant in failed:
+            ctx.row(variant=variant, metric="process_wall", value=None, unit="ms",
+                    window="fresh interpreter", sync_boundary="n/a", status="error",
+                    reason=f"the child process failed: {failed[variant]}")
+            continue
+        ctx.summary(samples[variant], variant=variant, metric="process_wall",
+                    window=f"{p['process_repeats']} fresh `{os.path.basename(sys.executable)} -c` "
+                    f"processes: {what}; stages launched round robin",
+                    sync_boundary="host clock around subprocess.run (launch to exit)",
+                    statistics=("median", "min", "max", "iqr"))
+    ctx.log("process floor: " + ", ".join(
+        f"{v} {statistics.median(s):.0f} ms" for v, s in samples.items() if s))
+
+
+def _profiler_overhead(ctx, step):
+    p, t = ctx.params, ctx.timing
+    n = p["profiler_steps"]
+    timing.warm(step, t["warmup"], ctx.sync)
+    before = timing.time_calls(step, warmup=0, repeats=n, sync=ctx.sync)
+    r = profiling.profile_steps(step, device=ctx.device, sync=ctx.sync, wait=0, warmup=1,
+                                active=n, profile_memory=False)
+    prof = list(r.active_ms)
+    del r
+    after = timing.time_calls(step, warmup=0, repeats=n, sync=ctx.sync)
+    base = before + after
+    acts = "CPU + CUDA" if ctx.is_cuda else "CPU"
+    window = (f"the reference step: {n} profiled steps (schedule wait 0, warmup 1, active {n}, "
+              f"activities {acts}) between {n} unprofiled steps before and {n} after")
+    synced = f"{ctx.sync_name} at both ends of each step"
+    ctx.summary(base, variant="profiler/unprofiled", metric="step_latency", window=window,
+                sync_boundary=synced + "; no profiler",
+                statistics=("median", "iqr", "p25", "p75", "min", "max"),
+                block=[0] * n + [2] * n)
+    ctx.summary(prof, variant="profiler/profiled", metric="step_latency", window=window,
+                sync_boundary=synced + "; prof.step() outside the timed region",
+                statistics=("median", "iqr", "p25", "p75", "min", "max"), block=1)
+    j = stats.judge(base, prof, paired=False)
+    ctx.row(variant="profiler/overhead", metric="overhead_rel", value=j.relative_pct, unit="%",
+            window=window, sync_boundary="profiled median over unprofiled median, minus 1",
+            n=len(prof))
+    ctx.judgement(j, variant="profiler/overhead", window=window)
+    ctx.log(f"profiler overhead on the reference step: {j.relative_pct:+.1f}% "
+            f"({j.verdict}, p={j.p:.3g})")
+
+
+def _noise_floor(ctx, step):
+    p, t = ctx.params, ctx.timing
+    blocks, inner = p["aa_blocks"], p["aa_inner"]
+    common = dict(blocks=blocks, inner=inner, warmup=t["warmup"], sync=ctx.sync)
+    window = (f"{blocks} blocks per side of {inner} synchronized calls, alternating AB/BA, "
+              f"after {t['warmup']} warmup calls per side")
+    aa = timing.interleaved_ab(step, step, **common)
+    d = ctx.ab(aa, a="aa_a", b="aa_b", window="A/A: the same step on both sides; " + window,
+               noise_floor_pct=None)
+    floor = stats.aa_noise_floor_pct(aa.a_blocks, aa.b_blocks)
+    ctx.row(variant="aa", metric="aa_noise_floor", value=floor, unit="%", n=blocks,
+            window="A/A: the same step on both sides; " + window,
+            sync_boundary="95th percentile of |B - A| / median(A) over the paired blocks")
+    ctx.noise_floor_pct = floor
+    ctx.log(f"A/A: B - A {d['diff']:+.4f} ms (p={d['p']:.3g}); noise floor {floor:.2f}%")
+
+    def twice():
+        step()
+        step()
+
+    planted = timing.interleaved_ab(step, twice, **common)
+    d2 = ctx.ab(planted, a="planted_a", b="planted_2x",
+                window="planted slowdown: B calls the step twice; " + window,
+                noise_floor_pct=floor)
+    ctx.log(f"planted 2x: B - A {d2['diff']:+.4f} ms (p={d2['p']:.3g}) -> "
+            f"{'resolved' if d2['resolved'] else 'inconclusive'} against the A/A floor")
+
+
+def _do_bench(step, warmup_ms, rep_ms):
+    from triton.testing import do_bench
+
+    try:
+        return float(do_bench(step, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    except TypeError:  # an older triton without return_mode
+        return float(do_bench(step, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5])[0])
+
+
+def _peers(ctx, step):
+    p, t = ctx.params, ctx.timing
+    helper = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
+    h = ctx.summary(helper, variant="peer/helper", metric="step_latency",
+                    window=f"timing.time_calls: warmup {t['warmup']}, repeats {t['repeats']}",
+                    sync_boundary="synchronized at both ends of each call",
+                    statistics=("median", "iqr", "p25", "p75"))
+    m = timing.timer_blocked_autorange(step, min_run_time=p["peer_min_run_time_s"])
+    tw = f"torch.utils.benchmark.Timer.blocked_autorange(min_run_time={p['peer_min_run_time_s']})"
+    tb = f"sync at each block's ends; per-call = block / {m['number_per_run']}"
+    ctx.row(variant="peer/timer", metric="step_latency", statistic="median",
+            value=m["median_ms"], unit="ms", n=m["runs"], window=tw, sync_boundary=tb)
+    ctx.row(variant="peer/timer", metric="step_latency", statistic="iqr", value=m["iqr_ms"],
+            unit="ms", n=m["runs"], window=tw, sync_boundary=tb)
+    ctx.row(variant="peer/timer_over_helper", metric="ratio", value=m["median_ms"] / h["median"],
+            unit="x", n=m["runs"], window=tw + " median over the helper's median",
+            sync_boundary="ratio of two medians of the same step")
+    ctx.log(f"peers: helper {h['median']:.4f} ms, Timer {m['median_ms']:.4f} ms")
+    db_window = (f"triton.testing.do_bench(warmup={p['do_bench_warmup_ms']} ms, "
+                 f"rep={p['do_bench_rep_ms']} ms), median; it clears the L2 cache before each "
+                 "call and times with CUDA events")
+    if not ctx.is_cuda:
+        for variant, metric, unit in (("peer/do_bench", "step_latency", "ms"),
+                                      ("peer/do_bench_over_helper", "ratio", "x")):
+            ctx.unsupported(variant=variant, metric=metric, unit=unit,
+                            reason="triton.testing.do_bench times with CUDA events and "
+                            "needs a CUDA device")
+        return
+    try:
+        ms = _do_bench(step, p["do_bench_warmup_ms"], p["do_bench_rep_ms"])
+    except Exception as exc:  # triton missing or broken: say so in a row, do not crash
+        reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+        for variant, metric, unit in (("peer/do_bench", "step_latency", "ms"),
+                                      ("peer/do_bench_over_helper", "ratio", "x")):
+            ctx.unsupported(variant=variant, metric=metric, unit=unit, status="error",
+                            reason=reason)
+        ctx.log(f"do_bench failed: {reason}")
+        return
+    ctx.row(variant="peer/do_bench", metric="step_latency", statistic="median", value=ms,
+            unit="ms", window=db_window, sync_boundary="CUDA events around each call")
+    ctx.row(variant="peer/do_bench_over_helper", metric="ratio", value=ms / h["median"],
+            unit="x", window=db_window + "; over the helper's median",
+            sync_boundary="ratio of two medians of the same step")
+    ctx.log(f"peers: do_bench {ms:.4f} ms")
+
+
+def measure(ctx):
+    _clock_floor(ctx)
+    _events(ctx)
+    _process_floor(ctx)
+    step = ctx.training_step()
+    if step is None:  # no optimizer: the step-based calibrations wrote unsupported rows
+        return
+    _noise_floor(ctx, step)
+    _profiler_overhead(ctx, step)
+    _peers(ctx, step)
+
+
+if __name__ == "__main__":
+    run("C00", measure, globals().get("snakemake"))

@@ -1,0 +1,268 @@
+"""C00 (calibration) and the one A/B judgement: floors, A/A vs a planted 2x, the GPU-state gate.
+
+The A/A-versus-planted check runs twice: once through the real interleaving
+machinery on a fake clock (deterministic, so the A/A verdict cannot be a 5%
+accident), once on the real step in the C00 job, where only properties that
+hold under any load are asserted.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from experiments import one_value, run_tiny
+
+from perflab import calibration, env, figures, io, ledger, stats, tables, timing
+
+
+@pytest.fixture(scope="module")
+def c00(tiny_cfg, tmp_path_factory):
+    """One C00 run on the tiny contract (8 A/A blocks): (rows, samples, contract, outputs)."""
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["C00"].update(aa_blocks=8, aa_inner=5)
+    contract, out = run_tiny(cfg, "C00", tmp_path_factory.mktemp("c00"))
+    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+
+
+# ------------------------------------------------------------------ the job
+
+
+def test_outputs_obey_the_contract(c00):
+    rows, samples, _, out = c00
+    assert set(rows.experiment) == {"C00"}
+    assert list(samples.columns) == io.SAMPLE_COLUMNS
+    assert Path(out["provenance"]).is_file()
+    # on the CPU exactly the CUDA-only instruments are unsupported, each with its reason
+    bad = rows[rows.status != "ok"]
+    assert set(bad.variant) == {"events/empty_pair", "events/record_pair", "peer/do_bench",
+                                "peer/do_bench_over_helper"}
+    assert bad.reason.str.contains("CUDA").all()
+
+
+def test_floors_sit_below_the_step(c00):
+    rows, *_ = c00
+    step = one_value(rows, "peer/helper", "step_latency", "median")
+    empty = one_value(rows, "floor/empty_call", "call_latency", "median")
+    sync = one_value(rows, "sync/idle", "sync_cost", "median")
+    tick = one_value(rows, "clock/perf_counter", "tick", "median")
+    assert 0 < tick <= empty < step
+    assert 0 < sync < step
+    # a tick is at least the clock's declared resolution
+    assert tick >= one_value(rows, "clock/perf_counter", "resolution_declared") * 0.999
+
+
+def test_process_floor_grows_with_each_stage(c00):
+    rows, samples, contract, _ = c00
+    bare = one_value(rows, "process/interpreter", "process_wall", "median")
+    torch_ = one_value(rows, "process/import_torch", "process_wall", "median")
+    dev = one_value(rows, "process/device_init", "process_wall", "median")
+    # importing torch costs far more than starting an interpreter; device init includes it
+    assert torch_ > 2 * bare and dev > 2 * bare
+    n = contract["params"]["process_repeats"]
+    assert (samples[samples.metric == "process_wall"].groupby("variant").size() == n).all()
+
+
+def test_aa_floor_and_planted_slowdown(c00):
+    rows, samples, contract, _ = c00
+    blocks = contract["params"]["aa_blocks"]
+    a = samples[(samples.variant == "aa_a")].groupby("block").value.median()
+    b = samples[(samples.variant == "aa_b")].groupby("block").value.median()
+    assert len(a) == len(b) == blocks
+    floor = one_value(rows, "aa", "aa_noise_floor")
+    assert floor == pytest.approx(stats.aa_noise_floor_pct(a.tolist(), b.tolist()))
+    # the planted 2x: significant on the real step, and its verdict follows the floor rule
+    dv = "planted_2x_minus_planted_a"
+    assert one_value(rows, dv, "ab_effect") > 0
+    assert one_value(rows, dv, "ab_ci_low") > 0
+    assert one_value(rows, dv, "ab_p") < 0.05
+    rel = one_value(rows, dv, "ab_effect_rel")
+    assert one_value(rows, dv, "ab_exceeds_floor") == float(abs(rel) > floor)
+    assert one_value(rows, dv, "ab_resolved") == float(abs(rel) > floor)
+    # the A/A pair is judged without a floor (it defines it) and moves far less than 2x
+    aa = "aa_b_minus_aa_a"
+    assert not ((rows.variant == aa) & (rows.metric == "ab_exceeds_floor")).any()
+    assert abs(one_value(rows, aa, "ab_effect")) < one_value(rows, dv, "ab_effect")
+
+
+def test_peer_ratio_is_the_ratio_of_the_rows(c00):
+    rows, *_ = c00
+    ratio = one_value(rows, "peer/timer_over_helper", "ratio")
+    assert ratio == pytest.approx(one_value(rows, "peer/timer", "step_latency", "median")
+                                  / one_value(rows, "peer/helper", "step_latency", "median"))
+
+
+def test_profiler_overhead_row_matches_its_samples(c00):
+    rows, samples, *_ = c00
+    base = samples[samples.variant == "profiler/unprofiled"].value
+    prof = samples[samples.variant == "profiler/profiled"].value
+    j = stats.judge(base.tolist(), prof.tolist(), paired=False)
+    assert one_value(rows, "profiler/overhead", "overhead_rel") == pytest.approx(j.relative_pct)
+    assert one_value(rows, "profiler/overhead", "ab_p") == pytest.approx(j.p)
+
+
+def test_table_figure_ledger_and_note(c00, tmp_path):
+    rows, _, _, out = c00
+    t = tables.table("C00", rows)
+    assert "A/A noise floor" in t.measurement.tolist()
+    floor_cell = t[t.measurement == "A/A noise floor"].value.iloc[0]
+    assert floor_cell == pytest.approx(one_value(rows, "aa", "aa_noise_floor"))
+    assert not tables.format_table(t).empty
+    png = figures.make_figure("C00", out["csv"], out["samples"], tmp_path / "c00.png")
+    assert png.stat().st_size > 1000
+    led, md = ledger.build([out["csv"]])
+    assert "harness     timer floor" in md and "A/A noise floor" in md
+    f = led[(led.section == "harness") & (led.field == "aa_noise_floor_pct")]
+    assert float(f.value.iloc[0]) == pytest.approx(one_value(rows, "aa", "aa_noise_floor"))
+    note = calibration.floor_note(rows)
+    assert "empty call through the helper" in note and "A/A noise floor" in note
+    assert "did not run" in calibration.floor_note(rows[rows.experiment == "none"])
+    comp = calibration.ab_comparisons(rows)
+    assert {"aa_b_minus_aa_a", "planted_2x_minus_planted_a"} <= set(comp.comparison)
+    planted = comp[comp.comparison == "planted_2x_minus_planted_a"].iloc[0]
+    assert calibration.verdict_of(rows, "C00", "planted_2x_minus_planted_a") == planted.verdict
+    # an impossible floor makes the same effect inconclusive; an unknown comparison is None
+    assert calibration.verdict_of(rows, "C00", "planted_2x_minus_planted_a",
+                                  floor_pct=1e9) == "inconclusive"
+    assert calibration.verdict_of(rows, "C00", "nothing") is None
+
+
+# ------------------------------------------------------------------ A/A vs planted 2x, deterministic
+
+
+class FakeClock:
+    """A host clock that steps call by call: each step advances it by its own cost."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_aa_not_significant_and_planted_2x_significant_in_one_run(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timing, "_clock", clock)
+    rng = np.random.default_rng(7)
+
+    def step():  # 10 ms with 3% noise
+        clock.t += 0.010 * (1 + 0.03 * rng.standard_normal())
+
+    def twice():
+        step()
+        step()
+
+    kw = dict(blocks=12, inner=10, warmup=2, sync=lambda: None)
+    aa = timing.interleaved_ab(step, step, **kw)
+    planted = timing.interleaved_ab(step, twice, **kw)
+    floor = stats.aa_noise_floor_pct(aa.a_blocks, aa.b_blocks)
+    j_aa = stats.judge(aa.a_blocks, aa.b_blocks)
+    j_2x = stats.judge(planted.a_blocks, planted.b_blocks, noise_floor_pct=floor)
+    assert not j_aa.significant and not j_aa.resolved and j_aa.verdict == "inconclusive"
+    assert j_aa.ci_low < 0 < j_aa.ci_high
+    assert j_2x.significant and j_2x.exceeds_floor and j_2x.resolved
+    assert j_2x.relative_pct == pytest.approx(100, abs=10)
+    assert 0 < floor < 20
+
+
+def test_judge_rules():
+    a = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1]
+    b = [x * 1.05 for x in a]
+    j = stats.judge(a, b)
+    assert j.significant and j.resolved and j.exceeds_floor is None
+    # the same effect inside a larger A/A floor is inconclusive
+    inside = stats.judge(a, b, noise_floor_pct=10.0)
+    assert inside.significant and inside.exceeds_floor is False and not inside.resolved
+    assert stats.judge(a, b, noise_floor_pct=1.0).resolved
+    # independent samples go to Mann-Whitney U
+    ind = stats.judge(a, [x * 2 for x in a] + [20.0], paired=False)
+    assert ind.test.startswith("mann-whitney") and ind.resolved
+    # given differences replace b - a; all-zero differences are never resolved
+    assert not stats.judge(a, b, diffs=[0.0] * 8).resolved
+    with pytest.raises(ValueError):
+        stats.judge(a, b[:3])
+    with pytest.raises(ValueError):
+        stats.judge([], b)
+    # decide() is the rule judge() applied
+    assert stats.decide(p=j.p, ci_low=j.ci_low, ci_high=j.ci_high, relative_pct=j.relative_pct,
+                        noise_floor_pct=None) == (True, None, True)
+    assert stats.decide(p=0.01, ci_low=-0.1, ci_high=0.5, relative_pct=5,
+                        noise_floor_pct=None)[2] is False
+
+
+def test_aa_noise_floor_by_hand():
+    # |b - a| / median(a) = 0, 0.1, 0.2 -> 95th percentile (linear) 0.19 -> 19%
+    assert stats.aa_noise_floor_pct([1.0, 1.0, 1.0], [1.0, 1.1, 0.8]) == pytest.approx(19.0)
+    with pytest.raises(ValueError):
+        stats.aa_noise_floor_pct([1.0], [1.0, 2.0])
+
+
+# ------------------------------------------------------------------ GPU-state validity gate
+
+
+def _state(**kw):
+    base = {"available": True, "sm_clock_mhz": 1980, "temperature_c": 40, "power_w": 120.0,
+            "throttle_reasons": 0, "process_pids": [4242], "own_pid": 4242,
+            "cuda_initialized": True}
+    return {**base, **kw}
+
+
+def test_gate_passes_a_clean_state():
+    prov = {"gpu_state_before": _state(), "gpu_state_after": _state()}
+    assert env.judge_gpu_state(prov) == {"status": "valid", "reasons": []}
+    # idle and application-clock reasons are not throttling
+    idle = {"gpu_state_before": _state(throttle_reasons=0x1 | 0x2), "gpu_state_after": _state()}
+    assert env.judge_gpu_state(idle)["status"] == "valid"
+
+
+def test_gate_flags_a_synthetic_throttled_state():
+    prov = {"gpu_state_before": _state(),
+            "gpu_state_after": _state(throttle_reasons=0x4 | 0x40, temperature_c=91)}
+    v = env.judge_gpu_state(prov)
+    assert v["status"] == "flagged"
+    text = " ".join(v["reasons"])
+    assert "sw_power_cap" in text and "hw_thermal_slowdown" in text and "after" in text
+    assert "91 C" in text
+
+
+def test_gate_flags_a_shared_device():
+    shared = {"gpu_state_before": _state(process_pids=[4242, 777]), "gpu_state_after": _state()}
+    v = env.judge_gpu_state(shared)
+    assert v["status"] == "flagged" and "1 other process" in v["reasons"][0]
+    # in a PID namespace our own PID is not listed: the one listed process is this job
+    ns = {"gpu_state_before": _state(process_pids=[99]), "gpu_state_after": _state(
+        process_pids=[99])}
+    assert env.judge_gpu_state(ns)["status"] == "valid"
+    two = {"gpu_state_before": _state(process_pids=[99, 100]), "gpu_state_after": _state()}
+    assert env.judge_gpu_state(two)["status"] == "flagged"
+
+
+def test_gate_unknown_without_nvml_and_on_cpu():
+    assert env.judge_gpu_state({"gpu_state_before": None, "gpu_state_after": None})[
+        "status"] == "unknown"
+    no = {"available": False, "reason": "nvidia-ml-py is not installed"}
+    v = env.judge_gpu_state({"gpu_state_before": no, "gpu_state_after": no})
+    assert v["status"] == "unknown" and "nvidia-ml-py" in v["reasons"][0]
+
+
+def test_throttle_reason_names():
+    assert env.throttle_reason_names(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert env.throttle_reason_names(0) == []
+
+
+def test_ledger_flags_a_throttled_job(c00, tmp_path):
+    rows, _, _, out = c00
+    import json
+    import shutil
+
+    csv = tmp_path / "c00_calibration.csv"
+    shutil.copy(out["csv"], csv)
+    prov = json.loads(Path(out["provenance"]).read_text())
+    prov["gpu_state_before"] = _state()
+    prov["gpu_state_after"] = _state(throttle_reasons=0x20)
+    (tmp_path / "c00_calibration.json").write_text(json.dumps(prov))
+    led, md = ledger.build([csv])
+    assert "validity    C00: throttled after the job (sw_thermal_slowdown)" in md

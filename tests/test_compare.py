@@ -1,0 +1,123 @@
+"""Cross-run comparison of two synthetic result directories with known ratios."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perflab import compare, io
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _row(variant, metric, value, statistic="median", unit="ms", experiment="E03"):
+    return {"experiment": experiment, "variant": variant, "workload": "mlp", "model": "m",
+            "input_shape": "[4, 8]", "dtype": "float32", "device": "cpu", "device_name": "x",
+            "mode": "train", "execution": "eager", "metric": metric, "window": "w",
+            "sync_boundary": "s", "statistic": statistic, "value": value, "unit": unit, "n": 30,
+            "status": "ok", "reason": ""}
+
+
+def _samples(variant, values, experiment="E03"):
+    return [{"experiment": experiment, "variant": variant, "execution": "eager",
+             "metric": "step_latency", "unit": "ms", "block": 0, "index": i, "value": v}
+            for i, v in enumerate(values)]
+
+
+def _write_run(d: Path, *, spread_median, fast_median, resolved, spread_samples, fast_samples,
+               claims):
+    d.mkdir(parents=True)
+    io.write_results(d / "e03_warmup_spread.csv", [
+        _row("spread", "step_latency", spread_median),
+        _row("spread", "step_latency", spread_median / 10, statistic="iqr"),
+        _row("fast", "step_latency", fast_median),
+    ])
+    io.write_samples(d / "e03_warmup_spread_samples.csv",
+                     _samples("spread", spread_samples) + _samples("fast", fast_samples))
+    io.write_results(d / "e25_worked_pass.csv", [
+        _row("adamw_fused_minus_adamw_foreach", "difference_resolved", float(resolved),
+             statistic="value", unit="bool", experiment="E25"),
+    ])
+    # files that are not result CSVs are ignored
+    pd.DataFrame({"section": ["x"], "field": ["y"]}).to_csv(d / "ledger.csv", index=False)
+    if claims is not None:
+        pd.DataFrame(claims).to_csv(d / "claims.csv", index=False)
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    rng = np.random.default_rng(3)
+    base = 10 + rng.normal(0, 0.2, 40)
+    ref, this = tmp_path / "ref", tmp_path / "this"
+    _write_run(ref, spread_median=10.0, fast_median=4.0, resolved=True,
+               spread_samples=base, fast_samples=4 + rng.normal(0, 0.1, 40),
+               claims={"claim_id": ["C1", "C2"], "verdict": ["REPRODUCED", "DIFFERS"]})
+    _write_run(this, spread_median=15.0, fast_median=4.0, resolved=False,
+               spread_samples=1.5 * base, fast_samples=4 + rng.normal(0, 0.1, 40),
+               claims={"claim_id": ["C1", "C2"], "verdict": ["INCONCLUSIVE", "DIFFERS"]})
+    return this, ref
+
+
+def test_row_and_table_ratios(two_runs, tmp_path):
+    this, ref = two_runs
+    res = compare.compare(this, ref, tmp_path / "out")
+    rows = res["rows"].set_index(["variant", "statistic"])
+    assert rows.loc[("spread", "median"), "ratio"] == pytest.approx(1.5)
+    assert rows.loc[("spread", "iqr"), "ratio"] == pytest.approx(1.5)
+    assert rows.loc[("fast", "median"), "ratio"] == pytest.approx(1.0)
+    assert len(res["rows"]) == 4  # 3 timing rows + 1 verdict row, ledger.csv ignored
+    tabs = res["tables"]
+    e03 = tabs[tabs.experiment == "E03"]
+    assert not e03.empty
+    hit = e03[e03.this == 15.0]
+    assert len(hit) >= 1 and hit.ratio.tolist() == pytest.approx([1.5] * len(hit))
+
+
+def test_changed_verdicts_and_claims(two_runs, tmp_path):
+    this, ref = two_runs
+    v = compare.compare(this, ref, tmp_path / "out")["verdicts"]
+    changed = v[v.changed]
+    assert set(changed.source) == {"ab", "claim"}
+    claim = changed[changed.source == "claim"].iloc[0]
+    assert (claim["item"], claim["this"], claim["ref"]) == ("C1", "INCONCLUSIVE", "REPRODUCED")
+    ab = changed[changed.source == "ab"].iloc[0]
+    assert (ab["this"], ab["ref"]) == ("inconclusive", "resolved")
+    assert not v[(v.source == "claim") & (v.item == "C2")].changed.iloc[0]
+
+
+def test_sample_significance(two_runs, tmp_path):
+    this, ref = two_runs
+    s = compare.compare(this, ref, tmp_path / "out")["samples"].set_index("variant")
+    assert s.loc["spread", "ratio"] == pytest.approx(1.5, rel=0.02)
+    assert bool(s.loc["spread", "significant"]) and s.loc["spread", "p"] < 1e-6
+    assert not bool(s.loc["fast", "significant"])
+
+
+def test_outputs_and_command_line(two_runs, tmp_path):
+    this, ref = two_runs
+    out = tmp_path / "cli"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), str(this),
+                           str(ref), "--out", str(out)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("rows.csv", "tables.csv", "verdicts.csv", "samples.csv", "summary.md"):
+        assert (out / name).is_file()
+    assert (out / "compare.png").stat().st_size > 1000
+    md = (out / "summary.md").read_text()
+    assert "verdicts compared: 3, changed: 2" in md and "| claim | " in md
+
+
+def test_without_claims_and_missing_dir(two_runs, tmp_path):
+    this, ref = two_runs
+    (this / "claims.csv").unlink()
+    v = compare.compare(this, ref, tmp_path / "out")["verdicts"]
+    assert set(v.source) == {"ab"}
+    with pytest.raises(FileNotFoundError):
+        compare.compare(this, tmp_path / "nowhere", tmp_path / "out2")
