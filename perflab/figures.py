@@ -873,6 +873,7 @@ def fig_e12(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
             notes.append(f"{m}: {cell}")
     ax.set_ylabel("MiB: " + ", ".join(counters))
     _note(ax, notes, loc="upper right")
+    return fig
 # E19-E24
 
 

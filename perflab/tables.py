@@ -693,6 +693,7 @@ def table_e12(frame: pd.DataFrame) -> pd.DataFrame:
                         "max_reserved_mib": pick(r, state, "max_reserved", "value"),
                         "nvml_process_mib": pick(r, state, "nvml_process", "value"),
                         "rss_mib": pick(r, state, "rss", "value")})
+    return _frame(records)
 # E19-E24
 
 
