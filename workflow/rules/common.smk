@@ -11,7 +11,10 @@ from perflab import config as perflab_config  # noqa: E402
 from perflab.catalogue import EXPERIMENTS  # noqa: E402
 
 try:
-    RUN = perflab_config.resolve(config)
+    # submitting to a cluster (not a job on its node): the GPU is on the nodes, not here
+    RUN = perflab_config.resolve(
+        config, check_device=workflow.local_exec or workflow.remote_exec
+    )
 except perflab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -43,12 +46,24 @@ def exp_script(eid):
 
 
 def gpu_request():
-    """GPU jobs ask for one GPU, so a multi-core run never shares it between two timing jobs."""
-    return 1 if RUN["resolved_device"].startswith("cuda") else 0
+    """GPU jobs ask for one GPU, so a multi-core run never shares it between two timing jobs.
+
+    `gpu_jobs: true` asks for one whatever the device (a cluster whose submit host has none).
+    """
+    want = RUN.get("gpu_jobs", "auto")
+    if want == "auto":
+        return 1 if RUN["resolved_device"].startswith("cuda") else 0
+    return int(want in (True, "true"))
 
 
 def timing_threads():
-    """A timing job takes every core it is given: two timing jobs never overlap locally."""
+    """A timing job takes every core it is given: two timing jobs never overlap locally.
+
+    On a cluster (submitting, or a job on its node) --cores means nothing to a job:
+    each asks for `threads` cores (1 when auto), the same number on both sides.
+    """
+    if workflow.non_local_exec or workflow.remote_exec:
+        return RUN["threads"] if isinstance(RUN["threads"], int) else 1
     try:
         return workflow.cores
     except WorkflowError:  # no --cores given (e.g. --report): nothing will run
@@ -112,3 +127,32 @@ def e08_batch_files(kind):
 def e08_batch_contract(wildcards):
     """E08's contract with this job's batch size in place of the list of batch sizes."""
     return perflab_sweep.batch_contract(exp_contract("E08"), int(wildcards.batch))
+
+
+# A run that failed (with --keep-going: after everything else that could run) still
+# gets its report when the report was asked for: the experiments that have results,
+# and each that has none named failed, with its log's last lines (perflab/partial.py).
+import time
+
+RUN_STARTED = time.time()
+
+
+def partial_report():
+    if workflow.remote_exec:
+        return
+    target = f"{RESULTS}/report.html"
+    try:
+        wanted = {str(f) for f in workflow.dag.derived_targetfiles}
+    except Exception:
+        wanted = set()
+    if target not in wanted:
+        return
+    from perflab import partial
+
+    try:
+        partial.build(RUN, selected(), LOGS, RUN_STARTED, workflow.basedir)
+    except Exception as exc:
+        print(
+            f"perflab: partial report failed: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
