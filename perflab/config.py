@@ -155,6 +155,19 @@ def _resolve_device(requested: str, check: bool = True) -> str:
     return "cpu"
 
 
+def export_import_path(root: str | Path) -> None:
+    """Put ``root`` first on PYTHONPATH, for the processes this one starts.
+
+    The workflow calls it at parse time with the repository: its jobs inherit the
+    environment (locally, in a conda env of ``--sdm conda``, through sbatch on a
+    cluster) and so import this checkout's perflab, not another installed copy.
+    """
+    import os
+
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(root), *rest]))
+
+
 def _check_dirs(cfg: dict) -> None:
     """results_dir and figures_dir must be (or become) directories this process can write."""
     import os

@@ -4,11 +4,14 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-# the package imports here even before `pip install -e .`; jobs need it installed
+# the package imports here even before `pip install -e .`; so do the jobs, which
+# inherit this environment (locally, in a conda env of --sdm conda, through sbatch
+# on a cluster): they import this checkout's perflab, not another installed copy
 sys.path.insert(0, workflow.basedir)
-
 from perflab import config as perflab_config  # noqa: E402
 from perflab.catalogue import EXPERIMENTS  # noqa: E402
+
+perflab_config.export_import_path(workflow.basedir)
 
 try:
     # submitting to a cluster (not a job on its node): the GPU is on the nodes, not here
