@@ -30,6 +30,7 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 CONF_DIR = Path("/etc/slurm")
 NODE = "localhost"
 PARTITION = "debug"
+GPU_PARTITION = "gpu"
 
 
 class Unavailable(RuntimeError):
@@ -200,6 +201,9 @@ class Cluster:
                     f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={self.cpus} "
                     f"RealMemory={self.mem_mb} Gres=gpu:1 State=UNKNOWN",
                     f"PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+                    # a second, non-default partition: a job lands there only if asked
+                    f"PartitionName={GPU_PARTITION} Nodes={NODE} Default=NO MaxTime=INFINITE "
+                    "State=UP",
                     "",
                 ]
             )

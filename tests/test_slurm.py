@@ -11,6 +11,7 @@ leaves no daemon running. About a minute and a half on 2 cores.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from perflab.catalogue import EXPERIMENTS
 
@@ -33,7 +35,47 @@ EXPERIMENTS_RUN = ("E01", "E03")
 #: when the status command cannot see jobs finish: see tests/slurm_cluster.py)
 SUBMIT_TIMEOUT_S = 900
 
-pytestmark = pytest.mark.slurm
+
+
+# ---------------------------------------------------------------- the profile itself (no SLURM)
+
+
+@functools.lru_cache(maxsize=1)
+def _rules() -> frozenset[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--list-rules",
+         "--config", "device=cpu"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return frozenset(line.split()[0] for line in proc.stdout.splitlines() if line.strip())
+
+
+def test_slurm_profile_covers_every_rule():
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["executor"] == "slurm"
+    # defaults reach every rule, including ones added later
+    assert {"mem_mb", "runtime"} <= set(profile["default-resources"])
+    rules = _rules()
+    # a rule renamed without its override would silently lose it
+    assert set(profile["set-resources"]) <= rules, set(profile["set-resources"]) - rules
+    # the same defaults as the one it replaces
+    default = yaml.safe_load((ROOT / "profiles" / "default" / "config.yaml").read_text())
+    for key in ("rerun-incomplete", "show-failed-logs"):
+        assert profile[key] == default[key]
+
+
+def test_aggregation_rules_are_local():
+    text = (ROOT / "workflow" / "rules" / "report.smk").read_text()
+    block = text.split("localrules:", 1)[1].split("\n\n", 1)[0]
+    local = {n.strip(" ,") for n in block.split() if n.strip(" ,")}
+    assert {"ledger", "figure", "report_html", "e08_batch_sweep"} <= local
+    assert local <= _rules()
+    assert not any(r.startswith("e") and r[1:3].isdigit() and r != "e08_batch_sweep"
+                   for r in local), "an experiment must not run on the submit host"
+
+
+# ---------------------------------------------------------------- a real cluster
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +105,16 @@ def cluster(tmp_path_factory):
 def submitted(cluster, tmp_path_factory):
     """One workflow run through SLURM; (work dir, combined output, wall seconds)."""
     work = tmp_path_factory.mktemp("slurm-run")
+    # the site's partition, set as the README says: in a copy of the profile
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    profile["default-resources"]["slurm_partition"] = slurm_cluster.GPU_PARTITION
+    profile_dir = tmp_path_factory.mktemp("profile")
+    (profile_dir / "config.yaml").write_text(yaml.safe_dump(profile))
     cmd = [
         sys.executable, "-m", "snakemake",
         "-s", str(ROOT / "Snakefile"),
         "--directory", str(work),
-        "--workflow-profile", str(ROOT / "workflow" / "profiles" / "slurm"),
+        "--workflow-profile", str(profile_dir),
         "--configfile", str(ROOT / "config" / "test.yaml"),
         "--config", "device=cpu", f"run={','.join(EXPERIMENTS_RUN)}", "gpu_jobs=true",
         f"tag={TAG}",
@@ -102,6 +149,7 @@ def _jobs(out: str) -> dict[str, str]:
     return {rule: jobid for jobid, rule in found}
 
 
+@pytest.mark.slurm
 def test_experiments_were_slurm_jobs_and_aggregation_ran_locally(submitted):
     _, out, _ = submitted
     jobs = _jobs(out)
@@ -110,6 +158,7 @@ def test_experiments_were_slurm_jobs_and_aggregation_ran_locally(submitted):
         assert f"localrule {rule}:" in out, f"{rule} did not run on the submit host"
 
 
+@pytest.mark.slurm
 def test_gpu_jobs_requested_and_got_a_gpu(submitted, cluster):
     _, out, _ = submitted
     for rule, jobid in _jobs(out).items():
@@ -118,9 +167,11 @@ def test_gpu_jobs_requested_and_got_a_gpu(submitted, cluster):
         assert "TresPerJob=gres:gpu:1" in info, f"{rule} asked for no GPU:\n{info}"
         # allocated, not only asked for: the node's one GPU was the job's
         assert "JOB_GRES=gpu:1" in info, f"{rule} got no GPU:\n{info}"
-        assert "Partition=" + slurm_cluster.PARTITION in info
+        # the partition the profile names, not the cluster's default
+        assert "Partition=" + slurm_cluster.GPU_PARTITION in info, info
 
 
+@pytest.mark.slurm
 def test_results_and_report_came_back(submitted):
     work, _, _ = submitted
     results = work / "results" / TAG
@@ -132,6 +183,7 @@ def test_results_and_report_came_back(submitted):
     assert "PERFORMANCE LEDGER" in (results / "ledger.md").read_text()
 
 
+@pytest.mark.slurm
 def test_teardown_leaves_nothing_running(submitted, cluster):
     pids = dict(cluster.pids)
     assert {"slurmctld", "slurmd"} <= set(pids)
