@@ -131,11 +131,14 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _resolve_device(requested: str) -> str:
+def _resolve_device(requested: str, check: bool = True) -> str:
     import torch
 
     if requested == "auto":
         return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not check:
+        # a cluster's submit host: the job checks on the node that runs it
+        return f"cuda:{int(requested.split(':')[1]) if ':' in requested else 0}"
     if requested.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(
@@ -150,6 +153,37 @@ def _resolve_device(requested: str) -> str:
             )
         return f"cuda:{index}"
     return "cpu"
+
+
+def export_import_path(root: str | Path) -> None:
+    """Put ``root`` first on PYTHONPATH, for the processes this one starts.
+
+    The workflow calls it at parse time with the repository: its jobs inherit the
+    environment (locally, in a conda env of ``--sdm conda``, through sbatch on a
+    cluster) and so import this checkout's perflab, not another installed copy.
+    """
+    import os
+
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(root), *rest]))
+
+
+def _check_dirs(cfg: dict) -> None:
+    """results_dir and figures_dir must be (or become) directories this process can write."""
+    import os
+
+    for key in ("results_dir", "figures_dir"):
+        path = Path(cfg[key])
+        probe = path
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if probe.exists() and not probe.is_dir():
+            what = "is" if probe == path else f"lies under {str(probe)!r}, which is"
+            raise ConfigError(
+                f"config error at '{key}': {str(path)!r} {what} a file, not a directory"
+            )
+        if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+            raise ConfigError(f"config error at '{key}': {str(probe)!r} is not writable")
 
 
 def _check_workloads(cfg: dict) -> None:
@@ -178,18 +212,33 @@ def _check_workloads(cfg: dict) -> None:
             ) from None
 
 
-def resolve(config: Mapping[str, Any]) -> dict:
+def resolve(config: Mapping[str, Any], check_device: bool = True) -> dict:
     """Validate ``config`` and return the resolved run configuration.
 
     The result is the validated config with the scale patch applied and three
     derived keys: ``resolved_device`` (``cpu`` or ``cuda:N``),
     ``resolved_scale`` and ``resolved_tag`` (the result directory name).
+
+    ``check_device=False`` is for a cluster's submit host, which need not see
+    the GPU its jobs will get: an explicit ``cuda`` device is taken on trust
+    (each job checks it again on its node), and the tag must then be explicit,
+    since no GPU name is at hand to derive it from.
     """
     schema = load_schema()
     cfg = copy.deepcopy(dict(config))
     _schema_check(cfg, schema)
 
-    device = _resolve_device(cfg["device"])
+    _check_dirs(cfg)
+    device = _resolve_device(cfg["device"], check=check_device)
+    if not check_device and device.startswith("cuda") and cfg["tag"] == "auto":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "config error at 'tag': a cluster run submitted from a host without CUDA needs "
+                "an explicit tag (e.g. --config device=cuda tag=h200), so the submit host and "
+                "the GPU node name the same result directory"
+            )
     scale = cfg["scale"]
     if scale == "auto":
         scale = "chapter" if device.startswith("cuda") else "cpu"

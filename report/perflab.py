@@ -42,6 +42,9 @@ PROVENANCE = {
     for eid, e in PRESENT.items()
     if (RESULTS / f"{e.slug}.json").is_file()
 }
+# a run that did not finish (perflab/partial.py): experiments that failed or did not run
+FAILED = (json.loads(Path(os.environ["PERFLAB_FAILED"]).read_text())
+          if os.environ.get("PERFLAB_FAILED") else {})
 
 
 def html_table(frame: pd.DataFrame, index: bool = False) -> HTML:
@@ -54,6 +57,18 @@ def key_value(pairs: dict) -> HTML:
     values = [str(v) for v in pairs.values()]
     return html_table(pd.DataFrame({"field": list(pairs), "value": values}))
 
+
+# %%
+if FAILED:
+    display(Markdown(
+        "## This run did not finish\n\n"
+        f"{sum(f['status'] == 'failed' for f in FAILED.values())} experiment(s) failed and "
+        f"{sum(f['status'] != 'failed' for f in FAILED.values())} did not run; this report "
+        "shows what was measured. Fix the cause and run Snakemake again: only the missing "
+        "experiments run, then the ledger and this report are rebuilt."))
+    display(html_table(pd.DataFrame(
+        [{"experiment": eid, "title": f["title"], "status": f["status"], "log": f["log"]}
+         for eid, f in FAILED.items()])))
 
 # %% [markdown]
 # ## Run and environment
@@ -139,6 +154,13 @@ def figure_html(eid: str) -> HTML | Markdown:
 
 for eid, experiment in EXPERIMENTS.items():
     display(Markdown(f"### {eid} · {experiment.title}"))
+    if eid in FAILED:
+        f = FAILED[eid]
+        display(Markdown(f"**{f['status']}**" + (f" — last lines of `{f['log']}`:"
+                                                  if f["log"] else f": {f['excerpt']}")))
+        if f["log"]:
+            display(HTML(f"<pre>{html.escape(f['excerpt'])}</pre>"))
+        continue
     if eid not in PRESENT:
         display(Markdown("*not run* (no result file for this experiment in this run)"))
         continue

@@ -233,6 +233,19 @@ BAD = [
      "scales.cpu", "cannot set scale"),
     ("scale-patch-float16", {"scale": "f16", "scales": {"f16": {"dtype": "float16"}}},
      "dtype", "float16"),
+    # issue 7: further types, ranges and bad paths
+    ("gpu-jobs-word", {"gpu_jobs": "maybe"}, "gpu_jobs", "not valid"),
+    ("gpu-jobs-number", {"gpu_jobs": 2}, "gpu_jobs", "not valid"),
+    ("timing-not-mapping", {"timing": 5}, "timing", ""),
+    ("experiments-not-mapping", {"experiments": ["E01"]}, "experiments", ""),
+    ("results-dir-not-string", {"results_dir": 5}, "results_dir", ""),
+    ("empty-figures-dir", {"figures_dir": ""}, "figures_dir", ""),
+    ("results-dir-is-a-file", {"results_dir": str(REPO_ROOT / "README.md")},
+     "results_dir", "is a file"),
+    ("figures-dir-under-a-file", {"figures_dir": str(REPO_ROOT / "README.md" / "figs")},
+     "figures_dir", "which is a file"),
+    ("tag-empty", {"tag": ""}, "tag", ""),
+    ("seed-float", {"seed": 1.5}, "seed", ""),
 ]
 
 
@@ -309,3 +322,22 @@ def test_unknown_parameter_of_registered_workload(base_config):
     base_config["workloads"]["mlp"]["dimm"] = 512
     with pytest.raises(config.ConfigError, match="workloads.mlp.dimm"):
         config.resolve(base_config)
+
+
+# ---------------------------------------------------------------- a cluster's submit host
+
+
+@needs_no_cuda
+def test_submit_host_takes_cuda_on_trust_with_a_tag(base_config):
+    base_config.update(device="cuda", tag="h200")
+    cfg = config.resolve(base_config, check_device=False)
+    assert cfg["resolved_device"] == "cuda:0"
+    assert cfg["resolved_scale"] == "chapter"
+    assert cfg["resolved_tag"] == "h200"
+
+
+@needs_no_cuda
+def test_submit_host_without_cuda_needs_a_tag(base_config):
+    base_config["device"] = "cuda"
+    with pytest.raises(config.ConfigError, match=r"^config error at 'tag'.*explicit tag"):
+        config.resolve(base_config, check_device=False)

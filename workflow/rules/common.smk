@@ -4,14 +4,20 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-# the package imports here even before `pip install -e .`; jobs need it installed
+# the package imports here even before `pip install -e .`; so do the jobs, which
+# inherit this environment (locally, in a conda env of --sdm conda, through sbatch
+# on a cluster): they import this checkout's perflab, not another installed copy
 sys.path.insert(0, workflow.basedir)
-
 from perflab import config as perflab_config  # noqa: E402
 from perflab.catalogue import EXPERIMENTS  # noqa: E402
 
+perflab_config.export_import_path(workflow.basedir)
+
 try:
-    RUN = perflab_config.resolve(config)
+    # submitting to a cluster (not a job on its node): the GPU is on the nodes, not here
+    RUN = perflab_config.resolve(
+        config, check_device=workflow.local_exec or workflow.remote_exec
+    )
 except perflab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -43,12 +49,24 @@ def exp_script(eid):
 
 
 def gpu_request():
-    """GPU jobs ask for one GPU, so a multi-core run never shares it between two timing jobs."""
-    return 1 if RUN["resolved_device"].startswith("cuda") else 0
+    """GPU jobs ask for one GPU, so a multi-core run never shares it between two timing jobs.
+
+    `gpu_jobs: true` asks for one whatever the device (a cluster whose submit host has none).
+    """
+    want = RUN.get("gpu_jobs", "auto")
+    if want == "auto":
+        return 1 if RUN["resolved_device"].startswith("cuda") else 0
+    return int(want in (True, "true"))
 
 
 def timing_threads():
-    """A timing job takes every core it is given: two timing jobs never overlap locally."""
+    """A timing job takes every core it is given: two timing jobs never overlap locally.
+
+    On a cluster (submitting, or a job on its node) --cores means nothing to a job:
+    each asks for `threads` cores (1 when auto), the same number on both sides.
+    """
+    if workflow.non_local_exec or workflow.remote_exec:
+        return RUN["threads"] if isinstance(RUN["threads"], int) else 1
     try:
         return workflow.cores
     except WorkflowError:  # no --cores given (e.g. --report): nothing will run
@@ -132,6 +150,8 @@ def memory_snapshot_outputs():
     if "E09" in selected() and exp_contract("E09")["params"].get("snapshot", False):
         return [memory_snapshot_path()]
     return []
+
+
 # E20 compile cache: a cold job (wipes the shared Inductor cache, compiles into it) and
 # a warm job (a later fresh process reusing it) that writes E20's outputs.
 from perflab import compiling as perflab_compiling  # noqa: E402
@@ -147,9 +167,39 @@ def e20_cache_dir():
 
 def e20_contract(phase):
     """E20's contract with the phase and the shared cache the harness must use."""
-    return perflab_compiling.e20_contract(exp_contract("E20"), phase,
-                                          perflab_config.result_dir(RUN))
+    return perflab_compiling.e20_contract(
+        exp_contract("E20"), phase, perflab_config.result_dir(RUN)
+    )
 
 
 def e20_cold_log():
     return f"{LOGS}/{EXPERIMENTS['E20'].slug}/cold.log"
+
+
+# A run that failed (with --keep-going: after everything else that could run) still
+# gets its report when the report was asked for: the experiments that have results,
+# and each that has none named failed, with its log's last lines (perflab/partial.py).
+import time
+
+RUN_STARTED = time.time()
+
+
+def partial_report():
+    if workflow.remote_exec:
+        return
+    target = f"{RESULTS}/report.html"
+    try:
+        wanted = {str(f) for f in workflow.dag.derived_targetfiles}
+    except Exception:
+        wanted = set()
+    if target not in wanted:
+        return
+    from perflab import partial
+
+    try:
+        partial.build(RUN, selected(), LOGS, RUN_STARTED, workflow.basedir)
+    except Exception as exc:
+        print(
+            f"perflab: partial report failed: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )

@@ -1,5 +1,17 @@
 # Downstream of the experiments: the ledger, one figure per experiment, the HTML report.
 
+# On a cluster these run on the submit host: seconds of work each, no GPU.
+# (e08_batch_sweep only gathers the per-batch jobs' files.)
+
+
+localrules:
+    ledger,
+    figure,
+    report_html,
+    e08_batch_sweep,
+    diagnosis,
+    compare,
+
 
 rule ledger:
     input:
@@ -58,3 +70,8 @@ rule report_html:
         ENV
     script:
         "../../scripts/render_report.py"
+
+
+# a failed run still gets its report of what exists (partial_report in common.smk)
+onerror:
+    partial_report()

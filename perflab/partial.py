@@ -1,0 +1,129 @@
+"""A report from a run that did not finish: what was measured, and what failed and why.
+
+When a job fails, Snakemake skips everything downstream of it, the report
+included. With ``--keep-going`` the other experiments still run; the
+workflow's ``onerror`` hook (workflow/rules/report.smk) then calls
+:func:`build`, which renders the same report notebook from the result files
+that exist and names each selected experiment that has none: ``failed`` (its
+job ran in this run and left a log: the log's last lines are shown) or
+``not run`` (a job it depends on failed, or the run stopped first).
+
+A failed experiment never has a result file (writes are atomic and Snakemake
+removes a failed job's outputs), so "no CSV" is the test. The next run
+rebuilds ledger and report through their rules, since the new CSVs are newer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from perflab import config as cfgmod
+from perflab.catalogue import EXPERIMENTS
+
+#: lines of a failed job's log shown in the report
+EXCERPT_LINES = 25
+
+
+def _logs_of(logs_dir: Path, slug: str) -> list[Path]:
+    """The job logs of one experiment: its own, and those of its per-item jobs (E08's batches)."""
+    found = [logs_dir / f"{slug}.log"]
+    sub = logs_dir / slug
+    if sub.is_dir():
+        found += sorted(sub.glob("*.log"))
+    return [p for p in found if p.is_file()]
+
+
+def excerpt(path: Path, lines: int = EXCERPT_LINES) -> str:
+    text = path.read_text(errors="replace").rstrip("\n").splitlines()
+    return "\n".join(text[-lines:]) if text else "(the log is empty)"
+
+
+def failures(cfg: Mapping[str, Any], experiments: Iterable[str], logs_dir: str | Path,
+             since: float) -> dict[str, dict[str, str]]:
+    """{eid: {status, title, log, excerpt}} for each selected experiment without a result file.
+
+    ``since``: the run's start (epoch seconds); a log older than that is a previous run's.
+    """
+    logs_dir = Path(logs_dir)
+    out: dict[str, dict[str, str]] = {}
+    for eid in experiments:
+        if Path(cfgmod.experiment_outputs(cfg, eid)["csv"]).is_file():
+            continue
+        exp = EXPERIMENTS[eid]
+        logs = [p for p in _logs_of(logs_dir, exp.slug) if p.stat().st_mtime >= since - 1]
+        if logs:
+            # the log written last is the job that failed (for E08: a batch, or the sweep)
+            log = max(logs, key=lambda p: p.stat().st_mtime)
+            out[eid] = {"status": "failed", "title": exp.title, "log": str(log),
+                        "excerpt": excerpt(log)}
+        else:
+            out[eid] = {"status": "not run", "title": exp.title, "log": "",
+                        "excerpt": "no job of this experiment ran: a job it depends on failed, "
+                                   "or the run stopped before it started"}
+    return out
+
+
+def _render_report_module(root: Path):
+    spec = importlib.util.spec_from_file_location("perflab_render_report",
+                                                  root / "scripts" / "render_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Path, since: float,
+          root: str | Path) -> Path | None:
+    """Ledger and report from the result files that exist; return the report's path.
+
+    Returns None (and says why on stderr) where there is nothing to report.
+    """
+    from perflab import io, ledger
+
+    root = Path(root)
+    results = cfgmod.result_dir(cfg)
+    figures = Path(cfg["figures_dir"]) / cfg["resolved_tag"]
+    failed = failures(cfg, experiments, logs_dir, since)
+    present = [cfgmod.experiment_outputs(cfg, e)["csv"] for e in experiments if e not in failed]
+    for eid, f in failed.items():
+        print(f"perflab: {eid} {f['status']}" + (f" (log: {f['log']})" if f["log"] else ""),
+              file=sys.stderr)
+    if not failed:
+        return None  # every experiment has its result: the failure was downstream of them
+    if not present:
+        print("perflab: no experiment has a result; no report written", file=sys.stderr)
+        return None
+    t0 = time.perf_counter()
+    try:
+        rows, md = ledger.build(present)
+        io.atomic_write_csv(results / "ledger.csv", rows)
+        io.atomic_write_text(results / "ledger.md", md)
+    except Exception as exc:  # a ledger line may need an experiment that failed
+        print(f"perflab: ledger of the partial run not built ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        (results / "ledger.md").unlink(missing_ok=True)
+    out = results / "report.html"
+    with tempfile.TemporaryDirectory(prefix="perflab-failed-") as tmp:
+        failed_json = Path(tmp) / "failed.json"
+        failed_json.write_text(json.dumps(failed, indent=1))
+        saved = os.environ.get("PERFLAB_FAILED")
+        os.environ["PERFLAB_FAILED"] = str(failed_json)
+        try:
+            _render_report_module(root).main(
+                root / "report" / "perflab.py", results, figures, out, root
+            )
+        finally:
+            if saved is None:
+                os.environ.pop("PERFLAB_FAILED", None)
+            else:
+                os.environ["PERFLAB_FAILED"] = saved
+    print(f"perflab: partial report ({len(present)} of {len(experiments)} experiments) -> {out} "
+          f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return out

@@ -1,0 +1,42 @@
+"""A workload that fails on demand, for the failure-handling tests (tests/test_failures.py).
+
+``failing_workload:make`` builds the chapter's MLP unless PERFLAB_TEST_FAIL says how
+to fail and PERFLAB_TEST_FAIL_ONLY (if set) occurs in the job's command line (under
+Snakemake's ``script:``, the copied script's name holds the experiment's slug):
+
+- ``raise``: a Python exception, as a bug in an experiment would raise;
+- ``oom``: ``torch.OutOfMemoryError``, as an allocation too large for the device raises;
+- ``kill``: SIGKILL to the job's own process, as the kernel's OOM killer (or a
+  scheduler enforcing its memory limit) ends it: no handler runs, nothing is flushed;
+- ``hang``: sleep, so a test can kill the whole run while the job is in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import torch
+
+from perflab.workloads import mlp
+
+
+def make(device: torch.device, **params):
+    mode = os.environ.get("PERFLAB_TEST_FAIL", "")
+    only = os.environ.get("PERFLAB_TEST_FAIL_ONLY", "")
+    if mode and (not only or only in " ".join(sys.argv)):
+        print(f"failing_workload: injecting {mode!r}", file=sys.stderr, flush=True)
+        if mode == "raise":
+            raise RuntimeError("injected failure: the experiment raised")
+        if mode == "oom":
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 80.00 GiB (simulated by the test)"
+            )
+        if mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "hang":  # until the test kills the whole run
+            time.sleep(600)
+        raise ValueError(f"PERFLAB_TEST_FAIL={mode!r}: use raise, oom or kill")
+    return mlp(device, **params)

@@ -1,0 +1,194 @@
+"""Failure handling through Snakemake, on the tiny contract.
+
+- An experiment that raises, runs out of memory, or is killed leaves no result
+  file, and the next run completes it (tests/failing_workload.py injects each).
+- The whole run killed mid-job (the node lost): after `snakemake --unlock`, the
+  rerun completes, because the default profile reruns incomplete jobs.
+- With --keep-going, the report is still built, and names the failed
+  experiment with its log's last lines.
+- Bad configuration stops `snakemake` (a real run, not a dry run) with one
+  message naming the key, before any job starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perflab import io
+from perflab.catalogue import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+TAG = "failures"
+FAILING = "E01"  # the experiment made to fail
+OTHER = "E04"  # one that keeps working beside it
+SLUG = EXPERIMENTS[FAILING].slug
+
+pytestmark = pytest.mark.slow
+
+
+def _config(work: Path) -> Path:
+    """The tiny contract with the controlled workload built by tests/failing_workload.py."""
+    cfg = {
+        "tag": TAG,
+        "device": "cpu",
+        "workload": "broken",
+        "workloads": {"broken": {"target": "failing_workload:make", "dim": 64, "depth": 2,
+                                 "num_classes": 10, "batch": 16}},
+    }
+    path = work / "failing.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _env(fail: str = "", only: str = "") -> dict:
+    env = {**os.environ, "PERFLAB_TEST_FAIL": fail, "PERFLAB_TEST_FAIL_ONLY": only}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def _cmd(work: Path, *args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "snakemake",
+        "-s", str(ROOT / "Snakefile"),
+        "--directory", str(work),
+        "--configfile", str(ROOT / "config" / "test.yaml"), str(_config(work)),
+        "--cores", "1",
+        *args,
+    ]
+
+
+def snakemake(work: Path, *args: str, fail: str = "", only: str = "",
+              timeout: int = 900) -> tuple[int, str]:
+    proc = subprocess.run(_cmd(work, *args), capture_output=True, text=True,
+                          env=_env(fail, only), timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _outputs(work: Path, eid: str) -> list[Path]:
+    d = work / "results" / TAG
+    slug = EXPERIMENTS[eid].slug
+    return [d / f"{slug}.csv", d / f"{slug}_samples.csv", d / f"{slug}.json"]
+
+
+def _assert_completed(work: Path, eid: str) -> None:
+    frame = io.read_results([_outputs(work, eid)[0]])  # validates the contract
+    assert set(frame.experiment) == {eid}
+    assert (frame.status == "ok").any()
+
+
+@pytest.mark.parametrize(
+    "mode, evidence",
+    [
+        ("raise", "injected failure: the experiment raised"),
+        ("oom", "OutOfMemoryError"),
+        ("kill", "injecting 'kill'"),
+    ],
+)
+def test_failed_experiment_leaves_no_result_and_rerun_completes(tmp_path, mode, evidence):
+    rule = SLUG
+    rc, out = snakemake(tmp_path, rule, "--config", "run=E01", fail=mode)
+    assert rc != 0, out
+    assert f"Error in rule {rule}" in out, out
+    for f in _outputs(tmp_path, FAILING):
+        assert not f.exists(), f"{mode}: {f.name} left behind"
+    log = tmp_path / "logs" / TAG / f"{SLUG}.log"
+    assert evidence in log.read_text(), log.read_text()
+    # fixed: the next run completes it
+    rc, out = snakemake(tmp_path, rule, "--config", "run=E01")
+    assert rc == 0, out[-4000:]
+    _assert_completed(tmp_path, FAILING)
+
+
+def test_run_killed_mid_job_is_rerun(tmp_path):
+    """SIGKILL to the whole run while a job measures: no result, and the rerun completes."""
+    rule = SLUG
+    log = tmp_path / "logs" / TAG / f"{SLUG}.log"
+    proc = subprocess.Popen(_cmd(tmp_path, rule, "--config", "run=E01"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=_env("hang"), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if log.is_file() and "injecting 'hang'" in log.read_text():
+                break
+            assert proc.poll() is None, "the run ended before the job hung"
+            time.sleep(0.5)
+        else:
+            pytest.fail("the job never started")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its job, as a lost node would
+        proc.wait()
+    for f in _outputs(tmp_path, FAILING):
+        assert not f.exists(), f"{f.name} left behind"
+    # Snakemake's own record: the job's outputs are marked incomplete
+    assert any((tmp_path / ".snakemake" / "incomplete").rglob("*")), "no incomplete marker"
+    # the killed run's lock stays (Snakemake cannot tell a dead run from a live one)
+    rc, out = snakemake(tmp_path, rule, "--config", "run=E01")
+    assert rc != 0 and "--unlock" in out, out[-3000:]
+    rc, out = snakemake(tmp_path, "--unlock", "--config", "run=E01")
+    assert rc == 0, out[-3000:]
+    # the default profile's rerun-incomplete: the marked job simply runs again
+    rc, out = snakemake(tmp_path, rule, "--config", "run=E01")
+    assert rc == 0, out[-4000:]
+    _assert_completed(tmp_path, FAILING)
+
+
+def test_keep_going_report_shows_the_failed_experiment(tmp_path):
+    rc, out = snakemake(tmp_path, "--keep-going", "--config", f"run={FAILING},{OTHER}",
+                        fail="raise", only=SLUG)
+    assert rc != 0, out
+    assert f"perflab: {FAILING} failed" in out, out[-4000:]
+    results = tmp_path / "results" / TAG
+    _assert_completed(tmp_path, OTHER)
+    assert not _outputs(tmp_path, FAILING)[0].exists()
+    html = (results / "report.html").read_text()
+    assert "This run did not finish" in html
+    assert EXPERIMENTS[FAILING].title in html and EXPERIMENTS[OTHER].title in html
+    # the failed experiment: its status and the last lines of its log
+    assert "<strong>failed</strong>" in html
+    assert "injected failure: the experiment raised" in html
+    # the working one: its table and figure
+    assert "data:image/png;base64," in html
+    # the next run (fixed) completes and rebuilds the report in full
+    rc, out = snakemake(tmp_path, "--config", f"run={FAILING},{OTHER}")
+    assert rc == 0, out[-4000:]
+    html = (results / "report.html").read_text()
+    assert "This run did not finish" not in html
+    assert "injected failure" not in html
+
+
+# (config patch, key the one message must name)
+BAD_CLI = [
+    ({"bogus": 1}, "bogus"),
+    ({"run": "E01,E99"}, "run"),
+    ({"timing": {"repeats": 0}}, "timing.repeats"),
+    ({"gpu_jobs": "maybe"}, "gpu_jobs"),
+    ({"results_dir": str(ROOT / "README.md")}, "results_dir"),
+]
+
+
+@pytest.mark.parametrize("patch, key", BAD_CLI, ids=[k for _, k in BAD_CLI])
+def test_bad_config_stops_a_real_run_before_any_job(tmp_path, patch, key):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(patch))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+         "--directory", str(tmp_path), "--cores", "1",
+         "--configfile", str(ROOT / "config" / "test.yaml"), str(bad), "--config", "device=cpu"],
+        capture_output=True, text=True, timeout=300, env=_env(),
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert out.count("config error at ") == 1, out
+    assert f"config error at '{key}'" in out, out
+    assert "Select jobs to execute" not in out and "rule e0" not in out, out
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
