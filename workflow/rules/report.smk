@@ -1,4 +1,4 @@
-# Downstream of the experiments: the ledger, one figure per experiment, the HTML report.
+# Downstream of the experiments: the ledger, the claims, one figure per experiment, the HTML report.
 
 
 rule ledger:
@@ -15,6 +15,23 @@ rule ledger:
         "../../scripts/build_ledger.py"
 
 
+rule claims:
+    input:
+        csv=selected_csvs(),
+    output:
+        report(
+            f"{RESULTS}/claims.csv",
+            caption="../../report/captions/claims.rst",
+            category="0 · Claims",
+        ),
+    log:
+        f"{LOGS}/claims.log",
+    conda:
+        ENV
+    script:
+        "../../scripts/build_claims.py"
+
+
 rule figure:
     input:
         unpack(figure_inputs),
@@ -22,7 +39,7 @@ rule figure:
         report(
             f"{FIGURES}/{{eid}}_{{name}}.png",
             caption="../../report/captions/figure.rst",
-            category="Figures",
+            category=figure_section,
             labels={"experiment": "{eid}"},
         ),
     log:
@@ -41,13 +58,15 @@ rule report_html:
         samples=selected_samples(),
         provenance=[exp_outputs(e)["provenance"] for e in selected()],
         ledger=f"{RESULTS}/ledger.md",
+        claims=f"{RESULTS}/claims.csv",
+        reference=reference_inputs(),
         figures=[figure_path(e) for e in selected()],
         notebook=os.path.join(workflow.basedir, "report", "perflab.py"),
     output:
         report(
             f"{RESULTS}/report.html",
             caption="../../report/captions/report.rst",
-            category="Report",
+            category="0 · Report",
         ),
     log:
         f"{LOGS}/report.log",
