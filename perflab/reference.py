@@ -180,9 +180,10 @@ def side_by_side(rows: pd.DataFrame, eid: str, chapter: ReferenceRun | None,
     """This machine beside the chapter (value, ratio, comparability) and each reference run.
 
     One line per quantity the chapter published for ``eid`` (or, without a
-    chapter row, per quantity a reference run has). ``ratio`` is this machine
-    / the chapter, given only when the contracts match (``comparison`` says why
-    not otherwise).
+    chapter row, per median/value a reference run has). ``ratio to chapter`` is
+    this machine / the chapter, given only when the contracts match
+    (``comparison`` says why not otherwise); ``ratio to <run>`` likewise for
+    each reference run.
     """
     keyed: dict[tuple, dict[str, Any]] = {}
     # the quantities compared: the chapter's; without any, a reference run's headline rows
@@ -201,6 +202,7 @@ def side_by_side(rows: pd.DataFrame, eid: str, chapter: ReferenceRun | None,
             line = keyed.get(tuple(rr[k] for k in KEYS))
             if line is not None:
                 line[ref.name] = _cell(rr)
+                line[f"_row:{ref.name}"] = rr
     mine_rows = rows[rows.experiment == eid] if not rows.empty else rows
     out = []
     for line in keyed.values():
@@ -220,6 +222,13 @@ def side_by_side(rows: pd.DataFrame, eid: str, chapter: ReferenceRun | None,
             rec["comparison"] = why
         for run in runs:
             rec[run.name] = line.get(run.name, "")
+            theirs = line.get(f"_row:{run.name}")
+            ratio = ""
+            if (mine is not None and theirs is not None and mine["status"] == "ok"
+                    and theirs["status"] == "ok" and comparability(mine, theirs)[0]
+                    and float(theirs["value"]) != 0):
+                ratio = float(mine["value"]) / float(theirs["value"])
+            rec[f"ratio to {run.name}"] = ratio
         out.append(rec)
     return pd.DataFrame(out)
 

@@ -174,6 +174,11 @@ if RUNS:
         "scale": r.meta.get("scale", ""), "commit": str(r.meta.get("commit", "")),
         "finished": r.meta.get("finished", ""), "experiments": len(r.meta.get("experiments", [])),
     } for r in RUNS])))
+    for r in RUNS:
+        if r.ledger_md:
+            text = r.ledger_md.strip().removeprefix("```").removesuffix("```").strip("\n")
+            display(HTML(f"<details><summary>ledger of {html.escape(r.label)}</summary>"
+                         f"<pre>{html.escape(text)}</pre></details>"))
 else:
     display(Markdown("No shipped reference run under `report/reference/` yet."))
 

@@ -21,6 +21,7 @@ from perflab import io
 from perflab.catalogue import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser.py
 TAG = f"cpu-{os.cpu_count()}c-tiny"
 
 pytestmark = pytest.mark.slow
@@ -107,3 +108,80 @@ def test_snakemake_report_zip(run_dir):
     names = zipfile.ZipFile(out).namelist()
     assert any(n.endswith("report.html") for n in names)
     assert sum(n.endswith(".png") for n in names) >= len(EXPERIMENTS)
+
+
+# ---------------------------------------------------------------- claims and the report in a browser
+
+
+def test_claims_table_is_written_and_shown_first(run_dir):
+    from perflab import claims
+
+    results = run_dir / "results" / TAG
+    frame = pd.read_csv(results / "claims.csv", keep_default_na=False)
+    assert list(frame.columns) == claims.CLAIM_COLUMNS
+    assert set(frame.verdict) <= set(claims.VERDICTS)
+    assert set(frame.claim) == set(claims.CLAIMS)
+    html = (results / "report.html").read_text()
+    # the claims table comes before the ledger and every experiment section
+    first = html.index('class="claims"')
+    assert first < html.index("PERFORMANCE LEDGER") < html.index('id="e01"')
+
+
+def test_each_claims_command_names_a_target_that_runs(run_dir):
+    from perflab import claims
+
+    targets = sorted({c.target for c in claims.CLAIMS.values() if c.target} | {"claims"})
+    proc = snakemake(run_dir, "--cores", "1", "-n", *targets)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_report_in_a_headless_browser(run_dir):
+    browser = pytest.importorskip("browser", reason="tests/browser.py")
+    if browser.find_browser() is None:
+        pytest.skip("no Chromium on PATH (.ci/run installs Debian's chromium)")
+    page = browser.inspect(run_dir / "results" / TAG / "report.html")
+    assert page["console_errors"] == []
+    assert page["external_requests"] == [] and page["scripts_external"] == []
+    # every experiment's table and figure, and the claims table, are on the page
+    assert page["tables"] >= 2 * len(EXPERIMENTS) + 1
+    assert page["images"] >= len(EXPERIMENTS)
+    assert page["images_decoded"] == page["images"]
+    # every claim links to an anchor that exists
+    for eid in EXPERIMENTS:
+        assert eid.lower() in page["ids"], eid
+    assert "Claims" in page["text"]
+    assert any(v in page["text"] for v in ("REPRODUCED", "DIFFERS", "INCONCLUSIVE"))
+
+
+def test_report_escapes_text_from_config_and_model_names(run_dir, tmp_path):
+    """A model name or window that looks like HTML is shown as text, never run as markup."""
+    import shutil
+
+    evil = '<img src=x onerror="console.error(\'injected\')">MLP</table>'
+    results = tmp_path / TAG
+    shutil.copytree(run_dir / "results" / TAG, results)
+    csv = results / "e01_lying_benchmark.csv"
+    frame = pd.read_csv(csv, keep_default_na=False, dtype=str)
+    frame["model"] = evil
+    frame["window"] = "<b>" + frame["window"]
+    frame.to_csv(csv, index=False)
+    claims_csv = results / "claims.csv"
+    c = pd.read_csv(claims_csv, keep_default_na=False, dtype=str)
+    c.loc[0, "measured"] = evil
+    c.to_csv(claims_csv, index=False)
+    out = tmp_path / "report.html"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_report.py"), "--results", str(results),
+         "--figures", str(run_dir / "figures" / TAG), "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = out.read_text()
+    assert evil not in html and "&lt;img src=x" in html
+    browser = pytest.importorskip("browser")
+    if browser.find_browser() is None:
+        return
+    page = browser.inspect(out)
+    assert page["console_errors"] == []
+    assert evil in page["text"]  # shown literally
