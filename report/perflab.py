@@ -83,7 +83,11 @@ def claims_html(frame: pd.DataFrame) -> HTML:
     esc = html.escape
     head = ("<tr><th>claim</th><th>statement</th><th>chapter</th><th>tolerance</th>"
             "<th>verdict</th><th>measured here</th><th>mechanism</th><th>evidence</th>"
-            "<th>reproduce alone</th></tr>")
+            "<th>reproduce alone</th>"
+            + "".join(f"<th>{esc(r.name)} verdict</th>" for r in RUNS if r.claims is not None)
+            + "</tr>")
+    # each shipped reference run's verdict on the same claim, beside this run's
+    theirs = [dict(zip(r.claims.claim, r.claims.verdict)) for r in RUNS if r.claims is not None]
     body = []
     for r in frame.to_dict("records"):
         eid = str(r["experiment"])
@@ -95,8 +99,12 @@ def claims_html(frame: pd.DataFrame) -> HTML:
             f"<td style=\"color:{colour};font-weight:bold\">{esc(str(r['verdict']))}</td>"
             f"<td>{esc(str(r['measured']))}</td><td>{esc(str(r['mechanism']))}</td>"
             f"<td><a href=\"#{anchor}\">{esc(eid)}</a></td>"
-            f"<td><code>{esc(str(r['command']))}</code></td></tr>")
-    return HTML(f"<table class=\"claims\"><thead>{head}</thead><tbody>{''.join(body)}"
+            f"<td><code>{esc(str(r['command']))}</code></td>"
+            + "".join(f"<td>{esc(str(t.get(r['claim'], '')))}</td>" for t in theirs)
+            + "</tr>")
+    style = ("<style>table.claims td, table.claims th {text-align: left; "
+             "vertical-align: top}</style>")
+    return HTML(f"{style}<table class=\"claims\"><thead>{head}</thead><tbody>{''.join(body)}"
                 "</tbody></table>")
 
 
