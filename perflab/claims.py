@@ -559,7 +559,7 @@ def _peak_flat(ev):
 @claim("C23", "E09", "persistent state dominates memory at batch 256",
        chapter="456 MiB persistent, 96% of allocated", tolerance="persistent share >= 50%")
 def _persistent_dominates(ev):
-    s = ev.value("E09", "persistent", "share_of_allocated", "value")
+    s = ev.value("E09", "persistent", "share", "value")
     return holds(s >= 50, f"{s:.0f}%", mechanism="activations or other state outweigh persistent state")
 
 
@@ -567,9 +567,12 @@ def _persistent_dominates(ev):
        chapter="step 1: 247.6 -> 474.6 MiB across the optimizer (227 MiB, ~2x parameters)",
        tolerance="first-step optimizer jump >= 1.5x parameter bytes")
 def _adamw_state_first_step(ev):
-    jump = ev.value("E09", "step1/optimizer", "allocated", "value") - \
-        ev.value("E09", "step1/backward", "allocated", "value")
-    params = ev.value("E09", "parameters", "parameter_bytes", "value")
+    params = ev.value("E09", "persistent/parameters", "bytes", "value")
+    try:
+        jump = ev.value("E09", "optimizer_state", "first_step_allocated_jump", "value")
+    except Unmeasured:  # no allocator counter (CPU): the state's own bytes, before and after
+        jump = (ev.value("E09", "optimizer_state", "state_after_first_step", "value")
+                - ev.value("E09", "optimizer_state", "state_before_first_step", "value"))
     return holds(jump >= 1.5 * params, f"{jump:.1f} MiB on step 1 (parameters {params:.1f} MiB)",
                  mechanism="the optimizer allocated no per-parameter state on its first step")
 
@@ -578,11 +581,8 @@ def _adamw_state_first_step(ev):
        chapter="peak 589 MiB vs at most 475 at a boundary",
        tolerance="steady peak > largest steady boundary reading by > 5%")
 def _hidden_peak(ev):
-    reads = ev.variants("E09", "steady/", "allocated", "value")
-    if not reads:
-        raise Absent("no steady-state boundary readings" + ("" if ev.has("E09") else " (E09 not run)"))
-    peak = ev.value("E09", "steady/peak", "peak_allocated", "value")
-    top = max(reads.values())
+    peak = ev.value("E09", "steady", "peak_allocated", "value")
+    top = ev.value("E09", "steady", "max_boundary_allocated", "value")
     return holds(peak > 1.05 * top, f"peak {peak:.1f} vs boundary max {top:.1f} MiB",
                  mechanism="the peak is visible at a phase boundary")
 
@@ -594,15 +594,13 @@ def _oom_persistent(ev):
     hi = ev.value("E10", "batch_32", "peak_allocated", "value")
     lo = ev.value("E10", "batch_8", "peak_allocated", "value")
     rel = (hi - lo) / hi
-    return holds(rel < 0.25, f"{hi:.2f} -> {lo:.2f} ({_pct(-100 * rel)})",
+    return holds(rel < 0.25, f"{hi:.0f} -> {lo:.0f} MiB ({_pct(-100 * rel)})",
                  mechanism="the peak is shape-dependent here: the batch is the lever")
 
 
 def _leak_series(ev: Evidence, variant: str) -> list[float]:
-    got = sorted((m, ev.value("E11", variant, m, "value")) for m in
-                 (ev.rows[(ev.rows.experiment == "E11") & (ev.rows.variant == variant)
-                          & ev.rows.metric.str.startswith("allocated_i")].metric.unique()
-                  if not ev.rows.empty else []))
+    got = sorted((int(v.rsplit("/i", 1)[1]), x)
+                 for v, x in ev.variants("E11", f"{variant}/i", "allocated", "value").items())
     if len(got) < 2:
         raise Absent("no allocation series for " + variant + ("" if ev.has("E11") else " (E11 not run)"))
     return [x for _, x in got]
@@ -628,8 +626,8 @@ def _retained_leak(ev):
 @claim("C28", "E11", "empty_cache frees nothing of the retained graph",
        chapter="2400.3 MiB before and after", tolerance="within 1%")
 def _empty_cache_no_fix(ev):
-    final = ev.value("E11", "retained_graph", "allocated_final", "value")
-    after = ev.value("E11", "retained_graph", "allocated_after_empty_cache", "value")
+    final = ev.value("E11", "retained_graph/final", "allocated", "value")
+    after = ev.value("E11", "retained_graph/after_empty_cache", "allocated", "value")
     return holds(abs(after - final) <= 0.01 * final, f"{final:.1f} -> {after:.1f} MiB",
                  mechanism="empty_cache lowered allocated memory: the tensors were not live")
 
@@ -726,8 +724,8 @@ def _profiler_localizes(ev):
        chapter="95.5% of fp32 time at batch 256, 40.1% at 2048",
        tolerance="fp16 time_rel at the large batch < at the small batch by > 10 points")
 def _fp16_large_batch(ev):
-    rels = {v.split("/")[0]: x for v, x in ev.variants("E15", "b", "time_rel", "value").items()
-            if v.endswith("/float16")}
+    rels = {v.split("/")[0]: x for v, x in ev.variants("E15", "b", "time_pct_of_fp32", "value").items()
+            if v.endswith("/fp16")}
     if len(rels) < 2:
         raise Absent("fewer than two fp16 batch sizes" + ("" if ev.has("E15") else " (E15 not run)"))
     sizes = sorted(rels, key=lambda b: int(b.removeprefix("b")))
@@ -739,7 +737,7 @@ def _fp16_large_batch(ev):
 @claim("C36", "E15", "bf16 autocast is slower than fp32 (hardware-dependent: no bf16 tensor cores on cc 7.5)",
        chapter="135.4% and 142.1% of fp32 time", tolerance="bf16 time_rel > 100% at every batch")
 def _bf16_slower(ev):
-    rels = {v: x for v, x in ev.variants("E15", "b", "time_rel", "value").items() if v.endswith("/bfloat16")}
+    rels = {v: x for v, x in ev.variants("E15", "b", "time_pct_of_fp32", "value").items() if v.endswith("/bf16")}
     if not rels:
         raise Absent("no bf16 rows" + ("" if ev.has("E15") else " (E15 not run)"))
     txt = ", ".join(f"{v.split('/')[0]} {x:.1f}%" for v, x in sorted(rels.items()))
@@ -751,13 +749,16 @@ def _bf16_slower(ev):
        chapter="+33% time, nothing saved at 256; +31% time, 288 MiB (28%) saved at 4096",
        tolerance="time_rel > 0 at both; saved < 5% at the small batch and > 10% at the large")
 def _checkpointing(ev):
-    rows = ev.variants("E16", "b", "time_rel", "value")
-    sizes = sorted({v.split("/")[0] for v in rows}, key=lambda b: int(b.removeprefix("b")))
+    rows = ev.variants("E16", "b", "time_pct_of_normal", "value")
+    sizes = sorted({v.split("/")[0] for v in rows if v.endswith("/checkpointed")},
+                   key=lambda b: int(b.removeprefix("b")))
     if len(sizes) < 2:
         raise Absent("fewer than two batch sizes" + ("" if ev.has("E16") else " (E16 not run)"))
-    v_s, v_l = f"{sizes[0]}/checkpointed_vs_normal", f"{sizes[-1]}/checkpointed_vs_normal"
-    ts, tl = ev.value("E16", v_s, "time_rel", "value"), ev.value("E16", v_l, "time_rel", "value")
-    ss, sl = ev.value("E16", v_s, "peak_saved_rel", "value"), ev.value("E16", v_l, "peak_saved_rel", "value")
+    v_s, v_l = f"{sizes[0]}/checkpointed", f"{sizes[-1]}/checkpointed"
+    ts = ev.value("E16", v_s, "time_pct_of_normal", "value") - 100
+    tl = ev.value("E16", v_l, "time_pct_of_normal", "value") - 100
+    ss = 100 - ev.value("E16", v_s, "memory_pct_of_normal", "value")
+    sl = 100 - ev.value("E16", v_l, "memory_pct_of_normal", "value")
     return holds(ts > 0 and tl > 0 and ss < 5 and sl > 10,
                  f"{sizes[0]}: {_pct(ts)} time, {ss:.0f}% saved; {sizes[-1]}: {_pct(tl)} time, {sl:.0f}% saved",
                  mechanism="activations set the peak at both batch sizes here" if ss >= 5
@@ -768,11 +769,13 @@ def _checkpointing(ev):
        chapter="max |diff| ~2e-9 vs gradient scale 1.7e-3; peak 100% -> 67% at K=8",
        tolerance="max |diff| < 1e-4 x gradient scale; peak at the largest K < at K=1")
 def _accumulation(ev):
-    diffs = ev.variants("E17", "K", "grad_max_abs_diff", "value")
+    diffs = ev.variants("E17", "k", "grad_max_abs_diff", "value")
     if not diffs:
         raise Absent("no gradient comparison" + ("" if ev.has("E17") else " (E17 not run)"))
-    scale = ev.value("E17", "K2", "grad_scale", "value")
-    peaks = sorted((int(v.removeprefix("K")), x) for v, x in ev.variants("E17", "K", "peak_allocated", "value").items())
+    scale = max(ev.variants("E17", "k", "gradient_scale", "value").values(), default=float("nan"))
+    peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_allocated", "value").items())
+    if not peaks:
+        peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_rss", "value").items())
     worst = max(diffs.values())
     ok = worst < 1e-4 * scale and len(peaks) >= 2 and peaks[-1][1] < peaks[0][1]
     return holds(ok, f"max |diff| {worst:.2e} (scale {scale:.2e}); peak K={peaks[0][0]} "
@@ -785,8 +788,12 @@ def _accumulation(ev):
        chapter="manual 576 -> 2160 MiB (T 1024 -> 2048), OOM at 4096; SDPA 354 MiB at 4096",
        tolerance="manual peak ratio per doubling >= 3; SDPA peak < manual at the largest shared T")
 def _attention_memory(ev):
-    man = sorted((int(v.split("/T")[1]), x) for v, x in ev.variants("E18", "manual/", "peak_allocated", "value").items())
-    sd = dict((int(v.split("/T")[1]), x) for v, x in ev.variants("E18", "sdpa/", "peak_allocated", "value").items())
+    def series(impl):
+        got = {v: x for v, x in ev.variants("E18", "T", "peak_allocated", "value").items()
+               if v.endswith(f"/{impl}")}
+        return {int(v.split("/")[0].removeprefix("T")): x for v, x in got.items()}
+
+    man, sd = sorted(series("manual").items()), series("sdpa")
     if len(man) < 2:
         raise Absent("fewer than two manual sequence lengths" + ("" if ev.has("E18") else " (E18 not run)"))
     (t1, m1), (t2, m2) = man[-2], man[-1]
@@ -804,9 +811,9 @@ def _attention_memory(ev):
        chapter="0.988x (inside the block spread) vs 12.399x",
        tolerance="MLP speedup within 0.9-1.1x or unresolved; pointwise speedup > 2x")
 def _compile_split(ev):
-    m = ev.value("E19", "mlp/compiled_vs_eager", "speedup", "value")
-    p = ev.value("E19", "pointwise/compiled_vs_eager", "speedup", "value")
-    m_res = resolved(ev, "E19", "mlp/compiled_vs_eager", m - 1.0,
+    m = ev.value("E19", "mlp/compiled_vs_eager", "speedup")
+    p = ev.value("E19", "pointwise/compiled_vs_eager", "speedup")
+    m_res = resolved(ev, "E19", "mlp/compiled_minus_mlp/eager", m - 1.0,
                      noise=_spread_noise(ev, "E19", "mlp/eager", "mlp/compiled"))
     neutral = 0.9 <= m <= 1.1 or not m_res[0]
     return holds(neutral and p > 2, f"MLP {m:.3f}x ({m_res[1]}), pointwise {p:.2f}x",
@@ -819,7 +826,7 @@ def _spread_noise(ev: Evidence, eid: str, a: str, b: str) -> float | None:
     out = []
     for v in (a, b):
         lo, hi = ev.maybe(eid, v, "block_median", "min"), ev.maybe(eid, v, "block_median", "max")
-        med = ev.maybe(eid, v, "step_latency")
+        med = ev.maybe(eid, v, "forward_latency")
         if None in (lo, hi, med) or not med:
             return None
         out.append((hi - lo) / med)
@@ -830,8 +837,10 @@ def _spread_noise(ev: Evidence, eid: str, a: str, b: str) -> float | None:
        chapter="10.945 s cold vs 2.542 s warm; steady 0.892 vs 0.885 ms",
        tolerance="warm first call < 50% of cold; steady states within 10%")
 def _compile_cache(ev):
-    cold, warm = ev.value("E20", "cold", "first_call", "value"), ev.value("E20", "warm", "first_call", "value")
-    sc, sw = ev.value("E20", "cold", "step_latency"), ev.value("E20", "warm", "step_latency")
+    cold = ev.value("E20", "cold/compiled", "first_call", "value")
+    warm = ev.value("E20", "warm/compiled", "first_call", "value")
+    sc = ev.value("E20", "cold/compiled", "forward_latency")
+    sw = ev.value("E20", "warm/compiled", "forward_latency")
     ok = warm < 0.5 * cold and abs(sw - sc) <= 0.1 * sc
     return holds(ok, f"first call {cold:.2f} -> {warm:.2f}; steady {sc:.3f} vs {sw:.3f} ms",
                  mechanism="the warm cache did not shorten the first call much"

@@ -116,7 +116,7 @@ def test_not_run_and_unsupported():
 
 
 def test_an_oom_row_is_a_finding_not_a_crash():
-    frame = rows(("E09", "persistent", "share_of_allocated", "value", None, "oom", "out of memory"))
+    frame = rows(("E09", "persistent", "share", "value", None, "oom", "out of memory"))
     v = verdict("C23", frame)
     assert v.verdict == claims.DIFFERS and "oom" in v.measured
 

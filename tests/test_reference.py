@@ -48,7 +48,7 @@ def test_chapter_rows_use_the_names_the_experiments_write(chapter):
         sel = r[(r.experiment == eid) & (r.variant == variant) & (r.metric == metric)
                 & (r.statistic == statistic)]
         assert len(sel) == 1 and sel.value.iloc[0] == pytest.approx(value), (eid, variant)
-    oom = r[(r.experiment == "E18") & (r.variant == "manual/T4096")]
+    oom = r[(r.experiment == "E18") & (r.variant == "T4096/manual")]
     assert set(oom.status) == {"oom"} and oom.value.isna().all()
 
 
