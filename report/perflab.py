@@ -109,13 +109,14 @@ def claims_html(frame: pd.DataFrame) -> HTML:
 
 
 counts = {v: int((CLAIMS.verdict == v).sum()) for v in claims.VERDICTS}
-summary = {"this run": counts}
-for run in RUNS:
-    if run.claims is not None:
-        summary[f"reference: {run.label}"] = {v: int((run.claims.verdict == v).sum())
-                                              for v in claims.VERDICTS}
-display(html_table(pd.DataFrame(summary).T.rename_axis("claims of").reset_index()))
+display(Markdown("**This run:** " + " · ".join(f"{v} {n}" for v, n in counts.items())))
 display(claims_html(CLAIMS))
+# the shipped reference runs' verdict counts, after this run's table
+summary = {f"reference: {run.label}": {v: int((run.claims.verdict == v).sum())
+                                       for v in claims.VERDICTS}
+           for run in RUNS if run.claims is not None}
+if summary:
+    display(html_table(pd.DataFrame(summary).T.rename_axis("claims of").reset_index()))
 
 # %% [markdown]
 # ## Run and environment

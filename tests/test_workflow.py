@@ -125,6 +125,7 @@ def test_claims_table_is_written_and_shown_first(run_dir):
     # the claims table comes before the ledger and every experiment section
     first = html.index('class="claims"')
     assert first < html.index("PERFORMANCE LEDGER") < html.index('id="e01"')
+    assert html.index("<table") == first - len("<table ")  # the first table of the page
 
 
 def test_each_claims_command_names_a_target_that_runs(run_dir):
@@ -185,3 +186,19 @@ def test_report_escapes_text_from_config_and_model_names(run_dir, tmp_path):
     page = browser.inspect(out)
     assert page["console_errors"] == []
     assert evil in page["text"]  # shown literally
+
+
+def test_report_zip_has_a_category_per_chapter_section(run_dir):
+    from perflab import reference
+
+    out = run_dir / "report-sections.zip"
+    proc = snakemake(run_dir, "--report", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    zf = zipfile.ZipFile(out)
+    # the zip's top folder is named after the zip; its index is <top>/report.html
+    index = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/report.html"))
+    text = zf.read(index).decode()
+    for eid in EXPERIMENTS:
+        assert reference.section(eid).split(" · ", 1)[1] in text, eid
+    assert "Claims" in text and "Ledger" in text
+    assert any(n.endswith("claims.csv") for n in zf.namelist())

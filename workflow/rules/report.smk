@@ -5,7 +5,11 @@ rule ledger:
     input:
         csv=selected_csvs(),
     output:
-        md=f"{RESULTS}/ledger.md",
+        md=report(
+            f"{RESULTS}/ledger.md",
+            caption="../../report/captions/ledger.rst",
+            category="0 · Ledger",
+        ),
         csv=f"{RESULTS}/ledger.csv",
     log:
         f"{LOGS}/ledger.log",
