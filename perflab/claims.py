@@ -601,6 +601,9 @@ def _oom_persistent(ev):
 def _leak_series(ev: Evidence, variant: str) -> list[float]:
     got = sorted((int(v.rsplit("/i", 1)[1]), x)
                  for v, x in ev.variants("E11", f"{variant}/i", "allocated", "value").items())
+    if not got:  # a CPU has no live-tensor counter: the bytes the kept graphs hold
+        got = sorted((int(v.rsplit("/i", 1)[1]), x) for v, x in
+                     ev.variants("E11", f"{variant}/i", "retained_graph_bytes", "value").items())
     if len(got) < 2:
         raise Absent("no allocation series for " + variant + ("" if ev.has("E11") else " (E11 not run)"))
     return [x for _, x in got]
@@ -615,7 +618,7 @@ def _retained_leak(ev):
     grows = kept[-1] > 2 * kept[0]
     steps = [b - a for a, b in zip(kept, kept[1:])]
     linear = min(steps) > 0.5 * max(steps) if steps else False
-    stays = all(abs(s[-1] - s[0]) <= 0.05 * s[0] for s in flat)
+    stays = all(abs(s[-1] - s[0]) <= 0.05 * max(s[0], kept[-1] - kept[0]) for s in flat)
     return holds(grows and linear and stays,
                  f"retained {kept[0]:.1f} -> {kept[-1]:.1f} MiB; no_grad {flat[0][0]:.1f} -> "
                  f"{flat[0][-1]:.1f}; item {flat[1][0]:.1f} -> {flat[1][-1]:.1f}",
@@ -626,8 +629,8 @@ def _retained_leak(ev):
 @claim("C28", "E11", "empty_cache frees nothing of the retained graph",
        chapter="2400.3 MiB before and after", tolerance="within 1%")
 def _empty_cache_no_fix(ev):
-    final = ev.value("E11", "retained_graph/final", "allocated", "value")
     after = ev.value("E11", "retained_graph/after_empty_cache", "allocated", "value")
+    final = ev.value("E11", "retained_graph/final", "allocated", "value")
     return holds(abs(after - final) <= 0.01 * final, f"{final:.1f} -> {after:.1f} MiB",
                  mechanism="empty_cache lowered allocated memory: the tensors were not live")
 
@@ -767,21 +770,21 @@ def _checkpointing(ev):
 
 @claim("C38", "E17", "accumulated gradients equal the full-batch gradient within roundoff; peak falls with K",
        chapter="max |diff| ~2e-9 vs gradient scale 1.7e-3; peak 100% -> 67% at K=8",
-       tolerance="max |diff| < 1e-4 x gradient scale; peak at the largest K < at K=1")
+       tolerance="max |diff| < 1e-3 x gradient scale (mean |g|); peak at the largest K < at K=1")
 def _accumulation(ev):
     diffs = ev.variants("E17", "k", "grad_max_abs_diff", "value")
     if not diffs:
         raise Absent("no gradient comparison" + ("" if ev.has("E17") else " (E17 not run)"))
     scale = max(ev.variants("E17", "k", "gradient_scale", "value").values(), default=float("nan"))
-    peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_allocated", "value").items())
-    if not peaks:
-        peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_rss", "value").items())
+    peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_allocated", "max").items())
+    if not peaks:  # a CPU: each K's fresh-process peak RSS
+        peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_rss", "max").items())
     worst = max(diffs.values())
-    ok = worst < 1e-4 * scale and len(peaks) >= 2 and peaks[-1][1] < peaks[0][1]
+    ok = worst < 1e-3 * scale and len(peaks) >= 2 and peaks[-1][1] < peaks[0][1]
     return holds(ok, f"max |diff| {worst:.2e} (scale {scale:.2e}); peak K={peaks[0][0]} "
                  f"{peaks[0][1]:.1f} -> K={peaks[-1][0]} {peaks[-1][1]:.1f} MiB" if peaks else
                  f"max |diff| {worst:.2e}", mechanism="accumulation did not lower the peak here"
-                 if worst < 1e-4 * scale else "the accumulated gradient differs beyond roundoff")
+                 if worst < 1e-3 * scale else "the accumulated gradient differs beyond roundoff")
 
 
 @claim("C39", "E18", "manual attention memory grows ~T^2 and OOMs first; SDPA allocates far less",
@@ -789,8 +792,10 @@ def _accumulation(ev):
        tolerance="manual peak ratio per doubling >= 3; SDPA peak < manual at the largest shared T")
 def _attention_memory(ev):
     def series(impl):
-        got = {v: x for v, x in ev.variants("E18", "T", "peak_allocated", "value").items()
-               if v.endswith(f"/{impl}")}
+        got = ({v: x for v, x in ev.variants("E18", "T", "peak_allocated", "max").items()
+                if v.endswith(f"/{impl}")}
+               or {v: x for v, x in ev.variants("E18", "T", "peak_rss", "max").items()
+                   if v.endswith(f"/{impl}")})
         return {int(v.split("/")[0].removeprefix("T")): x for v, x in got.items()}
 
     man, sd = sorted(series("manual").items()), series("sdpa")

@@ -182,3 +182,19 @@ def test_every_implemented_experiment_with_a_chapter_finding_has_a_claim():
 def test_a_claim_id_cannot_be_registered_twice():
     with pytest.raises(ValueError):
         claims.claim("C01", "E01", "again", chapter="", tolerance="")(lambda ev: None)
+
+
+def leak(retained: list[float], metric: str = "retained_graph_bytes") -> pd.DataFrame:
+    specs = []
+    for variant, series in (("retained_graph", retained), ("no_grad", [0.0] * len(retained)),
+                            ("item", [0.0] * len(retained))):
+        specs += [("E11", f"{variant}/i{10 * i:02d}", metric, "value", v) for i, v in enumerate(series)]
+    return rows(*specs)
+
+
+def test_leak_claim_on_a_cpu_reads_the_retained_graph_bytes():
+    assert verdict("C27", leak([1.5, 16.5, 31.5, 46.5])).verdict == claims.REPRODUCED
+    flat = verdict("C27", leak([1.5, 1.5, 1.6, 1.5]))
+    assert flat.verdict == claims.DIFFERS and "does not grow" in flat.mechanism
+    # on CUDA the allocator counter is read first
+    assert verdict("C27", leak([164.1, 542.8, 922.1], "allocated")).verdict == claims.REPRODUCED
