@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from perflab import io, tables
+from perflab import claims, io, reference, tables
 from perflab.catalogue import EXPERIMENTS
 
 RESULTS = Path(os.environ["PERFLAB_RESULTS"])
@@ -45,6 +45,15 @@ PROVENANCE = {
 # a run that did not finish (perflab/partial.py): experiments that failed or did not run
 FAILED = (json.loads(Path(os.environ["PERFLAB_FAILED"]).read_text())
           if os.environ.get("PERFLAB_FAILED") else {})
+
+
+# the chapter's published numbers and any shipped reference run (report/reference/)
+REFERENCE = Path(os.environ.get("PERFLAB_REFERENCE", reference.REFERENCE_DIR))
+CHAPTER = (reference.load_chapter(REFERENCE) if (REFERENCE / "chapter.csv").is_file() else None)
+RUNS = reference.load_runs(REFERENCE)
+# the claims: this run's claims.csv (the `claims` rule), else evaluated here from the rows
+CLAIMS = (pd.read_csv(RESULTS / "claims.csv", keep_default_na=False)
+          if (RESULTS / "claims.csv").is_file() else claims.evaluate(ROWS))
 
 
 def html_table(frame: pd.DataFrame, index: bool = False) -> HTML:
@@ -69,6 +78,60 @@ if FAILED:
     display(html_table(pd.DataFrame(
         [{"experiment": eid, "title": f["title"], "status": f["status"], "log": f["log"]}
          for eid, f in FAILED.items()])))
+
+# %% [markdown]
+# ## Claims
+#
+# Each finding of the chapter, evaluated on this run's rows: REPRODUCED, DIFFERS (with
+# what was measured and the mechanism the data shows), INCONCLUSIVE (the effect is inside
+# the measured noise), NOT RUN (its experiment did not run here) or UNSUPPORTED (this
+# device cannot measure it). Each links to its evidence table below and names the command
+# that reruns its experiment alone.
+
+# %%
+VERDICT_STYLE = {"REPRODUCED": "#1b7837", "DIFFERS": "#b2182b", "INCONCLUSIVE": "#8c6d1f",
+                 "NOT RUN": "#666666", "UNSUPPORTED": "#666666"}
+
+
+def claims_html(frame: pd.DataFrame) -> HTML:
+    """The claims table; every text cell escaped, links only to anchors of this page."""
+    esc = html.escape
+    head = ("<tr><th>claim</th><th>statement</th><th>chapter</th><th>tolerance</th>"
+            "<th>verdict</th><th>measured here</th><th>mechanism</th><th>evidence</th>"
+            "<th>reproduce alone</th>"
+            + "".join(f"<th>{esc(r.name)} verdict</th>" for r in RUNS if r.claims is not None)
+            + "</tr>")
+    # each shipped reference run's verdict on the same claim, beside this run's
+    theirs = [dict(zip(r.claims.claim, r.claims.verdict)) for r in RUNS if r.claims is not None]
+    body = []
+    for r in frame.to_dict("records"):
+        eid = str(r["experiment"])
+        colour = VERDICT_STYLE.get(r["verdict"], "#000")
+        anchor = eid.lower() if eid.lower().isalnum() else ""
+        body.append(
+            f"<tr><td>{esc(str(r['claim']))}</td><td>{esc(str(r['statement']))}</td>"
+            f"<td>{esc(str(r['chapter']))}</td><td>{esc(str(r['tolerance']))}</td>"
+            f"<td style=\"color:{colour};font-weight:bold\">{esc(str(r['verdict']))}</td>"
+            f"<td>{esc(str(r['measured']))}</td><td>{esc(str(r['mechanism']))}</td>"
+            f"<td><a href=\"#{anchor}\">{esc(eid)}</a></td>"
+            f"<td><code>{esc(str(r['command']))}</code></td>"
+            + "".join(f"<td>{esc(str(t.get(r['claim'], '')))}</td>" for t in theirs)
+            + "</tr>")
+    style = ("<style>table.claims td, table.claims th {text-align: left; "
+             "vertical-align: top}</style>")
+    return HTML(f"{style}<table class=\"claims\"><thead>{head}</thead><tbody>{''.join(body)}"
+                "</tbody></table>")
+
+
+counts = {v: int((CLAIMS.verdict == v).sum()) for v in claims.VERDICTS}
+display(Markdown("**This run:** " + " · ".join(f"{v} {n}" for v, n in counts.items())))
+display(claims_html(CLAIMS))
+# the shipped reference runs' verdict counts, after this run's table
+summary = {f"reference: {run.label}": {v: int((run.claims.verdict == v).sum())
+                                       for v in claims.VERDICTS}
+           for run in RUNS if run.claims is not None}
+if summary:
+    display(html_table(pd.DataFrame(summary).T.rename_axis("claims of").reset_index()))
 
 # %% [markdown]
 # ## Run and environment
@@ -114,7 +177,37 @@ else:
     display(Markdown("ledger.md not found: the ledger was not built."))
 
 # %% [markdown]
-# ## Experiments
+# ## Reference numbers
+#
+# The chapter's own numbers (typed from its tables into the same CSV contract) and any
+# reference run shipped with this repository, set beside this run in every section below.
+# A ratio to the chapter is given only where the contract matches (same model, shape,
+# dtype, mode, execution and unit); the `comparison` column says when it does not.
+
+# %%
+if CHAPTER is None:
+    display(Markdown("No `report/reference/chapter.csv`: the chapter's numbers are not shown."))
+else:
+    env = CHAPTER.meta.get("environment", {})
+    display(Markdown("### The chapter's environment"))
+    display(key_value(env))
+if RUNS:
+    display(Markdown("### Shipped reference runs"))
+    display(html_table(pd.DataFrame([{
+        "run": r.name, "tag": r.meta.get("tag", ""), "device": r.label,
+        "scale": r.meta.get("scale", ""), "commit": str(r.meta.get("commit", "")),
+        "finished": r.meta.get("finished", ""), "experiments": len(r.meta.get("experiments", [])),
+    } for r in RUNS])))
+    for r in RUNS:
+        if r.ledger_md:
+            text = r.ledger_md.strip().removeprefix("```").removesuffix("```").strip("\n")
+            display(HTML(f"<details><summary>ledger of {html.escape(r.label)}</summary>"
+                         f"<pre>{html.escape(text)}</pre></details>"))
+else:
+    display(Markdown("No shipped reference run under `report/reference/` yet."))
+
+# %% [markdown]
+# ## Experiments, by chapter section
 
 # %%
 # the floors the calibration (C00) measured: every table below states them
@@ -152,8 +245,29 @@ def figure_html(eid: str) -> HTML | Markdown:
                 f'src="data:image/png;base64,{data}"/>')
 
 
-for eid, experiment in EXPERIMENTS.items():
-    display(Markdown(f"### {eid} · {experiment.title}"))
+def comparison_html(eid: str) -> HTML | Markdown:
+    """This run beside the chapter (value, ratio, comparability) and every reference run."""
+    side = reference.side_by_side(ROWS, eid, CHAPTER, RUNS)
+    if side.empty:
+        return Markdown("The chapter publishes no number for this table.")
+    note = ""
+    if "comparison" in side and side["comparison"].nunique() <= 1:
+        # one verdict on comparability for the whole table: said once, above it
+        why = next(iter(side["comparison"]), "")
+        note = f"<p><em>Against the chapter: {html.escape(why)}</em></p>" if why else ""
+        side = side.drop(columns="comparison")
+    return HTML(note + html_table(tables.format_table(side)).data)
+
+
+ORDER = sorted(set(EXPERIMENTS) | set(reference.SECTIONS), key=reference.section_key)
+current = None
+for eid in ORDER:
+    experiment = EXPERIMENTS.get(eid)
+    if reference.section(eid) != current:
+        current = reference.section(eid)
+        display(HTML(f"<h3>{html.escape(current)}</h3>"))
+    title = experiment.title if experiment else "(not in this workflow yet)"
+    display(HTML(f'<h4 id="{eid.lower()}">{eid} · {html.escape(title, quote=False)}</h4>'))
     if eid in FAILED:
         f = FAILED[eid]
         display(Markdown(f"**{f['status']}**" + (f" — last lines of `{f['log']}`:"
@@ -161,8 +275,11 @@ for eid, experiment in EXPERIMENTS.items():
         if f["log"]:
             display(HTML(f"<pre>{html.escape(f['excerpt'])}</pre>"))
         continue
-    if eid not in PRESENT:
+    if experiment is None or eid not in PRESENT:
         display(Markdown("*not run* (no result file for this experiment in this run)"))
+        if CHAPTER is not None and (CHAPTER.rows.experiment == eid).any():
+            display(Markdown("**Beside the chapter**"))
+            display(comparison_html(eid))
         continue
     rows = ROWS[ROWS.experiment == eid]
     if experiment.cpu_behaviour != "same" and not rows.device.str.startswith("cuda").any():
@@ -171,8 +288,13 @@ for eid, experiment in EXPERIMENTS.items():
     for part in contract_tables(rows):
         display(part)
     display(Markdown("**Table**"))
-    display(html_table(tables.format_table(tables.table(eid, rows))))
+    if eid in tables.TABLES:
+        display(html_table(tables.format_table(tables.table(eid, rows))))
+    else:
+        display(Markdown("No table layout for this experiment yet."))
     display(Markdown(f"*{FLOOR_NOTE}*"))  # the harness floor every timing sits above (C00)
+    display(Markdown("**Beside the chapter and the reference runs**"))
+    display(comparison_html(eid))
     display(Markdown("**Figure**"))
     display(figure_html(eid))
 

@@ -21,6 +21,7 @@ from perflab import io
 from perflab.catalogue import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser.py
 TAG = f"cpu-{os.cpu_count()}c-tiny"
 
 pytestmark = pytest.mark.slow
@@ -113,6 +114,8 @@ def test_memory_snapshot_page_is_linked_from_the_report(run_dir):
     results = run_dir / "results" / TAG
     assert "unsupported" in (results / "memory_snapshot.html").read_text()  # CPU: says why
     assert 'href="memory_snapshot.html"' in (results / "report.html").read_text()
+
+
 def test_calibration_runs_first(run_dir):
     results = run_dir / "results" / TAG
     started = {eid: json.loads((results / f"{exp.slug}.json").read_text())["started"]
@@ -130,3 +133,97 @@ def test_compare_target_against_the_same_run(run_dir):
     verdicts = pd.read_csv(out / "verdicts.csv")
     assert len(verdicts) > 0 and not verdicts.changed.any()
     assert (out / "compare.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- claims and the report in a browser
+
+
+def test_claims_table_is_written_and_shown_first(run_dir):
+    from perflab import claims
+
+    results = run_dir / "results" / TAG
+    frame = pd.read_csv(results / "claims.csv", keep_default_na=False)
+    assert list(frame.columns) == claims.CLAIM_COLUMNS
+    assert set(frame.verdict) <= set(claims.VERDICTS)
+    assert set(frame.claim) == set(claims.CLAIMS)
+    html = (results / "report.html").read_text()
+    # the claims table comes before the ledger and every experiment section
+    first = html.index('class="claims"')
+    assert first < html.index("PERFORMANCE LEDGER") < html.index('id="e01"')
+    assert html.index("<table") == first - len("<table ")  # the first table of the page
+
+
+def test_each_claims_command_names_a_target_that_runs(run_dir):
+    from perflab import claims
+
+    targets = sorted({c.target for c in claims.CLAIMS.values() if c.target} | {"claims"})
+    proc = snakemake(run_dir, "--cores", "1", "-n", *targets)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_report_in_a_headless_browser(run_dir):
+    browser = pytest.importorskip("browser", reason="tests/browser.py")
+    if browser.find_browser() is None:
+        pytest.skip("no Chromium on PATH (.ci/run installs Debian's chromium)")
+    page = browser.inspect(run_dir / "results" / TAG / "report.html")
+    assert page["console_errors"] == []
+    assert page["external_requests"] == [] and page["scripts_external"] == []
+    # every experiment's table and figure, and the claims table, are on the page
+    assert page["tables"] >= 2 * len(EXPERIMENTS) + 1
+    assert page["images"] >= len(EXPERIMENTS)
+    assert page["images_decoded"] == page["images"]
+    # every claim links to an anchor that exists
+    for eid in EXPERIMENTS:
+        assert eid.lower() in page["ids"], eid
+    assert "Claims" in page["text"]
+    assert any(v in page["text"] for v in ("REPRODUCED", "DIFFERS", "INCONCLUSIVE"))
+
+
+def test_report_escapes_text_from_config_and_model_names(run_dir, tmp_path):
+    """A model name or window that looks like HTML is shown as text, never run as markup."""
+    import shutil
+
+    evil = '<img src=x onerror="console.error(\'injected\')">MLP</table>'
+    results = tmp_path / TAG
+    shutil.copytree(run_dir / "results" / TAG, results)
+    csv = results / "e01_lying_benchmark.csv"
+    frame = pd.read_csv(csv, keep_default_na=False, dtype=str)
+    frame["model"] = evil
+    frame["window"] = "<b>" + frame["window"]
+    frame.to_csv(csv, index=False)
+    claims_csv = results / "claims.csv"
+    c = pd.read_csv(claims_csv, keep_default_na=False, dtype=str)
+    c.loc[0, "measured"] = evil
+    c.to_csv(claims_csv, index=False)
+    out = tmp_path / "report.html"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_report.py"), "--results", str(results),
+         "--figures", str(run_dir / "figures" / TAG), "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = out.read_text()
+    assert evil not in html and "&lt;img src=x" in html
+    browser = pytest.importorskip("browser")
+    if browser.find_browser() is None:
+        return
+    page = browser.inspect(out)
+    assert page["console_errors"] == []
+    assert evil in page["text"]  # shown literally
+
+
+def test_report_zip_has_a_category_per_chapter_section(run_dir):
+    from perflab import reference
+
+    out = run_dir / "report-sections.zip"
+    proc = snakemake(run_dir, "--report", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    zf = zipfile.ZipFile(out)
+    # the zip's top folder is named after the zip; its index is <top>/report.html
+    index = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/report.html"))
+    text = zf.read(index).decode()
+    for eid in EXPERIMENTS:
+        assert reference.section(eid).split(" · ", 1)[1] in text, eid
+    assert "Claims" in text and "Ledger" in text
+    assert any(n.endswith("claims.csv") for n in zf.namelist())

@@ -1,5 +1,7 @@
 # Helpers shared by the workflow's .smk files: the validated configuration,
 # output paths and per-experiment contracts, computed here and nowhere else.
+import glob
+import os
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -9,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 # on a cluster): they import this checkout's perflab, not another installed copy
 sys.path.insert(0, workflow.basedir)
 from perflab import config as perflab_config  # noqa: E402
+from perflab import reference as perflab_reference  # noqa: E402
 from perflab.catalogue import EXPERIMENTS  # noqa: E402
 
 perflab_config.export_import_path(workflow.basedir)
@@ -95,9 +98,24 @@ def figure_inputs(wildcards):
     return {"csv": out["csv"], "samples": out["samples"]}
 
 
+def figure_section(wildcards):
+    """`snakemake --report` category of a figure: its chapter section."""
+    return perflab_reference.section(wildcards.eid)
+
+
+def reference_inputs():
+    """The chapter's numbers and any shipped reference run the report sets beside this run."""
+    root = os.path.join(workflow.basedir, "report", "reference")
+    return sorted(
+        glob.glob(os.path.join(root, "chapter.*"))
+        + glob.glob(os.path.join(root, "*", "run.json"))
+    )
+
+
 def final_outputs():
     return [
         f"{RESULTS}/ledger.md",
+        f"{RESULTS}/claims.csv",
         f"{RESULTS}/report.html",
         f"{RESULTS}/diagnosis.md",
         *[figure_path(e) for e in selected()],

@@ -1,4 +1,4 @@
-# Downstream of the experiments: the ledger, one figure per experiment, the HTML report.
+# Downstream of the experiments: the ledger, the claims, one figure per experiment, the HTML report.
 
 # On a cluster these run on the submit host: seconds of work each, no GPU.
 # (e08_batch_sweep only gathers the per-batch jobs' files.)
@@ -17,7 +17,11 @@ rule ledger:
     input:
         csv=selected_csvs(),
     output:
-        md=f"{RESULTS}/ledger.md",
+        md=report(
+            f"{RESULTS}/ledger.md",
+            caption="../../report/captions/ledger.rst",
+            category="0 · Ledger",
+        ),
         csv=f"{RESULTS}/ledger.csv",
     log:
         f"{LOGS}/ledger.log",
@@ -27,6 +31,23 @@ rule ledger:
         "../../scripts/build_ledger.py"
 
 
+rule claims:
+    input:
+        csv=selected_csvs(),
+    output:
+        report(
+            f"{RESULTS}/claims.csv",
+            caption="../../report/captions/claims.rst",
+            category="0 · Claims",
+        ),
+    log:
+        f"{LOGS}/claims.log",
+    conda:
+        ENV
+    script:
+        "../../scripts/build_claims.py"
+
+
 rule figure:
     input:
         unpack(figure_inputs),
@@ -34,7 +55,7 @@ rule figure:
         report(
             f"{FIGURES}/{{eid}}_{{name}}.png",
             caption="../../report/captions/figure.rst",
-            category="Figures",
+            category=figure_section,
             labels={"experiment": "{eid}"},
         ),
     log:
@@ -54,6 +75,8 @@ rule report_html:
         provenance=[exp_outputs(e)["provenance"] for e in selected()],
         ledger=f"{RESULTS}/ledger.md",
         diagnosis=f"{RESULTS}/diagnosis.md",
+        claims=f"{RESULTS}/claims.csv",
+        reference=reference_inputs(),
         figures=[figure_path(e) for e in selected()],
         snapshot=memory_snapshot_outputs(),
         notebook=os.path.join(workflow.basedir, "report", "perflab.py"),
@@ -62,7 +85,7 @@ rule report_html:
         report(
             f"{RESULTS}/report.html",
             caption="../../report/captions/report.rst",
-            category="Report",
+            category="0 · Report",
         ),
     log:
         f"{LOGS}/report.log",

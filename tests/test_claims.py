@@ -1,0 +1,200 @@
+"""Claims: each verdict from synthetic rows, the chapter's own numbers, the registry."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perflab import claims, io, reference
+from perflab.catalogue import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rows(*specs: tuple) -> pd.DataFrame:
+    """Contract rows from (experiment, variant, metric, statistic, value[, status, reason])."""
+    out = []
+    for spec in specs:
+        eid, variant, metric, statistic, value, *rest = spec
+        status = rest[0] if rest else "ok"
+        out.append({"experiment": eid, "variant": variant, "workload": "mlp", "model": "m",
+                    "input_shape": "[1, 1]", "dtype": "float32", "device": "cpu",
+                    "device_name": "cpu", "mode": "train", "execution": "eager",
+                    "metric": metric, "window": "w", "sync_boundary": "s",
+                    "statistic": statistic, "value": value if status == "ok" else None,
+                    "unit": "ms", "n": 10, "status": status,
+                    "reason": rest[1] if len(rest) > 1 else ""})
+    frame = io.rows_to_frame(out)
+    io.validate_rows(frame)
+    return frame
+
+
+def verdict(cid: str, frame: pd.DataFrame) -> claims.Verdict:
+    return claims.CLAIMS[cid].evaluate(claims.Evidence(frame))
+
+
+def shares(**pct: float) -> list[tuple]:
+    return [("E05", f"sync/{p}", "phase_share", "value", v) for p, v in pct.items()]
+
+
+# ------------------------------------------------------------------ each verdict
+
+
+def test_largest_phase_reproduced_and_differs_with_mechanism():
+    ok = verdict("C10", rows(*shares(forward=17, backward=28, optimizer=51)))
+    assert ok.verdict == claims.REPRODUCED
+    differs = verdict("C10", rows(*shares(forward=20, backward=55, optimizer=25)))
+    assert differs.verdict == claims.DIFFERS
+    assert "backward, not the optimizer, is the largest phase here" in differs.mechanism
+    assert "25.0%" in differs.measured
+
+
+def tax(tax_ms: float, rel: float, resolved: float | None = None, spread: float | None = None):
+    specs = [("E13", "controlled/tax", "tax", "value", tax_ms),
+             ("E13", "controlled/tax", "tax_rel", "value", rel)]
+    if resolved is not None:
+        specs.append(("E13", "controlled/tax", "tax_resolved", "value", resolved))
+    if spread is not None:
+        specs.append(("E13", "controlled/tax", "block_spread", "value", spread))
+    return rows(*specs)
+
+
+def test_sync_tax_each_verdict_from_the_rows_own_significance_flag():
+    assert verdict("C30", tax(0.43, 2.7, resolved=1, spread=0.1)).verdict == claims.REPRODUCED
+    big = verdict("C30", tax(3.0, 18.0, resolved=1, spread=0.1))
+    assert big.verdict == claims.DIFFERS and "+18.0%" in big.measured and big.mechanism
+    # the same small tax, but the experiment found it inside its block spread
+    inside = verdict("C30", tax(0.43, 2.7, resolved=0, spread=0.9))
+    assert inside.verdict == claims.INCONCLUSIVE
+    assert "inside the noise" in inside.measured and "0.9" in inside.measured
+
+
+def optimizer_steps(foreach: float, fused: float, iqr: float):
+    return rows(("E07", "adamw_foreach", "optimizer_step", "median", foreach),
+                ("E07", "adamw_foreach", "optimizer_step", "iqr", iqr),
+                ("E07", "adamw_fused", "optimizer_step", "median", fused),
+                ("E07", "adamw_fused", "optimizer_step", "iqr", iqr))
+
+
+def test_fused_step_judged_against_the_iqr_when_no_flag_is_written():
+    assert verdict("C15", optimizer_steps(9.0, 5.5, 0.1)).verdict == claims.REPRODUCED
+    assert verdict("C15", optimizer_steps(5.5, 9.0, 0.1)).verdict == claims.DIFFERS
+    inside = verdict("C15", optimizer_steps(9.0, 8.95, 0.2))
+    assert inside.verdict == claims.INCONCLUSIVE
+
+
+def test_paired_difference_uses_the_wilcoxon_flag_of_context_ab():
+    d = "adamw_fused_minus_adamw_foreach"
+
+    def pair(rel, flag, p):
+        return rows(("E25", d, "step_latency", "value", rel / 10),
+                    ("E25", d, "step_latency_relative", "value", rel),
+                    ("E25", d, "throughput_relative", "value", -rel),
+                    ("E25", d, "wilcoxon_p", "value", p),
+                    ("E25", d, "difference_resolved", "value", flag))
+
+    assert verdict("C43", pair(-24, 1, 0.001)).verdict == claims.REPRODUCED
+    inside = verdict("C43", pair(-3, 0, 0.4))
+    assert inside.verdict == claims.INCONCLUSIVE and "p=0.4" in inside.measured
+    assert verdict("C43", pair(+5, 1, 0.001)).verdict == claims.DIFFERS
+
+
+def test_not_run_and_unsupported():
+    empty = rows(("E01", "first_step", "step_latency", "value", 1.0))
+    v = verdict("C23", empty)
+    assert v.verdict == claims.NOT_RUN and "E09 not run" in v.measured
+    cpu = rows(("E06", "wall_clock", "step_latency", "median", 16.0),
+               ("E06", "cuda_events", "step_latency", "value", None, "unsupported",
+                "CUDA events need a CUDA device"),
+               ("E06", "wall_minus_events", "step_latency", "value", None, "unsupported",
+                "CUDA events need a CUDA device"))
+    v = verdict("C14", cpu)
+    assert v.verdict == claims.UNSUPPORTED and "CUDA" in v.measured
+
+
+def test_an_oom_row_is_a_finding_not_a_crash():
+    frame = rows(("E09", "persistent", "share", "value", None, "oom", "out of memory"))
+    v = verdict("C23", frame)
+    assert v.verdict == claims.DIFFERS and "oom" in v.measured
+
+
+def test_a_registered_noise_floor_decides_first():
+    """The hook the A/A noise floor plugs into: one place, consulted before the rows' flags."""
+    frame = tax(0.43, 2.7, resolved=1, spread=0.1)
+
+    def floor(ev, eid, variant, effect):
+        return (abs(effect) > 1.0, "A/A floor 1.0 ms") if eid == "E13" else None
+
+    claims.NOISE_SOURCES.append(floor)
+    try:
+        v = verdict("C30", frame)
+    finally:
+        claims.NOISE_SOURCES.remove(floor)
+    assert v.verdict == claims.INCONCLUSIVE and "A/A floor" in v.measured
+
+
+# ------------------------------------------------------------------ the chapter's own numbers
+
+
+def test_the_chapter_reproduces_itself():
+    """Every predicate holds on the chapter's published rows, or lacks a row the chapter never gave."""
+    frame = claims.evaluate(reference.load_chapter().rows)
+    bad = frame[~frame.verdict.isin([claims.REPRODUCED, claims.NOT_RUN])]
+    assert bad.empty, bad[["claim", "verdict", "measured"]].to_string()
+    # the chapter publishes no interleaved E07 pair (only "roughly 13 ms"): its one NOT RUN
+    assert set(frame[frame.verdict == claims.NOT_RUN].claim) == {"C18"}
+
+
+def test_every_claim_is_not_run_on_an_empty_run():
+    frame = claims.evaluate(pd.DataFrame(columns=io.COLUMNS))
+    assert set(frame.verdict) == {claims.NOT_RUN}
+    assert list(frame.columns) == claims.CLAIM_COLUMNS
+
+
+# ------------------------------------------------------------------ the registry
+
+
+def rule_names() -> set[str]:
+    text = "\n".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk"))
+    return set(re.findall(r"^rule (\w+):", text, flags=re.M))
+
+
+def test_every_claim_names_a_target_that_exists():
+    rules = rule_names()
+    for c in claims.CLAIMS.values():
+        assert c.eid in reference.SECTIONS, c.cid
+        if c.eid in EXPERIMENTS:
+            assert c.target in rules, f"{c.cid}: no rule {c.target}"
+            assert c.command == f"snakemake --cores 1 {c.target}"
+        else:
+            assert "not in this workflow yet" in c.command
+
+
+def test_every_implemented_experiment_with_a_chapter_finding_has_a_claim():
+    claimed = {c.eid for c in claims.CLAIMS.values()}
+    for eid in ("E01", "E02", "E03", "E04", "E05", "E06", "E07", "E08", "E13", "E14", "E23", "E25"):
+        assert eid in claimed, eid
+
+
+def test_a_claim_id_cannot_be_registered_twice():
+    with pytest.raises(ValueError):
+        claims.claim("C01", "E01", "again", chapter="", tolerance="")(lambda ev: None)
+
+
+def leak(retained: list[float], metric: str = "retained_graph_bytes") -> pd.DataFrame:
+    specs = []
+    for variant, series in (("retained_graph", retained), ("no_grad", [0.0] * len(retained)),
+                            ("item", [0.0] * len(retained))):
+        specs += [("E11", f"{variant}/i{10 * i:02d}", metric, "value", v) for i, v in enumerate(series)]
+    return rows(*specs)
+
+
+def test_leak_claim_on_a_cpu_reads_the_retained_graph_bytes():
+    assert verdict("C27", leak([1.5, 16.5, 31.5, 46.5])).verdict == claims.REPRODUCED
+    flat = verdict("C27", leak([1.5, 1.5, 1.6, 1.5]))
+    assert flat.verdict == claims.DIFFERS and "does not grow" in flat.mechanism
+    # on CUDA the allocator counter is read first
+    assert verdict("C27", leak([164.1, 542.8, 922.1], "allocated")).verdict == claims.REPRODUCED
