@@ -17,6 +17,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/hygiene.smk"
 include: "workflow/rules/localize.smk"
+include: "workflow/rules/interventions.smk"
 include: "workflow/rules/report.smk"
 
 
