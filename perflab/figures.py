@@ -665,8 +665,8 @@ def _pct_cells(r: pd.DataFrame, variants: list[str], base: str, peak: str) -> di
             mem_cells.append(m if isinstance(m, Missing) else Missing("not run"))
         else:
             mem_cells.append((100 * float(m) / b_mem, 0.0, 0.0))
-    what = "peak allocated" if peak == "peak_allocated" else "peak RSS (fresh process)"
-    return {"time (% of median)": time_cells, f"{what} (%)": mem_cells}
+    what = "peak allocated" if peak == "peak_allocated" else "peak RSS (fresh process each)"
+    return {"step time (median, p25..p75)": time_cells, what: mem_cells}
 
 
 def _pct_panels(eid: str, rows: pd.DataFrame, groups: list[tuple[str, list[str], list[str], str]],
@@ -680,11 +680,10 @@ def _pct_panels(eid: str, rows: pd.DataFrame, groups: list[tuple[str, list[str],
     notes: list[str] = []
     for ax, (title, variants, labels, base) in zip(axes, groups):
         series = _pct_cells(r, variants, base, peak)
-        series = {k: v for k, v in series.items()}
         notes += _bars(ax, labels, series)
         ax.axhline(100, color="#555555", lw=0.8, ls=":")
         ax.set_title(title, fontsize=10)
-        ax.set_ylabel(f"% of {base.rsplit('/', 1)[-1]}")
+        ax.set_ylabel(f"% of {labels[variants.index(base)] if base in variants else base}")
     if not groups:
         notes.append("no rows")
     _note(axes[-1], notes, loc="upper right")
@@ -762,6 +761,7 @@ def fig_e18(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
             _log2_x(ax, seqs)
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xlabel("sequence length T (log2)")
         ax.set_ylabel(ylabel)
         if ax.get_legend_handles_labels()[0]:

@@ -26,6 +26,17 @@ def _dtype_label(precision):
     return "float32" if dt is None else f"float32 params, autocast {str(dt).removeprefix('torch.')}"
 
 
+def _row(ctx, **kw):
+    """A numerics row; a non-finite value (fp16 overflow) becomes an error row, not a crash."""
+    value = kw.pop("value")
+    if math.isfinite(value):
+        ctx.row(value=value, **kw)
+        return
+    kw.pop("n", None)
+    ctx.unsupported(status="error", reason=f"not finite ({value}): an fp16 overflow, a step "
+                    "the GradScaler would skip", **kw)
+
+
 def numerics(ctx, w, fresh, batch):
     """One-step numerics and finiteness; returns the precisions that ran."""
     p = ctx.params
@@ -50,17 +61,18 @@ def numerics(ctx, w, fresh, batch):
     base = results.get("fp32")
     for prec in ok:
         r, kw = results[prec], dict(variant=f"numerics/{prec}", dtype=_dtype_label(prec), **one)
-        ctx.row(metric="loss", value=r["loss"], unit="loss", **kw)
-        ctx.row(metric="grad_norm", value=r["grad_norm"], unit="L2", **kw)
+        _row(ctx, metric="loss", value=r["loss"], unit="loss", **kw)
+        _row(ctx, metric="grad_norm", value=r["grad_norm"], unit="L2", **kw)
         if base is not None and prec != "fp32":
-            ctx.row(metric="loss_abs_diff", value=abs(r["loss"] - base["loss"]), unit="abs", **kw)
-            ctx.row(metric="grad_norm_rel_diff",
-                    value=abs(r["grad_norm"] - base["grad_norm"]) / base["grad_norm"],
-                    unit="relative", **kw)
-            ctx.row(metric="param_max_abs_diff", value=iv.max_abs_diff(r["params"], base["params"]),
-                    unit="abs", **kw)
+            _row(ctx, metric="loss_abs_diff", value=abs(r["loss"] - base["loss"]), unit="abs", **kw)
+            _row(ctx, metric="grad_norm_rel_diff",
+                 value=abs(r["grad_norm"] - base["grad_norm"]) / base["grad_norm"],
+                 unit="relative", **kw)
+            _row(ctx, metric="param_max_abs_diff",
+                 value=iv.max_abs_diff(r["params"], base["params"]), unit="abs", **kw)
         if prec == "fp32":
-            ctx.row(metric="parameter_scale", value=iv.mean_abs(r["params"]), unit="mean |p|", **kw)
+            _row(ctx, metric="parameter_scale", value=iv.mean_abs(r["params"]), unit="mean |p|",
+                 **kw)
         ctx.log(f"{prec}: loss {r['loss']:.5f} grad-norm {r['grad_norm']:.5f}")
 
     steps_n = p["finite_steps"]
@@ -122,7 +134,8 @@ def measure(ctx):
     trained = ctx.trainable(batch=first, variants=tuple(p["precisions"]))
     if trained is None:
         return
-    w, _ = trained
+    w = trained[0]
+    del trained  # its optimizer holds the device parameters: free them before any peak
     fresh = copy.deepcopy(w.model).cpu()
     ok = numerics(ctx, w, fresh, first)
     w.model = fresh  # the device copy is no longer needed: each variant has its own

@@ -88,7 +88,8 @@ def measure(ctx):
     trained = ctx.trainable(batch=p["batches"][0], variants=VARIANTS)
     if trained is None:
         return
-    w, _ = trained
+    w = trained[0]
+    del trained  # its optimizer holds the device parameters: free them before any peak
     fresh = copy.deepcopy(w.model).cpu()
     w.model = fresh  # each variant gets its own device copy
     try:

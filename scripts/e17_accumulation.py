@@ -89,7 +89,8 @@ def measure(ctx):
     trained = ctx.trainable(batch=batch, variants=tuple(f"k{k}" for k in ks))
     if trained is None or not ks:
         return
-    w, _ = trained
+    w = trained[0]
+    del trained  # its optimizer holds the device parameters: free them before any peak
     fresh = copy.deepcopy(w.model).cpu()
     w.model = fresh  # each variant gets its own device copy
     equivalence(ctx, w, fresh, batch, ks)

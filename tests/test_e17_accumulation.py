@@ -67,3 +67,15 @@ def test_table_and_figure(e17, tmp_path):
     assert not tables.format_table(t).empty
     png = figures.make_figure("E17", out["csv"], out["samples"], tmp_path / "e17.png")
     assert png.stat().st_size > 0
+
+
+def test_the_ledger_carries_the_worst_equivalence(e17):
+    from perflab import ledger
+
+    rows, _, _, out = e17
+    table, md = ledger.build([out["csv"]])
+    line = table[(table.section == "correctness")
+                 & (table.field == "accumulated_grad_max_abs_diff")]
+    worst = rows[rows.metric == "grad_max_abs_diff"].value.max()
+    assert float(line.value.iloc[0]) == pytest.approx(worst)
+    assert f"accumulated grad max {worst:.1e}" in md
