@@ -595,9 +595,10 @@ def table_e17(frame: pd.DataFrame) -> pd.DataFrame:
             "peak_mib": pick(r, k, peak, "max"), "peak_pct": pick(r, k, "memory_pct_of_k1", "value"),
             "grad_max_abs_diff": pick(r, k, "grad_max_abs_diff", "value") if k != "k1" else "",
             "gradient_scale": pick(r, k, "gradient_scale", "value") if k != "k1" else "",
+            "gradient_max": pick(r, k, "gradient_max", "value") if k != "k1" else "",
         })
     return _frame(records, ["K", "micro_batch", "median_ms", "time_pct", "peak_mib", "peak_pct",
-                            "grad_max_abs_diff", "gradient_scale"])
+                            "grad_max_abs_diff", "gradient_scale", "gradient_max"])
 
 
 def e18_backends(r: pd.DataFrame, T: int, metric: str = "backend_ran") -> str:
