@@ -3,10 +3,10 @@
 (1) Gradient equivalence: from identical state, the gradient accumulated over
 K micro-batches (each loss scaled by 1/K) against the gradient of the full
 batch in one pass: the largest absolute difference beside the gradient scale
-(mean |g|) and the largest element (max |g|), for every K > 1. (2) The optimizer step over the full batch for
-every K as an interleaved round robin (ms/step, % of K=1). (3) The peak memory
-of each K alone (CUDA: allocator peaks; CPU: VmHWM of a fresh process per K),
-and % of K=1.
+(mean |g|) and the largest element (max |g|), for every K > 1. (2) The
+optimizer step over the full batch for every K as an interleaved round robin
+(ms/step, % of K=1). (3) The peak memory of each K alone (CUDA: allocator
+peaks; CPU: VmHWM of a fresh process per K), and % of K=1.
 """
 
 import copy
