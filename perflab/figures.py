@@ -741,6 +741,7 @@ def fig_e18(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
               (axes[1], peak, "max", "peak allocated MiB" if peak == "peak_allocated"
                else "peak RSS MiB (fresh process per point)")]
     for ax, metric, statistic, ylabel in panels:
+        drawn: list[float] = []
         for i, impl in enumerate(("manual", "sdpa")):
             xs, ys = [], []
             for T in seqs:
@@ -754,6 +755,7 @@ def fig_e18(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
                     continue
                 xs.append(T)
                 ys.append(float(cell))
+            drawn += ys
             if xs:
                 label = impl if impl == "manual" else "SDPA"
                 ax.plot(xs, ys, marker="os"[i], label=label, color=sns.color_palette()[i])
@@ -761,7 +763,10 @@ def fig_e18(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
             _log2_x(ax, seqs)
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+            # within one decade no major tick shows: label the minor ones instead
+            narrow = bool(drawn) and max(drawn) < 10 * min(drawn)
+            ax.yaxis.set_minor_formatter(FuncFormatter(
+                (lambda v, _: f"{v:g}") if narrow else (lambda v, _: "")))
         ax.set_xlabel("sequence length T (log2)")
         ax.set_ylabel(ylabel)
         if ax.get_legend_handles_labels()[0]:
