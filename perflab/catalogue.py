@@ -196,5 +196,37 @@ EXPERIMENTS: dict[str, Experiment] = {
             "diagnose",
             cpu_behaviour="host memcpy is the bandwidth ceiling; host-device copies unsupported",
         ),
+        Experiment(
+            "E15",
+            "amp",
+            "Mixed precision: numerics, time and memory of fp32, autocast fp16 and bf16",
+            "interventions",
+            cpu_behaviour="CPU autocast (bf16; fp16 where it runs, else unsupported rows); "
+            "peak RSS (VmHWM) of a fresh process per variant",
+        ),
+        Experiment(
+            "E16",
+            "checkpointing",
+            "Activation checkpointing at two batch sizes: peak memory, time, correctness",
+            "interventions",
+            cpu_behaviour="peak RSS (VmHWM) of a fresh process per variant; scaled batches",
+        ),
+        Experiment(
+            "E17",
+            "accumulation",
+            "Gradient accumulation: gradient equivalence, time and peak memory against K",
+            "interventions",
+            cpu_behaviour="same with a smaller full batch; peak RSS (VmHWM) of a fresh process "
+            "per K",
+        ),
+        Experiment(
+            "E18",
+            "attention_seq",
+            "Attention against sequence length: manual vs scaled_dot_product_attention",
+            "interventions",
+            workloads=("attention",),
+            cpu_behaviour="a smaller T range; no memory cap (CUDA allocator only): peak RSS "
+            "(VmHWM) of a fresh process per variant",
+        ),
     ]
 }

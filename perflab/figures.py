@@ -105,6 +105,15 @@ def _log_if_wide(ax: plt.Axes, values, axis: str = "y") -> None:
             FuncFormatter(lambda v, _: f"{v:g}"))
 
 
+def _log2_x(ax: plt.Axes, ticks: list[int]) -> None:
+    """A log2 x axis with a plain-number tick at each of ``ticks`` and a margin either side."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)
+
+
 def _samples(samples: pd.DataFrame, eid: str, variants: list[str]) -> pd.DataFrame:
     """The raw samples of ``variants``, in that order (as a categorical)."""
     s = samples[(samples.experiment == eid) & samples.variant.isin(variants)].copy()
@@ -466,12 +475,8 @@ def fig_e08(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
                        label=f"{answer_label}: B = {b}")
             ax.set_title(f"{answer_label}: B = {b}", fontsize=9)
         if sizes:
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_locator(FixedLocator(sizes))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}"))
-            ax.xaxis.set_minor_locator(NullLocator())
             # every swept size on the axis, the ones that did not run (labelled) too
-            ax.set_xlim(sizes[0] / 1.5, sizes[-1] * 1.5)
+            _log2_x(ax, sizes)
         ax.set_xlabel("batch size B (log2)")
         ax.set_ylabel(ylabel)
         if ax.get_legend_handles_labels()[0]:
@@ -1088,6 +1093,143 @@ def _pct_cell(r: pd.DataFrame, phase: str, metric: str):
     return cell if isinstance(cell, Missing) else (float(cell), 0.0, 0.0)
 
 
+# ------------------------------------------------------------------ E15-E18 interventions
+
+
+def _pct_cells(r: pd.DataFrame, variants: list[str], base: str, peak: str) -> dict[str, list]:
+    """Two bar series in % of ``base``: the median step (IQR bars) and the peak memory."""
+    b = _num(pick(r, base))
+    b_mem = _num(pick(r, base, peak, "max"))
+    time_cells, mem_cells = [], []
+    for v in variants:
+        cell = _bar_cell(r, v)
+        if isinstance(cell, Missing) or not b:
+            time_cells.append(cell if isinstance(cell, Missing) else Missing("not run"))
+        else:
+            time_cells.append(tuple(100 * x / b for x in cell))
+        m = pick(r, v, peak, "max")
+        if isinstance(m, Missing) or not b_mem:
+            mem_cells.append(m if isinstance(m, Missing) else Missing("not run"))
+        else:
+            mem_cells.append((100 * float(m) / b_mem, 0.0, 0.0))
+    what = "peak allocated" if peak == "peak_allocated" else "peak RSS (fresh process each)"
+    return {"step time (median, p25..p75)": time_cells, what: mem_cells}
+
+
+def _pct_panels(eid: str, rows: pd.DataFrame, groups: list[tuple[str, list[str], list[str], str]],
+                width: float = 11.0) -> Figure:
+    """One panel per group (title, variants, labels, baseline): time and peak as % bars."""
+    from perflab.tables import _peak_metric
+
+    r = rows[rows.experiment == eid]
+    fig, axes = _new_figure(eid, r, ncols=max(len(groups), 1), width=width)
+    peak = _peak_metric(r)
+    notes: list[str] = []
+    for ax, (title, variants, labels, base) in zip(axes, groups):
+        series = _pct_cells(r, variants, base, peak)
+        notes += _bars(ax, labels, series)
+        ax.axhline(100, color="#555555", lw=0.8, ls=":")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(f"% of {labels[variants.index(base)] if base in variants else base}")
+    if not groups:
+        notes.append("no rows")
+    _note(axes[-1], notes, loc="upper right")
+    return fig
+
+
+def fig_e15(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """AMP bars at each batch size: time and peak memory of fp16 and bf16 as % of fp32."""
+    from perflab.tables import E15_PRECISIONS, _prefixed
+
+    r = rows[rows.experiment == "E15"]
+    precs = [p for p in E15_PRECISIONS if (r.variant.str.endswith("/" + p)).any()]
+    groups = [(f"batch {b}", [f"b{b}/{p}" for p in precs], list(precs), f"b{b}/fp32")
+              for b in _prefixed(r, "b")]
+    return _pct_panels("E15", rows, groups)
+
+
+def fig_e16(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Checkpointing at each batch size: time and peak memory as % of the normal step."""
+    from perflab.tables import _prefixed
+
+    r = rows[rows.experiment == "E16"]
+    groups = [(f"batch {b}", [f"b{b}/normal", f"b{b}/checkpointed"], ["normal", "checkpointed"],
+               f"b{b}/normal") for b in _prefixed(r, "b")]
+    return _pct_panels("E16", rows, groups, width=10.0)
+
+
+def fig_e17(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Accumulation: time and peak memory against K, as % of K=1, one panel."""
+    from perflab.tables import _variants
+
+    r = rows[rows.experiment == "E17"]
+    ks = _variants(r, "k")
+    return _pct_panels("E17", rows, [("one optimizer step over the full batch", ks,
+                                      [f"K={k.removeprefix('k')}" for k in ks], "k1")] if ks
+                       else [], width=8.0)
+
+
+def fig_e18(rows: pd.DataFrame, samples: pd.DataFrame) -> Figure:
+    """Attention against T on log axes: forward + backward ms and peak MiB, manual vs SDPA.
+
+    A T where an implementation ran out of memory is marked with its status at
+    that T on both panels instead of a point.
+    """
+    from perflab.tables import _peak_metric, _prefixed, e18_backends
+
+    r = rows[rows.experiment == "E18"]
+    title_rows = r[r.variant.str.endswith("/manual")]
+    fig, axes = _new_figure("E18", title_rows if not title_rows.empty else r, ncols=2,
+                            width=12.0)
+    seqs = _prefixed(r, "T")
+    peak = _peak_metric(r)
+    notes: list[str] = []
+    panels = [(axes[0], "fwd_bwd_latency", "median", "forward + backward ms (median)"),
+              (axes[1], peak, "max", "peak allocated MiB" if peak == "peak_allocated"
+               else "peak RSS MiB (fresh process per point)")]
+    for ax, metric, statistic, ylabel in panels:
+        drawn: list[float] = []
+        for i, impl in enumerate(("manual", "sdpa")):
+            xs, ys = [], []
+            for T in seqs:
+                cell = pick(r, f"T{T}/{impl}", metric, statistic)
+                if isinstance(cell, Missing):
+                    ax.text(T, 0.97 - 0.08 * i, f"{impl}: {cell.status}",
+                            transform=ax.get_xaxis_transform(), rotation=90, ha="center",
+                            va="top", fontsize=8, color=sns.color_palette()[i])
+                    if cell.reason and ax is axes[0]:
+                        notes.append(textwrap.shorten(f"T={T} {impl}: {cell}", 200))
+                    continue
+                xs.append(T)
+                ys.append(float(cell))
+            drawn += ys
+            if xs:
+                label = impl if impl == "manual" else "SDPA"
+                ax.plot(xs, ys, marker="os"[i], label=label, color=sns.color_palette()[i])
+        if seqs:
+            _log2_x(ax, seqs)
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            # within one decade no major tick shows: label the minor ones instead
+            narrow = bool(drawn) and max(drawn) < 10 * min(drawn)
+            ax.yaxis.set_minor_formatter(FuncFormatter(
+                (lambda v, _: f"{v:g}") if narrow else (lambda v, _: "")))
+        ax.set_xlabel("sequence length T (log2)")
+        ax.set_ylabel(ylabel)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize=8)
+    if seqs:
+        ran = sorted({e18_backends(r, T) for T in seqs})
+        axes[0].set_title("SDPA backend that ran: " + "; ".join(ran), fontsize=9)
+    budget = pick(r, "budget", "memory_budget", "value")
+    if not isinstance(budget, Missing):
+        axes[1].set_title(f"allocator capped at {float(budget) / 1024:.1f} GiB", fontsize=9)
+    if notes:
+        fig.supxlabel("\n".join(textwrap.fill(n, 170) for n in dict.fromkeys(notes)),
+                      x=0.01, ha="left", fontsize=8, color="#a35f00")
+    return fig
+
+
 FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "C00": fig_c00,
     "E01": fig_e01,
@@ -1112,6 +1254,10 @@ FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "E22": fig_e22,
     "E24": fig_e24,
     "R01": fig_r01,
+    "E15": fig_e15,
+    "E16": fig_e16,
+    "E17": fig_e17,
+    "E18": fig_e18,
 }
 
 

@@ -46,6 +46,24 @@ def _fmt(v: float, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
+#: E15-E18 correctness columns in the ledger: (field, unit, experiment, variant suffix, metric)
+INTERVENTION_CHECKS = (
+    ("amp_fp16_loss_abs_diff", "abs", "E15", "fp16", "loss_abs_diff"),
+    ("amp_bf16_loss_abs_diff", "abs", "E15", "bf16", "loss_abs_diff"),
+    ("checkpointed_grad_max_abs_diff", "abs", "E16", "checkpointed_vs_normal",
+     "grad_max_abs_diff"),
+    ("accumulated_grad_max_abs_diff", "abs", "E17", "", "grad_max_abs_diff"),
+    ("sdpa_out_max_abs_diff", "abs", "E18", "sdpa_vs_manual", "out_max_abs_diff"),
+)
+
+
+def _worst(frame: pd.DataFrame, eid: str, suffix: str, metric: str) -> float | None:
+    """The largest measured value of ``metric`` over the variants ending in ``suffix``."""
+    sel = frame[(frame.experiment == eid) & (frame.metric == metric) & (frame.status == "ok")
+                & frame.variant.str.endswith(suffix)]
+    return None if sel.empty else float(sel.value.max())
+
+
 def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
     """(ledger rows, ledger block as Markdown) for one device's result files."""
     frame = io.read_results(csv_paths)
@@ -158,6 +176,12 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
             if diff is not None:
                 add("correctness", f"compiled_{v.split('/')[0]}_max_abs_diff", diff.value, "abs",
                     f"E19 {v} max_abs_diff")
+    # the interventions' correctness columns, each the worst case over its variants
+    for field, unit, eid, suffix, metric in INTERVENTION_CHECKS:
+        worst = _worst(frame, eid, suffix, metric)
+        if worst is not None:
+            add("correctness", field, worst, unit,
+                f"{eid} {'*/' + suffix if suffix else 'every variant'} {metric} (max)")
     add("measurement", "boundary", "synchronized at both ends | uninstrumented | first step excluded"
         if bench else "no benchmark in this run")
     _roofline_and_verdict(frame, add)
@@ -298,6 +322,12 @@ def render_markdown(ledger: pd.DataFrame) -> str:
         parts = [f"{f.removeprefix('compiled_').removesuffix('_max_abs_diff')} "
                  f"{float(v):.1e}" for f, v in zip(compiled.field, compiled.value)]
         lines.append("            torch.compile forward vs eager, max |diff|: " + ", ".join(parts))
+    fields = [f for f, *_ in INTERVENTION_CHECKS]
+    got = ledger[(ledger.section == "correctness") & ledger.field.isin(fields)]
+    checks = [f"{f.removesuffix('_abs_diff').replace('_', ' ')} {float(v):.1e}"
+              for f, v in zip(got.field, got.value)]
+    if checks:
+        lines.append("            interventions (max |diff|): " + " | ".join(checks))
     lines += [
         f"measurement {val('measurement', 'boundary')}",
     ]

@@ -10,6 +10,7 @@ process's resident set and its high-water mark (VmHWM).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
@@ -232,3 +233,29 @@ def diagnose_oom(
         if verdict:
             return branch, lines
     return "inconclusive", lines
+
+
+@contextmanager
+def capped_cuda_budget(gib: float, device: torch.device | str | None = None):
+    """Cap this process's CUDA caching allocator at ``gib`` GiB of ``device``; restore on exit.
+
+    Emulates a smaller card on a large one (the chapter's 12 GiB desktop GPU on
+    an H200): ``torch.cuda.set_per_process_memory_fraction`` makes an
+    allocation that would push reserved memory past the cap raise
+    ``torch.cuda.OutOfMemoryError`` as the small card would. Only the
+    allocator is capped: the CUDA context and other processes are not counted.
+    Cached blocks are released first, so memory reserved before the cap does
+    not count against it. Yields the fraction of total memory that was set.
+    On exit the fraction goes back to 1.0 (the whole device).
+    """
+    dev = torch.device(device) if device is not None else torch.device("cuda")
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
+    fraction = min(1.0, gib * 1024**3 / total)
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
+    try:
+        yield fraction
+    finally:
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, index)

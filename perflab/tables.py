@@ -868,6 +868,138 @@ def table_r01(frame: pd.DataFrame) -> pd.DataFrame:
 def _scaled(cell: Any, unit: float) -> Any:
     """A picked number divided by ``unit``; a Missing passes through."""
     return cell if isinstance(cell, Missing) else float(cell) / unit
+# ------------------------------------------------------------------ E15-E18 interventions
+
+
+def _peak_metric(r: pd.DataFrame) -> str:
+    """The peak the device measured: allocator peak allocated (CUDA) or the process's VmHWM."""
+    alloc = r[r.metric == "peak_allocated"]
+    return "peak_allocated" if (alloc.status == "ok").any() or alloc.empty and not (
+        r.metric == "peak_rss").any() else "peak_rss"
+
+
+def _prefixed(r: pd.DataFrame, prefix: str, sep: str = "/") -> list[int]:
+    """The sorted numbers N of variants named ``<prefix><N><sep>...`` (e.g. b256/fp32)."""
+    out = set()
+    for v in r.variant.unique():
+        head = v.split(sep)[0]
+        if head.startswith(prefix) and head.removeprefix(prefix).isdigit():
+            out.add(int(head.removeprefix(prefix)))
+    return sorted(out)
+
+
+E15_PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def table_e15(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mixed precision: the one-step numerics against fp32, then time and memory per batch size.
+
+    Three separate answers, never merged: numerics (loss and gradient-norm
+    deviation, all losses finite), time (ms/step, examples/s, % of fp32) and
+    peak memory (% of fp32), each batch size on its own lines.
+    """
+    r = _rows("E15", frame)
+    peak = _peak_metric(r)
+    precisions = [p for p in E15_PRECISIONS if (r.variant.str.endswith("/" + p)).any()]
+    records = []
+    for prec in precisions:
+        v = f"numerics/{prec}"
+        records.append({
+            "measurement": "one step vs fp32", "config": prec,
+            "loss": pick(r, v, "loss", "value"),
+            "loss_abs_diff": pick(r, v, "loss_abs_diff", "value") if prec != "fp32" else "",
+            "grad_norm": pick(r, v, "grad_norm", "value"),
+            "grad_norm_rel_diff": (pick(r, v, "grad_norm_rel_diff", "value")
+                                   if prec != "fp32" else ""),
+            "finite_steps": pick(r, f"finite/{prec}", "finite_losses", "value"),
+        })
+    for b in _prefixed(r, "b"):
+        for prec in precisions:
+            v = f"b{b}/{prec}"
+            records.append({
+                "measurement": f"batch {b}", "config": prec,
+                "median_ms": pick(r, v), "examples_per_s": pick(r, v, "throughput"),
+                "peak_mib": pick(r, v, peak, "max"),
+                "time_pct": pick(r, v, "time_pct_of_fp32", "value"),
+                "mem_pct": pick(r, v, "memory_pct_of_fp32", "value"),
+            })
+    return _frame(records, ["measurement", "config", "median_ms", "examples_per_s", "peak_mib",
+                            "time_pct", "mem_pct", "loss", "loss_abs_diff", "grad_norm",
+                            "grad_norm_rel_diff", "finite_steps"])
+
+
+def table_e16(frame: pd.DataFrame) -> pd.DataFrame:
+    """Checkpointing at each batch size: time, peak memory and the correctness column."""
+    r = _rows("E16", frame)
+    peak = _peak_metric(r)
+    records = []
+    for b in _prefixed(r, "b"):
+        d = f"b{b}/checkpointed_vs_normal"
+        for variant in ("normal", "checkpointed"):
+            v = f"b{b}/{variant}"
+            ck = variant == "checkpointed"
+            records.append({
+                "batch": b, "config": variant, "median_ms": pick(r, v),
+                "examples_per_s": pick(r, v, "throughput"),
+                "time_pct": pick(r, v, "time_pct_of_normal", "value"),
+                "peak_mib": pick(r, v, peak, "max"),
+                "saved_mib": pick(r, v, "memory_saved", "value") if ck else "",
+                "mem_pct": pick(r, v, "memory_pct_of_normal", "value") if ck else "",
+                "loss": pick(r, v, "loss", "value"),
+                "grad_norm": pick(r, v, "grad_norm", "value"),
+                "grad_max_abs_diff": pick(r, d, "grad_max_abs_diff", "value") if ck else "",
+            })
+    return _frame(records, ["batch", "config", "median_ms", "examples_per_s", "time_pct",
+                            "peak_mib", "saved_mib", "mem_pct", "loss", "grad_norm",
+                            "grad_max_abs_diff"])
+
+
+def table_e17(frame: pd.DataFrame) -> pd.DataFrame:
+    """Accumulation: per K, the micro-batch, time, peak and the gradient equivalence."""
+    r = _rows("E17", frame)
+    peak = _peak_metric(r)
+    records = []
+    for k in _variants(r, "k"):
+        records.append({
+            "K": int(k.removeprefix("k")), "micro_batch": pick(r, k, "micro_batch", "value"),
+            "median_ms": pick(r, k), "time_pct": pick(r, k, "time_pct_of_k1", "value"),
+            "peak_mib": pick(r, k, peak, "max"), "peak_pct": pick(r, k, "memory_pct_of_k1", "value"),
+            "grad_max_abs_diff": pick(r, k, "grad_max_abs_diff", "value") if k != "k1" else "",
+            "gradient_scale": pick(r, k, "gradient_scale", "value") if k != "k1" else "",
+            "gradient_max": pick(r, k, "gradient_max", "value") if k != "k1" else "",
+        })
+    return _frame(records, ["K", "micro_batch", "median_ms", "time_pct", "peak_mib", "peak_pct",
+                            "grad_max_abs_diff", "gradient_scale", "gradient_max"])
+
+
+def e18_backends(r: pd.DataFrame, T: int, metric: str = "backend_ran") -> str:
+    """The SDPA backends with value 1 under ``metric`` at T, e.g. 'efficient_attention'."""
+    sel = r[r.variant.str.startswith(f"T{T}/sdpa_backend/") & (r.metric == metric)
+            & (r.status == "ok")]
+    names = [v.rsplit("/", 1)[1] for v, x in zip(sel.variant, sel.value) if x == 1]
+    return ", ".join(names) if names else ("none recognised" if not sel.empty else NOT_RUN)
+
+
+def table_e18(frame: pd.DataFrame) -> pd.DataFrame:
+    """Manual vs SDPA attention per T: ms and peak MiB of each, agreement, the backend that ran."""
+    r = _rows("E18", frame)
+    peak = _peak_metric(r)
+    records = []
+    for T in _prefixed(r, "T"):
+        d = f"T{T}/sdpa_vs_manual"
+        records.append({
+            "T": T, "manual_ms": pick(r, f"T{T}/manual", "fwd_bwd_latency"),
+            "manual_mib": pick(r, f"T{T}/manual", peak, "max"),
+            "sdpa_ms": pick(r, f"T{T}/sdpa", "fwd_bwd_latency"),
+            "sdpa_mib": pick(r, f"T{T}/sdpa", peak, "max"),
+            "out_max_abs_diff": pick(r, d, "out_max_abs_diff", "value"),
+            "grad_max_abs_diff": pick(r, d, "grad_max_abs_diff", "value"),
+            "sdpa_backend_ran": e18_backends(r, T),
+            "sdpa_backends_eligible": e18_backends(r, T, "backend_eligible"),
+        })
+    return _frame(records, ["T", "manual_ms", "manual_mib", "sdpa_ms", "sdpa_mib",
+                            "out_max_abs_diff", "grad_max_abs_diff", "sdpa_backend_ran",
+                            "sdpa_backends_eligible"])
 
 
 TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
@@ -894,6 +1026,10 @@ TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "E22": table_e22,
     "E24": table_e24,
     "R01": table_r01,
+    "E15": table_e15,
+    "E16": table_e16,
+    "E17": table_e17,
+    "E18": table_e18,
 }
 
 

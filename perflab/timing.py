@@ -240,6 +240,42 @@ def interleaved_ab(
     return res
 
 
+@dataclass
+class RoundRobinResult:
+    """Interleaved N-way timing: per-call samples, block index and block medians per variant."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    blocks: dict[str, list[int]] = field(default_factory=dict)  # block index of each sample
+    block_medians: dict[str, list[float]] = field(default_factory=dict)
+
+
+def interleaved_round_robin(
+    steps: dict[str, Step], *, blocks: int, inner: int, warmup: int, sync: Sync
+) -> RoundRobinResult:
+    """:func:`interleaved_ab` for N variants: each block runs every variant once.
+
+    The order rotates from block to block (ABC, BCA, CAB, ...) so no variant
+    always runs first or after the same neighbour; drift on a shared machine
+    then hits every variant alike. Each call is synchronized at both ends.
+    """
+    import statistics
+
+    names = list(steps)
+    for _ in range(warmup):
+        for name in names:
+            steps[name]()
+    sync()
+    res = RoundRobinResult({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
+    for i in range(blocks):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            block = time_calls(steps[name], warmup=0, repeats=inner, sync=sync)
+            res.samples[name].extend(block)
+            res.blocks[name].extend([i] * len(block))
+            res.block_medians[name].append(statistics.median(block))
+    return res
+
+
 def timer_blocked_autorange(fn: Step, *, min_run_time: float) -> dict[str, object]:
     """torch.utils.benchmark's Timer on the same callable, as a peer measurement.
 

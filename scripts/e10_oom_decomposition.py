@@ -219,13 +219,10 @@ def measure(ctx):
                 _train_steps(w, opt, x, y, steps, where, [], ctx.sync, read)
 
             gc.collect()
-            torch.cuda.empty_cache()
             memory.reset_cuda_peaks(ctx.device)
-            torch.cuda.set_per_process_memory_fraction(fraction, ctx.device)
-            try:
+            # the same cap as E18's: released blocks first, fraction 1.0 restored on exit
+            with memory.capped_cuda_budget(budget, ctx.device):
                 at_failure = record_capped_run(ctx, attempt, batch=large, cap_note=cap_note)
-            finally:
-                torch.cuda.set_per_process_memory_fraction(1.0, ctx.device)
             ctx.row(variant="capped_run", metric="budget", value=budget * 1024, unit="MiB",
                     window=cap_note, sync_boundary="n/a")
 

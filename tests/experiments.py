@@ -84,3 +84,25 @@ def write_user_package(tmp_path: Path, monkeypatch, modules: dict[str, str]) -> 
 def forget_package(pkg: str) -> None:
     for mod in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
         del sys.modules[mod]
+
+
+def tiny_results(tiny_cfg: dict, eid: str, out_dir: Path):
+    """Run ``eid`` on the tiny contract: (rows, samples, contract, outputs), rows validated."""
+    import pandas as pd
+
+    from perflab import io
+
+    contract, out = run_tiny(tiny_cfg, eid, out_dir)
+    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+
+
+def assert_only_cuda_rows_unsupported(eid: str, rows, samples,
+                                      allowed=("peak_allocated", "peak_reserved")) -> None:
+    """Rows of ``eid`` only; on a CPU the only rows not measured are CUDA-only, saying so."""
+    from perflab import io
+
+    assert (rows.experiment == eid).all()
+    assert list(samples.columns) == io.SAMPLE_COLUMNS
+    bad = rows[rows.status != "ok"]
+    assert set(bad.metric) <= set(allowed), set(bad.metric)
+    assert bad.reason.str.contains("CUDA").all()

@@ -43,6 +43,7 @@ def patch(monkeypatch, *modules) -> FakeAllocator:
     monkeypatch.setattr(memory, "nvml_process_used_mib",
                         lambda device=None: (None, "fake allocator: no NVML"))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d=None: None)
 
     class Props:

@@ -68,7 +68,7 @@ def test_the_oom_is_caught_and_recorded_as_a_row_with_the_evidence(tiny_cfg, tmp
     oom = rows[(rows.variant == "capped_run") & (rows.metric == "oom")]
     assert list(oom.status) == ["oom"]
     reason = oom.reason.iloc[0]
-    assert "optimizer .step() of step 1" in reason and "capped at 12 GiB" in reason
+    assert "optimizer .step() of step 1" in reason and "capped at 9.4 GiB" in reason
     for metric in ("allocated_at_oom", "reserved_at_oom", "peak_allocated_before_oom"):
         assert status(rows, "capped_run", metric) == "ok"
     for b in (4, 8):

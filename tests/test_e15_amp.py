@@ -1,0 +1,101 @@
+"""E15 (mixed precision): numerics, finiteness, time and memory bookkeeping in one run.
+
+No test asserts that a precision is faster or smaller: on a CPU autocast is
+often slower, and that is a finding, not a failure.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from experiments import assert_only_cuda_rows_unsupported, one_value, run_tiny, tiny_results
+
+from perflab import figures, interventions, io, tables
+
+
+@pytest.fixture(scope="module")
+def e15(tiny_cfg, tmp_path_factory):
+    return tiny_results(tiny_cfg, "E15", tmp_path_factory.mktemp("e15"))
+
+
+def test_rows_obey_the_contract(e15):
+    rows, samples, _, _ = e15
+    assert_only_cuda_rows_unsupported("E15", rows, samples)
+
+
+def test_one_step_numerics_close_to_fp32(e15):
+    rows, *_ = e15
+    fp32 = one_value(rows, "numerics/fp32", "loss")
+    for prec in ("fp16", "bf16"):
+        loss = one_value(rows, f"numerics/{prec}", "loss")
+        assert one_value(rows, f"numerics/{prec}", "loss_abs_diff") == pytest.approx(abs(loss - fp32))
+        assert abs(loss - fp32) < 1e-2 * abs(fp32)
+        assert one_value(rows, f"numerics/{prec}", "grad_norm_rel_diff") < 5e-2
+        # the rows say which dtype ran: fp32 parameters under autocast
+        dtype = rows[rows.variant == f"numerics/{prec}"].dtype.iloc[0]
+        assert dtype == f"float32 params, autocast {dict(fp16='float16', bf16='bfloat16')[prec]}"
+    # bf16's shorter mantissa deviates at least as much as fp16 does in the loss
+    assert (one_value(rows, "numerics/bf16", "grad_norm_rel_diff")
+            >= one_value(rows, "numerics/fp16", "grad_norm_rel_diff"))
+
+
+def test_every_precision_stays_finite(e15):
+    rows, _, contract, _ = e15
+    n = contract["params"]["finite_steps"]
+    for prec in ("fp32", "fp16", "bf16"):
+        assert one_value(rows, f"finite/{prec}", "finite_losses") == n
+
+
+def test_time_and_memory_ratios_are_consistent(e15):
+    rows, samples, contract, _ = e15
+    for b in contract["params"]["batches"]:
+        base = one_value(rows, f"b{b}/fp32", "step_latency", "median")
+        peak = one_value(rows, f"b{b}/fp32", "peak_rss", "max")
+        for prec in ("fp32", "fp16", "bf16"):
+            v = f"b{b}/{prec}"
+            med = one_value(rows, v, "step_latency", "median")
+            assert one_value(rows, v, "time_pct_of_fp32") == pytest.approx(100 * med / base)
+            assert one_value(rows, v, "throughput", "median") == pytest.approx(b * 1e3 / med)
+            assert one_value(rows, v, "memory_pct_of_fp32") == pytest.approx(
+                100 * one_value(rows, v, "peak_rss", "max") / peak)
+            # the peak of a fresh process is above what it held before the variant ran
+            assert one_value(rows, v, "peak_rss", "max") >= one_value(rows, v, "rss_at_start")
+            each = samples[(samples.variant == v) & (samples.metric == "step_latency")]
+            assert len(each) == contract["params"]["blocks"] * contract["params"]["inner"]
+            assert med == pytest.approx(each.value.median())
+
+
+def test_table_and_figure(e15, tmp_path):
+    rows, _, contract, out = e15
+    t = tables.table("E15", rows)
+    b = contract["params"]["batches"][-1]
+    line = t[(t.measurement == f"batch {b}") & (t.config == "bf16")]
+    assert float(line.time_pct.iloc[0]) == pytest.approx(one_value(rows, f"b{b}/bf16",
+                                                                   "time_pct_of_fp32"))
+    assert (t.measurement == "one step vs fp32").sum() == 3
+    assert not tables.format_table(t).empty
+    png = figures.make_figure("E15", out["csv"], out["samples"], tmp_path / "e15.png")
+    assert png.stat().st_size > 0
+
+
+def test_a_precision_that_fails_becomes_unsupported_rows(tiny_cfg, tmp_path, monkeypatch):
+    real = interventions.amp_one_step
+
+    def no_fp16(fresh, w, x, y, precision, *a, **k):
+        if precision == "fp16":
+            raise RuntimeError("fp16 autocast is not implemented here")
+        return real(fresh, w, x, y, precision, *a, **k)
+
+    monkeypatch.setattr(interventions, "amp_one_step", no_fp16)
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["E15"].update(batches=[8], finite_steps=2, blocks=1, inner=1, peak_calls=1)
+    _, out = run_tiny(cfg, "E15", tmp_path)
+    rows = io.read_results([out["csv"]])
+    fp16 = rows[rows.variant.str.endswith("/fp16")]
+    assert set(fp16.status) == {"unsupported"}
+    assert fp16.reason.str.contains("not implemented here").all()
+    assert {"numerics/fp16", "b8/fp16"} <= set(fp16.variant)
+    assert one_value(rows, "b8/bf16", "time_pct_of_fp32") > 0  # the others still ran
+    t = tables.table("E15", rows)
+    assert "unsupported" in set(t[t.config == "fp16"].median_ms)

@@ -1,0 +1,81 @@
+"""E17 (gradient accumulation): the equivalence and the per-K bookkeeping in one run."""
+
+from __future__ import annotations
+
+import pytest
+from experiments import assert_only_cuda_rows_unsupported, one_value, run_tiny, tiny_results
+
+from perflab import figures, io, tables
+
+
+@pytest.fixture(scope="module")
+def e17(tiny_cfg, tmp_path_factory):
+    return tiny_results(tiny_cfg, "E17", tmp_path_factory.mktemp("e17"))
+
+
+def test_rows_obey_the_contract(e17):
+    rows, samples, _, _ = e17
+    assert_only_cuda_rows_unsupported("E17", rows, samples)
+
+
+def test_accumulated_gradient_equals_the_full_batch_gradient(e17):
+    rows, _, contract, _ = e17
+    for k in contract["params"]["ks"]:
+        if k == 1:
+            assert not ((rows.variant == "k1") & (rows.metric == "grad_max_abs_diff")).any()
+            continue
+        diff = one_value(rows, f"k{k}", "grad_max_abs_diff")
+        scale = one_value(rows, f"k{k}", "gradient_scale")
+        assert 0 < scale <= one_value(rows, f"k{k}", "gradient_max")
+        assert diff <= 1e-4 * scale  # roundoff, not a different gradient
+
+
+def test_per_k_bookkeeping(e17):
+    rows, _, contract, _ = e17
+    batch = contract["params"]["batch"]
+    base = one_value(rows, "k1", "step_latency", "median")
+    peak = one_value(rows, "k1", "peak_rss", "max")
+    for k in contract["params"]["ks"]:
+        v = f"k{k}"
+        assert one_value(rows, v, "micro_batch") == batch // k
+        med = one_value(rows, v, "step_latency", "median")
+        assert one_value(rows, v, "time_pct_of_k1") == pytest.approx(100 * med / base)
+        assert one_value(rows, v, "memory_pct_of_k1") == pytest.approx(
+            100 * one_value(rows, v, "peak_rss", "max") / peak)
+        # examples/s counts the whole batch of one optimizer step, whatever K
+        assert one_value(rows, v, "throughput", "median") == pytest.approx(batch * 1e3 / med)
+        assert rows[rows.variant == v].input_shape.iloc[0].startswith(f"[{batch // k},")
+
+
+def test_a_k_that_does_not_divide_the_batch_is_an_error_row(tiny_cfg, tmp_path):
+    import copy
+
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["E17"].update(batch=12, ks=[1, 5], blocks=1, inner=1, peak_calls=1)
+    _, out = run_tiny(cfg, "E17", tmp_path)
+    rows = io.read_results([out["csv"]])
+    k5 = rows[rows.variant == "k5"]
+    assert set(k5.status) == {"error"} and k5.reason.str.contains("does not divide").all()
+    assert one_value(rows, "k1", "time_pct_of_k1") == pytest.approx(100)
+
+
+def test_table_and_figure(e17, tmp_path):
+    rows, _, contract, out = e17
+    t = tables.table("E17", rows)
+    assert list(t.K) == contract["params"]["ks"]
+    assert t.grad_max_abs_diff.iloc[0] == ""
+    assert not tables.format_table(t).empty
+    png = figures.make_figure("E17", out["csv"], out["samples"], tmp_path / "e17.png")
+    assert png.stat().st_size > 0
+
+
+def test_the_ledger_carries_the_worst_equivalence(e17):
+    from perflab import ledger
+
+    rows, _, _, out = e17
+    table, md = ledger.build([out["csv"]])
+    line = table[(table.section == "correctness")
+                 & (table.field == "accumulated_grad_max_abs_diff")]
+    worst = rows[rows.metric == "grad_max_abs_diff"].value.max()
+    assert float(line.value.iloc[0]) == pytest.approx(worst)
+    assert f"accumulated grad max {worst:.1e}" in md

@@ -1,0 +1,103 @@
+"""E18 (attention vs sequence length): agreement, backend, OOM rows and the capped budget."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from experiments import assert_only_cuda_rows_unsupported, one_value, run_tiny, tiny_results
+
+from perflab import figures, interventions, io, memory, tables, workloads
+
+
+@pytest.fixture(scope="module")
+def e18(tiny_cfg, tmp_path_factory):
+    return tiny_results(tiny_cfg, "E18", tmp_path_factory.mktemp("e18"))
+
+
+def test_rows_obey_the_contract(e18):
+    rows, samples, _, _ = e18
+    assert_only_cuda_rows_unsupported("E18", rows, samples, ("peak_allocated", "peak_reserved", "memory_budget"))
+
+
+def test_sdpa_agrees_with_manual(e18):
+    rows, _, contract, _ = e18
+    for T in contract["params"]["seqs"]:
+        d = f"T{T}/sdpa_vs_manual"
+        scale = one_value(rows, d, "output_scale")
+        assert one_value(rows, d, "out_max_abs_diff") <= 1e-4 * max(scale, 1.0)
+        assert one_value(rows, d, "grad_max_abs_diff") <= 1e-4
+
+
+def test_the_backend_that_ran_is_named_and_was_eligible(e18):
+    rows, _, contract, _ = e18
+    for T in contract["params"]["seqs"]:
+        ran = [b for b in interventions.SDPA_BACKENDS
+               if one_value(rows, f"T{T}/sdpa_backend/{b}", "backend_ran") == 1]
+        assert len(ran) == 1, ran  # one backend dispatched, and the profiler saw which
+        assert one_value(rows, f"T{T}/sdpa_backend/{ran[0]}", "backend_eligible") == 1
+        # a backend that cannot run says why in the row
+        no = rows[(rows.metric == "backend_eligible") & (rows.value == 0)
+                  & rows.variant.str.startswith(f"T{T}/")]
+        assert (no.reason.str.len() > 0).all()
+        assert tables.e18_backends(rows, T) == ran[0]
+
+
+def test_manual_memory_grows_with_t_in_a_fresh_process(e18):
+    rows, _, contract, _ = e18
+    seqs = contract["params"]["seqs"]
+    for impl in ("manual", "sdpa"):
+        for T in seqs:
+            assert (one_value(rows, f"T{T}/{impl}", "peak_rss", "max")
+                    >= one_value(rows, f"T{T}/{impl}", "rss_at_start"))
+    assert "fresh process" in rows[rows.metric == "peak_rss"].sync_boundary.iloc[0]
+
+
+def test_table_and_figure(e18, tmp_path):
+    rows, _, contract, out = e18
+    t = tables.table("E18", rows)
+    assert list(t["T"]) == contract["params"]["seqs"]
+    assert not tables.format_table(t).empty
+    png = figures.make_figure("E18", out["csv"], out["samples"], tmp_path / "e18.png")
+    assert png.stat().st_size > 0
+
+
+def test_an_oom_becomes_rows_not_a_crash(tiny_cfg, tmp_path, monkeypatch):
+    """The manual path running out of memory at the longer T is recorded, and SDPA still runs."""
+    longest = max(tiny_cfg["experiments"]["E18"]["seqs"])
+    real = workloads.Attention.forward
+
+    def forward(self, qkv):
+        if self.impl == "manual" and qkv.shape[3] >= longest:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, qkv)
+
+    monkeypatch.setattr(workloads.Attention, "forward", forward)
+    _, out = run_tiny(tiny_cfg, "E18", tmp_path)
+    rows = io.read_results([out["csv"]])
+    oom = rows[rows.status == "oom"]
+    assert set(oom.variant) == {f"T{longest}/manual", f"T{longest}/sdpa_vs_manual"}
+    assert oom.reason.str.contains("out of memory").all()
+    assert one_value(rows, f"T{longest}/sdpa", "fwd_bwd_latency", "median") > 0
+    t = tables.table("E18", rows)
+    last = t[t["T"] == longest].iloc[0]
+    assert last.manual_ms == "oom" and last.out_max_abs_diff == "oom"
+    png = figures.make_figure("E18", out["csv"], out["samples"], tmp_path / "e18.png")
+    assert png.stat().st_size > 0
+
+
+def test_capped_budget_sets_the_fraction_and_restores_it(monkeypatch):
+    calls = []
+    fake = SimpleNamespace(
+        get_device_properties=lambda i: SimpleNamespace(total_memory=120 * 1024**3),
+        set_per_process_memory_fraction=lambda f, i: calls.append((round(f, 6), i)),
+        empty_cache=lambda: None,
+        current_device=lambda: 0,
+    )
+    monkeypatch.setattr(memory.torch, "cuda", fake)
+    with pytest.raises(RuntimeError):
+        with memory.capped_cuda_budget(12, "cuda:1") as fraction:
+            assert fraction == pytest.approx(0.1)
+            raise RuntimeError("boom")
+    assert calls == [(0.1, 1), (1.0, 1)]  # capped, then the whole device again even on error
