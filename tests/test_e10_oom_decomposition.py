@@ -113,7 +113,11 @@ def test_cuda_capped_run_really_runs_out_of_memory(tmp_path):
 
     rows, *_ = run_rows(cfg, "E10", tmp_path, patch=small_card)
     assert status(rows, "capped_run", "oom") == "oom"
-    assert value(rows, "capped_run", "reserved_at_oom") <= 24 + 0.01
+    # the cap was in force when it failed (PyTorch's own message names the allowance); what
+    # was reserved before the cap stays reserved, so reserved-at-OOM may exceed the cap
+    oom_reason = rows[(rows.variant == "capped_run") & (rows.metric == "oom")].reason.iloc[0]
+    assert "24.00 MiB allowed" in oom_reason
+    assert value(rows, "capped_run", "reserved_at_oom") > 0
     assert value(rows, "diagnosis/persistent", "supported") == 1.0
     assert value(rows, "batch_8", "first_step_allocation") >= value(
         rows, "batch_8", "optimizer_state_bytes")
