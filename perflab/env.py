@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +249,36 @@ def device_tag(device: torch.device | str) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")
         return f"cuda-{slug}"
     return f"cpu-{os.cpu_count()}c"
+
+
+def portable_path(value: Any) -> Any:
+    """A path as provenance may ship it: relative to the working directory when under it,
+    else only its name under ``<tmp>``/``<abs>``; anything not an absolute path unchanged.
+
+    Provenance is committed with reference runs, so it names no machine's directories.
+    """
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    cwd = os.getcwd()
+    if value == cwd or value.startswith(cwd.rstrip(os.sep) + os.sep):
+        return os.path.relpath(value, cwd)
+    tmp = tempfile.gettempdir()
+    if value.startswith(tmp.rstrip(os.sep) + os.sep):
+        return "<tmp>/" + os.path.relpath(value, tmp)
+    return "<abs>/" + os.path.basename(value)
+
+
+def scrub_paths(obj: Any, root: str | None = None) -> Any:
+    """``obj`` (parsed JSON) with every absolute path made portable (:func:`portable_path`),
+    relative to ``root`` (the run's working directory) where given."""
+    if isinstance(obj, dict):
+        return {k: scrub_paths(v, root) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [scrub_paths(v, root) for v in obj]
+    if isinstance(obj, str) and os.path.isabs(obj) and "\n" not in obj:
+        if root and obj.startswith(root.rstrip(os.sep) + os.sep):
+            return os.path.relpath(obj, root)
+        if "/.snakemake/" in obj:  # Snakemake's copy of a job script, under the run's root
+            return obj[obj.index("/.snakemake/") + 1:]
+        return portable_path(obj)
+    return obj

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflab import io
+from perflab import env, io
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = ROOT / "report" / "reference"
@@ -112,13 +112,15 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
         shutil.copy2(csv, dest / "results" / csv.name)
         js = csv.with_suffix(".json")
         if js.is_file():
-            shutil.copy2(js, dest / "results" / js.name)
-            provenance[csv.stem] = json.loads(js.read_text())
+            # committed with the repository: no machine's directories in it
+            data = env.scrub_paths(json.loads(js.read_text()))
+            io.atomic_write_json(dest / "results" / js.name, data)
+            provenance[csv.stem] = data
     for name in ("ledger.md", "ledger.csv", "claims.csv"):
         if (results / name).is_file():
             shutil.copy2(results / name, dest / name)
     first = next(iter(provenance.values()), {})
-    contract, env = first.get("contract", {}), first.get("environment", {})
+    contract, environment = first.get("contract", {}), first.get("environment", {})
     commits = sorted({str(p.get("environment", {}).get("git_commit")) for p in provenance.values()})
     meta = {
         "tag": results.name,
@@ -128,7 +130,7 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
         "started": min((p.get("started", "") for p in provenance.values()), default=""),
         "finished": max((p.get("finished", "") for p in provenance.values()), default=""),
         "experiments": sorted(p.get("experiment", "") for p in provenance.values()),
-        "environment": env,
+        "environment": environment,
     }
     io.atomic_write_json(dest / "run.json", meta)
     return dest
