@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perflab import io, runner
+from perflab import env, io, runner
 
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
@@ -132,7 +132,9 @@ def test_private_compile_cache_set_during_measure_and_restored(tmp_path, tiny_co
     assert seen["TRITON_CACHE_DIR"] == str(Path(cache) / "triton")
     assert {k: os.environ.get(k) for k in CACHE_VARS} == before
     assert not Path(cache).exists()  # the private cache is removed after the job
-    assert json.loads(Path(out["provenance"]).read_text())["inductor_cache_dir"] == cache
+    # provenance is shipped with reference runs: it names the cache without this machine's paths
+    assert json.loads(Path(out["provenance"]).read_text())["inductor_cache_dir"] == (
+        env.portable_path(cache))
 
 
 def test_private_compile_cache_restored_when_measure_raises(tmp_path, tiny_contract, monkeypatch):
@@ -198,3 +200,14 @@ def test_run_from_command_line_bad_config_exits_with_key(tmp_path):
                    argv=["--configfile", str(bad), "--outdir", str(tmp_path / "out")])
     assert "timing.repeats" in str(exc.value.code)
     assert not (tmp_path / "out").exists()
+
+
+def test_portable_paths_name_no_machine_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert env.portable_path(str(tmp_path / "scripts" / "e01.py")) == "scripts/e01.py"
+    assert env.portable_path("relative/x.py") == "relative/x.py"
+    assert env.portable_path("/opt/site/perflab/x.py") == "<abs>/x.py"
+    scrubbed = env.scrub_paths({"argv": ["/elsewhere/.snakemake/scripts/tmp1.e01.py", "--x"],
+                                "n": 3, "note": "a / b"})
+    assert scrubbed == {"argv": [".snakemake/scripts/tmp1.e01.py", "--x"], "n": 3,
+                        "note": "a / b"}
