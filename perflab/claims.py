@@ -793,12 +793,17 @@ def _checkpointing(ev):
 
 @claim("C38", "E17", "accumulated gradients equal the full-batch gradient within roundoff; peak falls with K",
        chapter="max |diff| ~2e-9 vs gradient scale 1.7e-3; peak 100% -> 67% at K=8",
-       tolerance="max |diff| < 1e-3 x gradient scale (mean |g|); peak at the largest K < at K=1")
+       tolerance="max |diff| < 1e-3 x gradient scale (the largest |g|, the chapter's scale; "
+       "mean |g| where E17 wrote no max); peak at the largest K < at K=1")
 def _accumulation(ev):
     diffs = ev.variants("E17", "k", "grad_max_abs_diff", "value")
     if not diffs:
         raise Absent("no gradient comparison" + ("" if ev.has("E17") else " (E17 not run)"))
-    scale = max(ev.variants("E17", "k", "gradient_scale", "value").values(), default=float("nan"))
+    # the chapter sets the difference against the gradient's magnitude (1.7e-3, its largest
+    # elements); a mean |g| over mostly-tiny elements would call fp32 summation order a bug
+    scale = max(ev.variants("E17", "k", "gradient_max", "value").values()
+                or ev.variants("E17", "k", "gradient_scale", "value").values(),
+                default=float("nan"))
     peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_allocated", "max").items())
     if not peaks:  # a CPU: each K's fresh-process peak RSS
         peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_rss", "max").items())
