@@ -815,7 +815,8 @@ def table_e24(frame: pd.DataFrame) -> pd.DataFrame:
             "input_wait_median_ms": pick(r, v, "input_wait"),
             "host_to_device_median_ms": pick(r, v, "host_to_device"),
             "compute_median_ms": pick(r, v, "compute"),
-            "input_wait_share_pct": pick(r, v, "input_wait_share", "value"),
+            # summed wait / summed step: a few long waits weigh in full, unlike the medians
+            "input_wait_share_of_summed_steps_pct": pick(r, v, "input_wait_share", "value"),
             "examples_per_s": pick(r, v, "throughput"),
             "first_batch_wait_ms": pick(r, v, "first_batch_wait", "value"),
             "loss_max_abs_diff": pick(r, v, "loss_max_abs_diff_vs_workers_0", "value"),

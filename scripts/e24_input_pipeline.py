@@ -54,7 +54,9 @@ def one_config(ctx, w, fresh, ds, workers, pin, reference):
         if metric == "step_latency":
             median = s["median"]
     common = dict(variant=v, n=p["steps"], window=window, sync_boundary=SYNCED)
-    ctx.row(metric="input_wait_share", value=r.wait_share, unit="%", **common)
+    # summed, not a median: a few long waits (workers falling behind) cost their full time
+    ctx.row(metric="input_wait_share", value=r.wait_share, unit="%",
+            **{**common, "window": window + "; summed input wait / summed step time"})
     ctx.row(metric="throughput", value=w.batch_size / median * 1e3, unit="examples/s",
             statistic="median", **common)
     ctx.row(variant=v, metric="first_batch_wait", value=r.first_wait_ms, unit="ms",
