@@ -11,6 +11,7 @@ localrules:
     e08_batch_sweep,
     diagnosis,
     compare,
+    claims,
 
 
 rule ledger:
