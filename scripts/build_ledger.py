@@ -1,29 +1,13 @@
-"""Build the PERFORMANCE LEDGER (Markdown block + cited rows) from the result CSVs."""
+"""Build the PERFORMANCE LEDGER (Markdown block + cited rows) from the result CSVs.
 
-import sys
+Under Snakemake (``script:``): input.csv, output.md, output.csv, log[0]. Standalone:
 
-from perflab import io, ledger
-from perflab.runner import log_to
+    python scripts/build_ledger.py results/TAG/*.csv --md ledger.md --out-csv ledger.csv
+"""
 
-
-def main(csvs, md_out, csv_out):
-    rows, md = ledger.build(csvs)
-    io.atomic_write_csv(csv_out, rows)
-    io.atomic_write_text(md_out, md)
-    print(md, file=sys.stderr)
-
+from perflab import ledger
+from perflab.runner import run_aggregation
 
 if __name__ == "__main__":
-    smk = globals().get("snakemake")
-    if smk is not None:
-        with log_to(smk.log[0]):
-            main(list(smk.input.csv), smk.output.md, smk.output.csv)
-    else:
-        import argparse
-
-        p = argparse.ArgumentParser(description=__doc__)
-        p.add_argument("csv", nargs="+", help="experiment result CSVs of one device")
-        p.add_argument("--md", required=True)
-        p.add_argument("--out-csv", required=True)
-        a = p.parse_args()
-        main(a.csv, a.md, a.out_csv)
+    run_aggregation(ledger.build, __doc__, globals().get("snakemake"),
+                    what="experiment result CSVs of one device")
