@@ -184,6 +184,30 @@ def judge(holds_: bool, measured: str, *, is_resolved: tuple[bool, str] | None =
                    "" if holds_ else mechanism)
 
 
+def against_floor(ev: "Evidence", rel_pct: float, tol_pct: float, *,
+                  agree: bool) -> tuple[bool, str] | None:
+    """Can this run decide a claim about a relative difference of two medians? (decided?, how)
+
+    The scale is C00's A/A noise floor (the same step against itself, block to block): a
+    difference inside it is not evidence either way. ``agree=True`` is a claim that two
+    medians agree within ``tol_pct``: decided when they differ beyond both the tolerance and
+    the floor (DIFFERS), or when the floor is no wider than the tolerance (so agreement can
+    be seen). ``agree=False`` is a claim that they differ by more than ``tol_pct``: decided
+    when the difference exceeds the floor. None when C00 did not run (the tolerance alone
+    decides, as before the floor existed).
+    """
+    from perflab import calibration
+
+    floor = calibration.noise_floor_pct(ev.rows) if not ev.rows.empty else None
+    if floor is None:
+        return None
+    how = f"A/A floor {floor:.2g}% (C00)"
+    size = abs(rel_pct)
+    if agree:
+        return (size > tol_pct and size > floor) or (size <= tol_pct and floor <= tol_pct), how
+    return size > floor, how
+
+
 def holds(ok: bool, measured: str, mechanism: str = "") -> Verdict:
     """A predicate with no noise question (orderings, equalities, shapes)."""
     return judge(ok, measured, mechanism=mechanism)
@@ -325,12 +349,14 @@ def _host_return_lies(ev):
 
 
 @claim("C05", "E02", "forward under inference_mode costs about what forward with grad costs",
-       chapter="2.968 vs 2.967 ms", tolerance="within 10% of each other")
+       chapter="2.968 vs 2.967 ms",
+       tolerance="within 10% of each other; undecided inside the A/A floor (C00)")
 def _inference_vs_grad(ev):
     inf = ev.value("E02", "forward_inference", "step_latency")
     grad = ev.value("E02", "forward_grad", "step_latency")
     rel = (inf - grad) / grad
-    return holds(abs(rel) <= 0.10, f"{inf:.3f} vs {grad:.3f} ms ({_pct(100 * rel)})",
+    return judge(abs(rel) <= 0.10, f"{inf:.3f} vs {grad:.3f} ms ({_pct(100 * rel)})",
+                 is_resolved=against_floor(ev, 100 * rel, 10, agree=True),
                  mechanism="saving activations for backward costs measurable time here"
                  if rel < 0 else "inference_mode is slower here")
 
@@ -387,14 +413,15 @@ def _one_sided_tail(ev):
 
 @claim("C09", "E04", "Timer.blocked_autorange and the helper agree on the median; the Timer's IQR is tighter",
        chapter="16.169 vs 16.449 ms; IQR 0.036 vs 0.189",
-       tolerance="medians within 5%; Timer IQR < helper IQR")
+       tolerance="medians within 5%; Timer IQR < helper IQR; undecided inside the A/A floor")
 def _timer_agrees(ev):
     t, h = ev.value("E04", "timer_blocked_autorange", "step_latency"), ev.value("E04", "helper", "step_latency")
     ti = ev.value("E04", "timer_blocked_autorange", "step_latency", "iqr")
     hi = ev.value("E04", "helper", "step_latency", "iqr")
     rel = (t - h) / h
     ok = abs(rel) <= 0.05 and ti < hi
-    return holds(ok, f"{t:.3f} vs {h:.3f} ms ({_pct(100 * rel)}); IQR {ti:.3f} vs {hi:.3f}",
+    return judge(ok, f"{t:.3f} vs {h:.3f} ms ({_pct(100 * rel)}); IQR {ti:.3f} vs {hi:.3f}",
+                 is_resolved=against_floor(ev, 100 * rel, 5, agree=True),
                  mechanism="medians disagree by more than 5%" if abs(rel) > 0.05
                  else "the Timer's per-block IQR is not tighter here")
 
@@ -748,7 +775,8 @@ def _profiler_localizes(ev):
 
 @claim("C35", "E15", "fp16 autocast helps more at large batch than at small",
        chapter="95.5% of fp32 time at batch 256, 40.1% at 2048",
-       tolerance="fp16 time_rel at the large batch < at the small batch by > 10 points")
+       tolerance="fp16 time_rel at the large batch < at the small batch by > 10 points, "
+       "beyond the A/A floor (C00)")
 def _fp16_large_batch(ev):
     rels = {v.split("/")[0]: x for v, x in ev.variants("E15", "b", "time_pct_of_fp32", "value").items()
             if v.endswith("/fp16")}
@@ -756,7 +784,8 @@ def _fp16_large_batch(ev):
         raise Absent("fewer than two fp16 batch sizes" + ("" if ev.has("E15") else " (E15 not run)"))
     sizes = sorted(rels, key=lambda b: int(b.removeprefix("b")))
     small, large = rels[sizes[0]], rels[sizes[-1]]
-    return holds(small - large > 10, f"{small:.1f}% at {sizes[0]}, {large:.1f}% at {sizes[-1]}",
+    return judge(small - large > 10, f"{small:.1f}% at {sizes[0]}, {large:.1f}% at {sizes[-1]}",
+                 is_resolved=against_floor(ev, small - large, 10, agree=False),
                  mechanism="fp16 changes the step time about equally at both batch sizes")
 
 

@@ -198,3 +198,20 @@ def test_leak_claim_on_a_cpu_reads_the_retained_graph_bytes():
     assert flat.verdict == claims.DIFFERS and "does not grow" in flat.mechanism
     # on CUDA the allocator counter is read first
     assert verdict("C27", leak([164.1, 542.8, 922.1], "allocated")).verdict == claims.REPRODUCED
+
+
+def test_agreement_claims_are_undecided_inside_the_aa_floor():
+    """Two medians 1.5% apart agree within C05's 10% only where the A/A floor is below 10%;
+    18% apart differs only beyond the floor; no C00 row: the tolerance alone decides."""
+    def e02(inf, grad, floor=None):
+        specs = [("E02", "forward_inference", "step_latency", "median", inf),
+                 ("E02", "forward_grad", "step_latency", "median", grad)]
+        if floor is not None:
+            specs.append(("C00", "aa", "aa_noise_floor", "value", floor))
+        return rows(*specs)
+
+    assert verdict("C05", e02(1.015, 1.0, floor=8)).verdict == claims.REPRODUCED
+    assert verdict("C05", e02(1.015, 1.0, floor=31)).verdict == claims.INCONCLUSIVE
+    assert verdict("C05", e02(1.18, 1.0, floor=13)).verdict == claims.DIFFERS
+    assert verdict("C05", e02(1.18, 1.0, floor=31)).verdict == claims.INCONCLUSIVE
+    assert verdict("C05", e02(1.015, 1.0)).verdict == claims.REPRODUCED
