@@ -9,11 +9,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
+from experiments import assert_outputs_obey_the_contract, one_value, tiny_results
 
-from perflab import figures, io, profiling, stats, tables
+from perflab import figures, profiling, stats, tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e13_sync_tax.py"
 
@@ -21,8 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e13_sync_tax.py"
 @pytest.fixture(scope="module")
 def e13(tiny_cfg, tmp_path_factory):
     """One E13 run on the tiny contract: (rows, samples, contract, outputs)."""
-    contract, out = run_tiny(tiny_cfg, "E13", tmp_path_factory.mktemp("e13"))
-    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+    return tiny_results(tiny_cfg, "E13", tmp_path_factory.mktemp("e13"))
 
 
 def test_outputs_obey_the_contract(e13):

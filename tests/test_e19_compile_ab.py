@@ -5,17 +5,15 @@ No test asserts a speedup: on a shared 2-core CPU at the tiny contract it is noi
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
-from experiments import one_value, run_tiny
+from experiments import one_value, tiny_results
 
 from perflab import figures, io, tables
 
 
 @pytest.fixture(scope="module")
 def e19(tiny_cfg, tmp_path_factory):
-    contract, out = run_tiny(tiny_cfg, "E19", tmp_path_factory.mktemp("e19"))
-    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+    return tiny_results(tiny_cfg, "E19", tmp_path_factory.mktemp("e19"))
 
 
 def test_rows_obey_the_contract_and_say_why_not(e19):

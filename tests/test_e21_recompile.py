@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
-from experiments import one_value, run_tiny
+from experiments import one_value, tiny_results
 
-from perflab import figures, io, tables
+from perflab import figures, tables
 
 
 @pytest.fixture(scope="module")
 def e21(tiny_cfg, tmp_path_factory):
-    contract, out = run_tiny(tiny_cfg, "E21", tmp_path_factory.mktemp("e21"))
-    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+    return tiny_results(tiny_cfg, "E21", tmp_path_factory.mktemp("e21"))
 
 
 def test_only_the_fullgraph_break_is_not_ok(e21):

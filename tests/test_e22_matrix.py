@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 import pytest
-from experiments import one_value, run_tiny
+from experiments import one_value, tiny_results
 
-from perflab import figures, io, tables
+from perflab import figures, tables
 
 CELLS = ("eager_fp32", "eager_amp", "compiled_fp32", "compiled_amp")
 
 
 @pytest.fixture(scope="module")
 def e22(tiny_cfg, tmp_path_factory):
-    contract, out = run_tiny(tiny_cfg, "E22", tmp_path_factory.mktemp("e22"))
-    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+    return tiny_results(tiny_cfg, "E22", tmp_path_factory.mktemp("e22"))
 
 
 def test_four_cells_with_their_contract(e22):

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
+from experiments import assert_outputs_obey_the_contract, one_value, tiny_results
 
-from perflab import figures, io, tables
+from perflab import figures, tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e23_instrument_cost.py"
 INSTRUMENTS = ("phase_sync", "item", "profiler")
@@ -21,8 +20,7 @@ INSTRUMENTS = ("phase_sync", "item", "profiler")
 @pytest.fixture(scope="module")
 def e23(tiny_cfg, tmp_path_factory):
     """One E23 run on the tiny contract: (rows, samples, contract, outputs)."""
-    contract, out = run_tiny(tiny_cfg, "E23", tmp_path_factory.mktemp("e23"))
-    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+    return tiny_results(tiny_cfg, "E23", tmp_path_factory.mktemp("e23"))
 
 
 def test_outputs_obey_the_contract(e23):
