@@ -216,19 +216,36 @@ def figure(rows: pd.DataFrame, out_png: str | Path, title: str) -> Path:
     return out
 
 
+def result_dir(d: str | Path) -> tuple[Path, Path]:
+    """Where a run keeps its result CSVs, and where its ``claims.csv`` is.
+
+    A result directory (``results/<tag>``) holds both; a shipped reference run
+    (``report/reference/<name>``, with a ``run.json``) keeps its CSVs under
+    ``results/`` and its claims beside them.
+    """
+    d = Path(d)
+    if (d / "run.json").is_file() and (d / "results").is_dir():
+        return d / "results", d
+    return d, d
+
+
 def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
-    """Write the comparison of ``this_dir`` against ``ref_dir`` into ``out_dir``."""
+    """Write the comparison of ``this_dir`` against ``ref_dir`` into ``out_dir``.
+
+    Either may be a result directory or a shipped reference run (see ``result_dir``).
+    """
     this_dir, ref_dir, out_dir = Path(this_dir), Path(ref_dir), Path(out_dir)
     for d in (this_dir, ref_dir):
         if not d.is_dir():
             raise FileNotFoundError(f"result directory {str(d)!r} does not exist")
-    this, ref = load_rows(this_dir), load_rows(ref_dir)
+    (this_csvs, this_claims), (ref_csvs, ref_claims) = result_dir(this_dir), result_dir(ref_dir)
+    this, ref = load_rows(this_csvs), load_rows(ref_csvs)
     if ref.empty:
         raise ValueError(f"{str(ref_dir)!r} holds no result CSV")
     rows = row_ratios(this, ref)
     tabs = table_ratios(this, ref)
-    verdicts = verdict_changes(this, ref, _read_claims(this_dir), _read_claims(ref_dir))
-    samp = sample_tests(load_samples(this_dir), load_samples(ref_dir))
+    verdicts = verdict_changes(this, ref, _read_claims(this_claims), _read_claims(ref_claims))
+    samp = sample_tests(load_samples(this_csvs), load_samples(ref_csvs))
     for name, frame in (("rows", rows), ("tables", tabs), ("verdicts", verdicts),
                         ("samples", samp)):
         io.atomic_write_csv(out_dir / f"{name}.csv", frame)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflab import env, io
+from perflab import catalogue, env, io
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = ROOT / "report" / "reference"
@@ -70,7 +70,8 @@ def load_chapter(root: str | Path | None = None) -> ReferenceRun:
 def result_csvs(results: str | Path) -> list[Path]:
     """The experiment result CSVs of a result directory (not samples, not ledger/claims)."""
     results = Path(results)
-    return sorted(p for p in results.glob("e[0-9]*_*.csv") if not p.name.endswith("_samples.csv"))
+    names = {f"{e.slug}.csv" for e in catalogue.EXPERIMENTS.values()}
+    return sorted(p for p in results.glob("*.csv") if p.name in names)
 
 
 def load_run(path: str | Path) -> ReferenceRun:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from perflab import claims, io, reference
+from perflab import claims, compare, io, reference
 from perflab.catalogue import EXPERIMENTS
 
 #: experiments of the chapter that publish at least one number (E21, E22, E24 are the
@@ -124,6 +125,27 @@ def test_ship_then_load_a_reference_run(tmp_path, chapter):
     assert line["ratio to cpu-2c"] == ""
 
 
+def test_ship_keeps_calibration_and_roofline_and_compare_reads_the_shipped_run(tmp_path):
+    """Every catalogued experiment's CSV ships (C00 and R01 too); other CSVs do not."""
+    results = fake_results(tmp_path / "results" / "cpu-2c", 18.0)
+    for slug, eid in (("c00_calibration", "C00"), ("r01_roofline", "R01")):
+        frame = machine_rows("cpu", "Intel", "MLP dim512 depth6", "[64, 512]", 1.0)
+        frame["experiment"] = eid
+        io.write_results(results / f"{slug}.csv", frame.to_dict("records"))
+    (results / "diagnosis.csv").write_text("verdict\nx\n")
+    shipped = reference.ship(results, tmp_path / "reference" / "cpu-2c")
+    assert sorted(p.name for p in (shipped / "results").glob("*.csv")) == [
+        "c00_calibration.csv", "e01_lying_benchmark.csv", "r01_roofline.csv"]
+    assert set(reference.load_run(shipped).rows.experiment) == {"C00", "E01", "R01"}
+
+    # `compare_to` may name the shipped run itself: CSVs under results/, claims beside them
+    out = compare.compare(results, shipped, tmp_path / "cmp")
+    assert set(out["rows"].experiment) == {"C00", "E01", "R01"}
+    assert np.allclose(out["rows"].ratio.dropna(), 1.0)
+    claimed = out["verdicts"][out["verdicts"].source == "claim"]
+    assert len(claimed) and not claimed.changed.any()
+
+
 def test_ship_refuses_an_empty_directory(tmp_path):
     with pytest.raises(FileNotFoundError):
         reference.ship(tmp_path, tmp_path / "out")
@@ -134,6 +156,9 @@ def test_no_reference_run_is_committed_without_its_provenance():
     for run in reference.load_runs():
         assert run.meta.get("commit"), run.name
         assert not run.rows.empty, run.name
+        # a full run ships its calibration (the floors its tables sit above) and roofline
+        if len(set(run.rows.experiment)) > 20:
+            assert {"C00", "R01"} <= set(run.rows.experiment), run.name
 
 
 def test_every_experiment_has_a_chapter_section():
