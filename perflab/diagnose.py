@@ -8,10 +8,12 @@ device even busy? then which device-side work dominates):
 2. ``synchronization`` — the tax of a per-step host read (E13), when it exceeds
    the block-to-block noise and ``SYNC_TAX_PCT`` of the step.
 3. ``host_overhead`` — host launch & Python overhead: on CUDA, the host needs
-   nearly as long to submit a step as the device to run it (E06), the queue
-   never holds a step in a free-running loop (E01), or wall time exceeds device
-   time (E06); with none of those measurable (a CPU), forward + backward far
-   below both measured ceilings (R01).
+   nearly as long to submit a step as the device to run it, or wall time
+   exceeds device time (E06), and a free-running loop never queues a step
+   (E01). A loop that queues a step or more rules it out whatever E06 says:
+   the device runs behind, and the host's long submission is its wait on the
+   full launch queue. With none of those measurable (a CPU), forward +
+   backward far below both measured ceilings (R01).
 4. ``optimizer`` — the optimizer is the largest phase and at least
    ``OPTIMIZER_SHARE_PCT`` of the step (E05).
 5. ``device_compute`` / ``memory_bandwidth`` — forward + backward against the
@@ -195,7 +197,8 @@ def _synchronization(r: _Rows) -> Finding:
 
 def _host_overhead(r: _Rows) -> Finding:
     evidence: list[Evidence] = []
-    cuda_votes: list[bool] = []
+    cuda_votes: list[bool] = []  # E06: the host as slow as the step, or the device idle
+    queued = None  # E01: steps still queued when a free-running loop syncs
     wall = r.get("E06", "wall_clock", "step_latency", "median", "ms")
     submit = r.get("E06", "host_submission", "step_latency", "median", "ms")
     gap = r.get("E06", "wall_minus_events", "step_latency", "median", "ms")
@@ -225,9 +228,15 @@ def _host_overhead(r: _Rows) -> Finding:
                                   f"(loop of {n})")
                 queued.passes = queued.value < BACKLOG_STEPS
                 evidence += [back, real, queued]
-                cuda_votes.append(queued.passes)
-    if cuda_votes:
-        ok = any(cuda_votes)
+    if queued is not None and not queued.passes:
+        # the device runs behind the host: steps pile up in the queue. A host submission
+        # as long as the step then only says the host waited on the full launch queue.
+        return Finding("host_overhead", RULED_OUT,
+                       f"the device runs behind the host: {queued.value:.2g} steps were still "
+                       "queued at the final sync (a host submission as long as the step is "
+                       "then the host waiting on a full launch queue)", evidence)
+    if cuda_votes or queued is not None:
+        ok = any(cuda_votes) if cuda_votes else queued.passes
         return Finding("host_overhead", FITS if ok else RULED_OUT,
                        "the host, not the device, sets the pace of the step" if ok else
                        "the device stays busy: the host submits faster than the device runs",
