@@ -26,6 +26,8 @@ rule compare:
     input:
         csv=selected_csvs(),
         samples=selected_samples(),
+        # this run's claims, so the comparison says which claims' verdicts changed
+        claims=f"{RESULTS}/claims.csv",
     output:
         summary=f"{RESULTS}/compare/summary.md",
         rows=f"{RESULTS}/compare/rows.csv",
