@@ -340,9 +340,17 @@ def _host_return_lies(ev):
     host = ev.value("E01", "host_return", "step_latency")
     med = ev.value("E01", "synchronized_warmed", "step_latency")
     iqr = ev.maybe("E01", "synchronized_warmed", "step_latency", "iqr")
+    # how much work a free-running loop leaves queued: ~0 without an asynchronous device;
+    # on a GPU, a host as slow as the device leaves little (the H200's host-bound MLP)
+    queued = ev.maybe("E01", "naive_loop_20", "backlog_at_final_sync", "value")
+    if ev.device("E01").startswith("cuda") and queued is not None:
+        why = (f"the host is about as slow as the device: only {queued:.2g} ms of work is "
+               f"queued when it returns ({100 * queued / med:.0f}% of the step)")
+    else:
+        why = "the call returns when its work is done: no asynchronous queue"
     return judge(host < 0.9 * med, f"{host:.3f} ms at return vs {med:.3f} ms synchronized",
                  is_resolved=resolved(ev, "E01", "host_return", med - host, noise=iqr),
-                 mechanism="the call returns when its work is done: no asynchronous queue")
+                 mechanism=why)
 
 
 # ================================================================== E02 four questions
@@ -567,12 +575,15 @@ def _throughput_rises(ev):
 
 @claim("C20", "E08", "latency is flat below a knee: small batches cost about the same per step",
        chapter="13.150 / 13.123 / 13.226 ms at batch 32 / 64 / 128",
-       tolerance="median at the third-smallest batch within 10% of the smallest")
+       tolerance="median at the third-smallest batch within 10% of the smallest; undecided "
+       "inside the A/A floor (C00)")
 def _latency_flat(ev):
     s = _sweep(ev, "step_latency")
     (b0, m0), (b2, m2) = s[0], s[2]
     rel = (m2 - m0) / m0
-    return holds(rel <= 0.10, f"{m0:.3f} ms at {b0} vs {m2:.3f} ms at {b2} ({_pct(100 * rel)})",
+    # an agreement within 10%: a run whose block-to-block noise is wider cannot see it
+    return judge(rel <= 0.10, f"{m0:.3f} ms at {b0} vs {m2:.3f} ms at {b2} ({_pct(100 * rel)})",
+                 is_resolved=against_floor(ev, 100 * rel, 10, agree=True),
                  mechanism="latency grows with the batch from the smallest one: no fixed-cost floor "
                            "(the step is compute-bound at every size)")
 

@@ -26,6 +26,6 @@ if __name__ == "__main__":
 
         p = argparse.ArgumentParser(description=__doc__)
         p.add_argument("csv", nargs="+", help="experiment result CSVs of one run")
-        p.add_argument("--out", required=True, help="claims.csv to write")
+        p.add_argument("--out", "--out-csv", dest="out", required=True, help="claims.csv to write")
         a = p.parse_args()
         main(a.csv, a.out)

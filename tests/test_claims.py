@@ -32,6 +32,12 @@ def rows(*specs: tuple) -> pd.DataFrame:
     return frame
 
 
+def with_floor(floor: float | None, *specs: tuple) -> pd.DataFrame:
+    """Rows, plus C00's A/A noise floor (%) when ``floor`` is given."""
+    extra = [("C00", "aa", "aa_noise_floor", "value", floor)] if floor is not None else []
+    return rows(*specs, *extra)
+
+
 def verdict(cid: str, frame: pd.DataFrame) -> claims.Verdict:
     return claims.CLAIMS[cid].evaluate(claims.Evidence(frame))
 
@@ -204,14 +210,25 @@ def test_agreement_claims_are_undecided_inside_the_aa_floor():
     """Two medians 1.5% apart agree within C05's 10% only where the A/A floor is below 10%;
     18% apart differs only beyond the floor; no C00 row: the tolerance alone decides."""
     def e02(inf, grad, floor=None):
-        specs = [("E02", "forward_inference", "step_latency", "median", inf),
-                 ("E02", "forward_grad", "step_latency", "median", grad)]
-        if floor is not None:
-            specs.append(("C00", "aa", "aa_noise_floor", "value", floor))
-        return rows(*specs)
+        return with_floor(floor, ("E02", "forward_inference", "step_latency", "median", inf),
+                          ("E02", "forward_grad", "step_latency", "median", grad))
 
     assert verdict("C05", e02(1.015, 1.0, floor=8)).verdict == claims.REPRODUCED
     assert verdict("C05", e02(1.015, 1.0, floor=31)).verdict == claims.INCONCLUSIVE
     assert verdict("C05", e02(1.18, 1.0, floor=13)).verdict == claims.DIFFERS
     assert verdict("C05", e02(1.18, 1.0, floor=31)).verdict == claims.INCONCLUSIVE
     assert verdict("C05", e02(1.015, 1.0)).verdict == claims.REPRODUCED
+
+
+def test_flat_latency_claim_is_undecided_inside_the_aa_floor():
+    """C20 (within 10% from batch 32 to 128): the two H200 runs measured +8.5% with an 8.3%
+    floor and +11.3% with a 12.8% floor. The first can see agreement; the second cannot tell
+    +11.3% from +10%, so it is undecided rather than a flip to DIFFERS."""
+    def e08(m32, m128, floor=None):
+        return with_floor(floor, *[("E08", f"batch_{b}", "step_latency", "median", m)
+                                   for b, m in ((32, m32), (64, (m32 + m128) / 2), (128, m128))])
+
+    assert verdict("C20", e08(3.342, 3.625, floor=8.3)).verdict == claims.REPRODUCED
+    assert verdict("C20", e08(4.000, 4.450, floor=12.8)).verdict == claims.INCONCLUSIVE
+    assert verdict("C20", e08(4.000, 6.000, floor=12.8)).verdict == claims.DIFFERS
+    assert verdict("C20", e08(4.000, 4.450)).verdict == claims.DIFFERS  # no C00: tolerance
