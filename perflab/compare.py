@@ -36,6 +36,8 @@ SAMPLE_KEY = ["experiment", "variant", "execution", "metric", "unit"]
 #: column names a claims.csv may use for the claim's name and for its verdict
 CLAIM_ID_COLUMNS = ("claim_id", "claim", "id", "name")
 CLAIM_VERDICT_COLUMNS = ("verdict", "status", "result")
+#: claim verdicts that decide (the others: INCONCLUSIVE, NOT RUN, UNSUPPORTED)
+DECIDED = ("REPRODUCED", "DIFFERS")
 
 
 def result_csvs(d: str | Path) -> list[Path]:
@@ -129,8 +131,13 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
     judgement) and, when both runs have a claims table, each claim's verdict
     (its name and verdict columns found by name: :data:`CLAIM_ID_COLUMNS`,
     :data:`CLAIM_VERDICT_COLUMNS`).
+
+    ``decided``: the claim was decided in both runs (REPRODUCED or DIFFERS in
+    each: its effect was outside each run's noise); ``flipped``: decided in both
+    and different — the disagreements that reproducibility forbids. A change to
+    or from INCONCLUSIVE is a run whose noise hid the effect, not a flip.
     """
-    cols = ["source", "experiment", "item", "this", "ref", "changed"]
+    cols = ["source", "experiment", "item", "this", "ref", "changed", "decided", "flipped"]
     out = []
     r = row_ratios(this[this.metric.str.endswith("_resolved")],
                    ref[ref.metric.str.endswith("_resolved")])
@@ -139,7 +146,7 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
         b = "resolved" if rec["value_ref"] else "inconclusive"
         out.append({"source": "ab", "experiment": rec["experiment"],
                     "item": f"{rec['variant']} {rec['metric']}", "this": a, "ref": b,
-                    "changed": a != b})
+                    "changed": a != b, "decided": False, "flipped": False})
     if this_claims is not None and ref_claims is not None:
         ida, va = (_claims_column(this_claims, CLAIM_ID_COLUMNS),
                    _claims_column(this_claims, CLAIM_VERDICT_COLUMNS))
@@ -151,10 +158,12 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
             for rec in this_claims.to_dict("records"):
                 cid = str(rec[ida])
                 if cid in ref_map:
+                    a, b = str(rec[va]), ref_map[cid]
+                    decided = a in DECIDED and b in DECIDED
                     out.append({"source": "claim",
                                 "experiment": str(rec[exp_col]) if exp_col else "",
-                                "item": cid, "this": str(rec[va]), "ref": ref_map[cid],
-                                "changed": str(rec[va]) != ref_map[cid]})
+                                "item": cid, "this": a, "ref": b, "changed": a != b,
+                                "decided": decided, "flipped": decided and a != b})
     return pd.DataFrame(out, columns=cols)
 
 
@@ -252,6 +261,7 @@ def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> d
     figure(rows, out_dir / "compare.png", f"{this_dir.name} vs {ref_dir.name}")
     times = rows[(rows.unit == "ms") & (rows.statistic == "median")].ratio.dropna()
     changed = verdicts[verdicts.changed]
+    decided = verdicts[verdicts.decided.astype(bool)]
     lines = [
         f"# {this_dir.name} compared with {ref_dir.name}", "",
         f"- rows matched: {len(rows)}; time medians: {len(times)}, geometric mean ratio "
@@ -259,13 +269,17 @@ def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> d
            else "n/a"),
         f"- table cells compared: {len(tabs)}",
         f"- verdicts compared: {len(verdicts)}, changed: {len(changed)}",
+        f"- claims decided in both runs (REPRODUCED or DIFFERS in each): {len(decided)}, "
+        f"the same in both: {int((~decided.flipped.astype(bool)).sum())}, flipped: "
+        f"{int(decided.flipped.astype(bool).sum())}",
         f"- sampled series tested (Mann-Whitney U): {len(samp)}, differing at p < 0.05: "
         f"{int(samp.significant.sum()) if len(samp) else 0}",
     ]
     if len(changed):
-        lines += ["", "## Verdicts that changed", "", "| source | experiment | item | this | ref |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {r.source} | {r.experiment} | {r.item} | {r.this} | {r.ref} |"
-                  for r in changed.itertuples()]
+        lines += ["", "## Verdicts that changed", "",
+                  "| source | experiment | item | this | ref | decided in both (a flip) |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r.source} | {r.experiment} | {r.item} | {r.this} | {r.ref} | "
+                  f"{'yes' if r.flipped else 'no'} |" for r in changed.itertuples()]
     io.atomic_write_text(out_dir / "summary.md", "\n".join(lines) + "\n")
     return {"rows": rows, "tables": tabs, "verdicts": verdicts, "samples": samp}

@@ -57,10 +57,12 @@ def two_runs(tmp_path):
     ref, this = tmp_path / "ref", tmp_path / "this"
     _write_run(ref, spread_median=10.0, fast_median=4.0, resolved=True,
                spread_samples=base, fast_samples=4 + rng.normal(0, 0.1, 40),
-               claims={"claim_id": ["C1", "C2"], "verdict": ["REPRODUCED", "DIFFERS"]})
+               claims={"claim_id": ["C1", "C2", "C3"],
+                       "verdict": ["REPRODUCED", "DIFFERS", "REPRODUCED"]})
     _write_run(this, spread_median=15.0, fast_median=4.0, resolved=False,
                spread_samples=1.5 * base, fast_samples=4 + rng.normal(0, 0.1, 40),
-               claims={"claim_id": ["C1", "C2"], "verdict": ["INCONCLUSIVE", "DIFFERS"]})
+               claims={"claim_id": ["C1", "C2", "C3"],
+                       "verdict": ["INCONCLUSIVE", "DIFFERS", "DIFFERS"]})
     return this, ref
 
 
@@ -89,6 +91,13 @@ def test_changed_verdicts_and_claims(two_runs, tmp_path):
     ab = changed[changed.source == "ab"].iloc[0]
     assert (ab["this"], ab["ref"]) == ("inconclusive", "resolved")
     assert not v[(v.source == "claim") & (v.item == "C2")].changed.iloc[0]
+    # a change to INCONCLUSIVE is one run's noise hiding the effect; only C3 is a flip
+    claims = v[v.source == "claim"].set_index("item")
+    assert claims.decided.to_dict() == {"C1": False, "C2": True, "C3": True}
+    assert claims.flipped.to_dict() == {"C1": False, "C2": False, "C3": True}
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "claims decided in both runs (REPRODUCED or DIFFERS in each): 2, the same in both: 1, " \
+           "flipped: 1" in summary
 
 
 def test_sample_significance(two_runs, tmp_path):
@@ -111,7 +120,7 @@ def test_outputs_and_command_line(two_runs, tmp_path):
         assert (out / name).is_file()
     assert (out / "compare.png").stat().st_size > 1000
     md = (out / "summary.md").read_text()
-    assert "verdicts compared: 3, changed: 2" in md and "| claim | " in md
+    assert "verdicts compared: 4, changed: 3" in md and "| claim | " in md
 
 
 def test_without_claims_and_missing_dir(two_runs, tmp_path):
