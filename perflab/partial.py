@@ -4,9 +4,11 @@ When a job fails, Snakemake skips everything downstream of it, the report
 included. With ``--keep-going`` the other experiments still run; the
 workflow's ``onerror`` hook (workflow/rules/report.smk) then calls
 :func:`build`, which renders the same report notebook from the result files
-that exist and names each selected experiment that has none: ``failed`` (its
-job ran in this run and left a log: the log's last lines are shown) or
-``not run`` (a job it depends on failed, or the run stopped first).
+that exist and names each selected experiment that has none: ``failed`` (one
+of its jobs ran in this run and left a log but no result: the log's last lines
+are shown), ``incomplete`` (some of its per-item jobs finished, the rest and
+the aggregation did not run) or ``not run`` (a job it depends on failed, or the
+run stopped first).
 
 A failed experiment never has a result file (writes are atomic and Snakemake
 removes a failed job's outputs), so "no CSV" is the test. The next run
@@ -59,11 +61,20 @@ def failures(cfg: Mapping[str, Any], experiments: Iterable[str], logs_dir: str |
             continue
         exp = EXPERIMENTS[eid]
         logs = [p for p in _logs_of(logs_dir, exp.slug) if p.stat().st_mtime >= since - 1]
-        if logs:
+        # a job whose own result file exists finished (E08's batches, E20's cold/warm jobs)
+        results = cfgmod.result_dir(cfg)
+        unfinished = [p for p in logs
+                      if not (results / p.relative_to(logs_dir)).with_suffix(".csv").is_file()]
+        if unfinished:
             # the log written last is the job that failed (for E08: a batch, or the sweep)
-            log = max(logs, key=lambda p: p.stat().st_mtime)
+            log = max(unfinished, key=lambda p: p.stat().st_mtime)
             out[eid] = {"status": "failed", "title": exp.title, "log": str(log),
                         "excerpt": excerpt(log)}
+        elif logs:
+            done = ", ".join(p.stem for p in sorted(logs))
+            out[eid] = {"status": "incomplete", "title": exp.title, "log": "",
+                        "excerpt": f"these of its jobs finished: {done}; the rest did not run "
+                                   "(a job it depends on failed, or the run stopped first)"}
         else:
             out[eid] = {"status": "not run", "title": exp.title, "log": "",
                         "excerpt": "no job of this experiment ran: a job it depends on failed, "

@@ -71,8 +71,9 @@ def key_value(pairs: dict) -> HTML:
 if FAILED:
     display(Markdown(
         "## This run did not finish\n\n"
-        f"{sum(f['status'] == 'failed' for f in FAILED.values())} experiment(s) failed and "
-        f"{sum(f['status'] != 'failed' for f in FAILED.values())} did not run; this report "
+        f"{sum(f['status'] == 'failed' for f in FAILED.values())} experiment(s) failed, "
+        f"{sum(f['status'] == 'incomplete' for f in FAILED.values())} did not finish and "
+        f"{sum(f['status'] == 'not run' for f in FAILED.values())} did not run; this report "
         "shows what was measured. Fix the cause and run Snakemake again: only the missing "
         "experiments run, then the ledger and this report are rebuilt."))
     display(html_table(pd.DataFrame(

@@ -192,3 +192,29 @@ def test_bad_config_stops_a_real_run_before_any_job(tmp_path, patch, key):
     assert f"config error at '{key}'" in out, out
     assert "Select jobs to execute" not in out and "rule e0" not in out, out
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+def test_failures_tell_failed_from_incomplete_from_not_run(tmp_path):
+    """A run stopped mid-way (the H200 case): E08's batches that finished and E20's cold job
+    are not failures; only a job that left a log and no result failed."""
+    from perflab import partial
+
+    cfg = {"results_dir": str(tmp_path / "results"), "resolved_tag": TAG}
+    results, logs = tmp_path / "results" / TAG, tmp_path / "logs" / TAG
+    since = time.time()
+    for sub, names in (("e08_batch_sweep", ("b32", "b64")), ("e20_compile_cache", ("cold",))):
+        (results / sub).mkdir(parents=True)
+        (logs / sub).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (logs / sub / f"{name}.log").write_text(f"{name} ran\n")
+            (results / sub / f"{name}.csv").write_text("x\n")
+    (logs / "e13_sync_tax.log").write_text("KeyboardInterrupt\n")  # stopped mid-job
+    (logs / "e08_batch_sweep" / "b128.log").write_text("CUDA error\n")  # one batch failed
+    got = partial.failures(cfg, ["E08", "E13", "E20", "E21"], logs, since)
+    assert {eid: f["status"] for eid, f in got.items()} == {
+        "E08": "failed", "E13": "failed", "E20": "incomplete", "E21": "not run"}
+    assert got["E08"]["log"].endswith("b128.log") and "CUDA error" in got["E08"]["excerpt"]
+    assert "cold" in got["E20"]["excerpt"] and not got["E20"]["log"]
+    # with the failed batch removed, E08 too only did not finish
+    (logs / "e08_batch_sweep" / "b128.log").unlink()
+    assert partial.failures(cfg, ["E08"], logs, since)["E08"]["status"] == "incomplete"
