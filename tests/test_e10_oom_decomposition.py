@@ -107,16 +107,20 @@ def test_diagnosis_follows_the_chapter_order(evidence, branch):
 def test_cuda_capped_run_really_runs_out_of_memory(tmp_path):
     cfg = cuda_cfg()
 
-    def small_card(contract):  # 16 MiB of weights under a 24 MiB card: AdamW cannot fit
-        contract["workloads"]["oom_mlp"]["params"].update(dim=1024, depth=4)
-        contract["params"]["budget_gib"] = 24 / 1024
+    # 128 MiB of weights under a 192 MiB card: weights and gradients alone do not fit. The
+    # model must be this large for persistent state to dominate the peak: on an H200 a
+    # 16 MiB model's peak (145 MiB) was mostly fixed overhead (the cuBLAS workspace, AdamW's
+    # temporaries), persistent state 44% of it, and the diagnosis honestly inconclusive.
+    def small_card(contract):
+        contract["workloads"]["oom_mlp"]["params"].update(dim=2048, depth=8)
+        contract["params"]["budget_gib"] = 192 / 1024
 
     rows, *_ = run_rows(cfg, "E10", tmp_path, patch=small_card)
     assert status(rows, "capped_run", "oom") == "oom"
     # the cap was in force when it failed (PyTorch's own message names the allowance); what
     # was reserved before the cap stays reserved, so reserved-at-OOM may exceed the cap
     oom_reason = rows[(rows.variant == "capped_run") & (rows.metric == "oom")].reason.iloc[0]
-    assert "24.00 MiB allowed" in oom_reason
+    assert "192.00 MiB allowed" in oom_reason
     assert value(rows, "capped_run", "reserved_at_oom") > 0
     assert value(rows, "diagnosis/persistent", "supported") == 1.0
     assert value(rows, "batch_8", "first_step_allocation") >= value(
