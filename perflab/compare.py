@@ -9,7 +9,9 @@
 * ``tables.csv`` — each experiment's regenerated table (perflab.tables), cell
   by cell, with the ratio of every numeric cell;
 * ``verdicts.csv`` — every 0/1 verdict row (``*_resolved``) and, when both
-  directories hold a ``claims.csv``, every claim, with whether it changed;
+  directories hold a ``claims.csv`` (a ``diagnosis.csv``), every claim (the
+  diagnosis's verdict and each candidate's outcome), with whether it changed
+  and whether it was decided in both runs (a change then is a flip);
 * ``samples.csv`` — per series with raw samples in both: the medians, their
   ratio and a Mann-Whitney U test (scipy.stats) of the two sample sets;
 * ``summary.md`` and ``compare.png`` (the ratios of time medians by experiment).
@@ -122,9 +124,24 @@ def _claims_column(frame: pd.DataFrame, names: tuple[str, ...]) -> str | None:
     return next((low[n] for n in names if n in low), None)
 
 
+def _diagnosis_outcomes(diag: pd.DataFrame) -> dict[str, str]:
+    """{"verdict": the verdict's label, candidate label: fits / ruled out / not measured}."""
+    out: dict[str, str] = {}
+    if not {"candidate", "label", "outcome", "verdict"} <= set(diag.columns):
+        return out  # not a diagnosis table
+    for rec in diag.drop_duplicates("candidate").to_dict("records"):
+        if str(rec["verdict"]).lower() == "true":
+            out["verdict"] = str(rec["label"])
+        if rec["candidate"] != "undetermined":
+            out[str(rec["label"])] = str(rec["outcome"])
+    return out
+
+
 def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
                     this_claims: pd.DataFrame | None = None,
-                    ref_claims: pd.DataFrame | None = None) -> pd.DataFrame:
+                    ref_claims: pd.DataFrame | None = None,
+                    this_diagnosis: pd.DataFrame | None = None,
+                    ref_diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every verdict of both runs, and whether it changed.
 
     Verdicts are the 0/1 rows whose metric ends in ``_resolved`` (each A/B's
@@ -136,6 +153,10 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
     each: its effect was outside each run's noise); ``flipped``: decided in both
     and different — the disagreements that reproducibility forbids. A change to
     or from INCONCLUSIVE is a run whose noise hid the effect, not a flip.
+
+    With both runs' ``diagnosis.csv``: the diagnosis's verdict ("what is the
+    machine waiting for") and each candidate's outcome (fits / ruled out),
+    decided when measured in both.
     """
     cols = ["source", "experiment", "item", "this", "ref", "changed", "decided", "flipped"]
     out = []
@@ -164,6 +185,14 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
                                 "experiment": str(rec[exp_col]) if exp_col else "",
                                 "item": cid, "this": a, "ref": b, "changed": a != b,
                                 "decided": decided, "flipped": decided and a != b})
+    if this_diagnosis is not None and ref_diagnosis is not None:
+        a_map, b_map = _diagnosis_outcomes(this_diagnosis), _diagnosis_outcomes(ref_diagnosis)
+        for item in [k for k in a_map if k in b_map]:
+            a, b = a_map[item], b_map[item]
+            decided = "not measured" not in (a, b) and "undetermined" not in (a, b)
+            out.append({"source": "diagnosis", "experiment": "", "item": item, "this": a,
+                        "ref": b, "changed": a != b, "decided": decided,
+                        "flipped": decided and a != b})
     return pd.DataFrame(out, columns=cols)
 
 
@@ -188,8 +217,8 @@ def sample_tests(this: pd.DataFrame, ref: pd.DataFrame, min_samples: int = 3) ->
     return pd.DataFrame(out, columns=cols)
 
 
-def _read_claims(d: Path) -> pd.DataFrame | None:
-    p = d / "claims.csv"
+def _read_table(d: Path, name: str) -> pd.DataFrame | None:
+    p = d / name
     return pd.read_csv(p, keep_default_na=False) if p.is_file() else None
 
 
@@ -253,7 +282,10 @@ def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> d
         raise ValueError(f"{str(ref_dir)!r} holds no result CSV")
     rows = row_ratios(this, ref)
     tabs = table_ratios(this, ref)
-    verdicts = verdict_changes(this, ref, _read_claims(this_claims), _read_claims(ref_claims))
+    verdicts = verdict_changes(this, ref, _read_table(this_claims, "claims.csv"),
+                               _read_table(ref_claims, "claims.csv"),
+                               _read_table(this_claims, "diagnosis.csv"),
+                               _read_table(ref_claims, "diagnosis.csv"))
     samp = sample_tests(load_samples(this_csvs), load_samples(ref_csvs))
     for name, frame in (("rows", rows), ("tables", tabs), ("verdicts", verdicts),
                         ("samples", samp)):
@@ -261,7 +293,8 @@ def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> d
     figure(rows, out_dir / "compare.png", f"{this_dir.name} vs {ref_dir.name}")
     times = rows[(rows.unit == "ms") & (rows.statistic == "median")].ratio.dropna()
     changed = verdicts[verdicts.changed]
-    decided = verdicts[verdicts.decided.astype(bool)]
+    decided = verdicts[verdicts.decided.astype(bool) & (verdicts.source == "claim")]
+    diag = verdicts[(verdicts.source == "diagnosis") & (verdicts.item == "verdict")]
     lines = [
         f"# {this_dir.name} compared with {ref_dir.name}", "",
         f"- rows matched: {len(rows)}; time medians: {len(times)}, geometric mean ratio "
@@ -272,6 +305,8 @@ def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> d
         f"- claims decided in both runs (REPRODUCED or DIFFERS in each): {len(decided)}, "
         f"the same in both: {int((~decided.flipped.astype(bool)).sum())}, flipped: "
         f"{int(decided.flipped.astype(bool).sum())}",
+        *([f"- diagnosis (what the machine waits for): {diag.this.iloc[0]} here, "
+           f"{diag.ref.iloc[0]} in the reference"] if len(diag) else []),
         f"- sampled series tested (Mann-Whitney U): {len(samp)}, differing at p < 0.05: "
         f"{int(samp.significant.sum()) if len(samp) else 0}",
     ]

@@ -97,7 +97,7 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
     """Copy a finished run (result dir of one tag) into ``dest`` as a reference run.
 
     Copies the experiment CSVs and their provenance JSON to ``dest/results/``,
-    ``ledger.md``/``ledger.csv``/``claims.csv``/``diagnosis.md`` and the self-contained
+    ``ledger.md``/``ledger.csv``/``claims.csv``/``diagnosis.md``/``diagnosis.csv`` and the self-contained
     ``report.html`` beside them, and writes
     ``run.json`` from the provenance (tag, device, scale, commit, environment).
     Samples and traces are left out (size); everything needed to redraw every
@@ -118,7 +118,8 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
             data = env.scrub_paths(json.loads(js.read_text()))
             io.atomic_write_json(dest / "results" / js.name, data)
             provenance[csv.stem] = data
-    for name in ("ledger.md", "ledger.csv", "claims.csv", "diagnosis.md", "report.html"):
+    for name in ("ledger.md", "ledger.csv", "claims.csv", "diagnosis.md", "diagnosis.csv",
+                 "report.html"):
         if (results / name).is_file():
             shutil.copy2(results / name, dest / name)
     first = next(iter(provenance.values()), {})

@@ -100,6 +100,37 @@ def test_changed_verdicts_and_claims(two_runs, tmp_path):
            "flipped: 1" in summary
 
 
+def test_diagnosis_verdict_and_candidates_are_compared(two_runs, tmp_path):
+    """The H200 MLP twice: a sync tax of 9.9% then 14.5% moved the verdict from host overhead
+    (still fitting in both) to synchronization; a candidate measured in one run only is not a flip."""
+    this, ref = two_runs
+
+    def diag(d, sync_outcome, verdict, optimizer):
+        pd.DataFrame([
+            {"candidate": "synchronization", "label": "synchronization", "outcome": sync_outcome,
+             "verdict": verdict == "synchronization"},
+            {"candidate": "host_overhead", "label": "host launch & Python overhead",
+             "outcome": "fits", "verdict": verdict == "host_overhead"},
+            {"candidate": "optimizer", "label": "optimizer", "outcome": optimizer,
+             "verdict": False},
+        ]).to_csv(d / "diagnosis.csv", index=False)
+
+    diag(ref, "ruled out", "host_overhead", "not measured")
+    diag(this, "fits", "synchronization", "ruled out")
+    v = compare.compare(this, ref, tmp_path / "out")["verdicts"]
+    d = v[v.source == "diagnosis"].set_index("item")
+    assert (d.loc["verdict", "this"], d.loc["verdict", "ref"]) == (
+        "synchronization", "host launch & Python overhead")
+    assert d.flipped.to_dict() == {"verdict": True, "synchronization": True,
+                                   "host launch & Python overhead": False, "optimizer": False}
+    assert not d.loc["optimizer", "decided"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "diagnosis (what the machine waits for): synchronization here, host launch & Python " \
+           "overhead in the reference" in summary
+    # the claims line counts claims only
+    assert "decided in both runs (REPRODUCED or DIFFERS in each): 2," in summary
+
+
 def test_sample_significance(two_runs, tmp_path):
     this, ref = two_runs
     s = compare.compare(this, ref, tmp_path / "out")["samples"].set_index("variant")

@@ -26,8 +26,9 @@ rule compare:
     input:
         csv=selected_csvs(),
         samples=selected_samples(),
-        # this run's claims, so the comparison says which claims' verdicts changed
+        # this run's claims and diagnosis, so the comparison says which verdicts changed
         claims=f"{RESULTS}/claims.csv",
+        diagnosis=f"{RESULTS}/diagnosis.csv",
     output:
         summary=f"{RESULTS}/compare/summary.md",
         rows=f"{RESULTS}/compare/rows.csv",
