@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from perflab import io, tables
+from perflab import calibration, io, tables
 
 #: input wait + host-to-device share of the phase sum above which the step is starved
 INPUT_SHARE_PCT = 25.0
@@ -106,6 +106,9 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)
     #: the intervention when the evidence refines the candidate's default one
     intervention: str = ""
+    #: set when the deciding number sits within this run's A/A noise floor (C00) of its
+    #: threshold: another run on the same machine may read this candidate the other way
+    borderline: str = ""
 
     @property
     def label(self) -> str:
@@ -189,10 +192,16 @@ def _synchronization(r: _Rows) -> Finding:
     tax.test = f">= {SYNC_TAX_PCT:g}% of the step without a host read"
     resolved.test = "1: the tax exceeds the block-to-block spread"
     tax.passes, resolved.passes = tax.value >= SYNC_TAX_PCT, bool(resolved.value)
-    return Finding("synchronization", FITS if ok else RULED_OUT,
-                   f"a per-step host read costs {tax.value:+.1f}% of the step, "
-                   + ("beyond the noise" if resolved.value else "inside the noise"),
-                   [tax, resolved])
+    f = Finding("synchronization", FITS if ok else RULED_OUT,
+                f"a per-step host read costs {tax.value:+.1f}% of the step, "
+                + ("beyond the noise" if resolved.value else "inside the noise"),
+                [tax, resolved])
+    # the tax and the A/A floor are both % of the step: compare the margin with the floor
+    floor = calibration.noise_floor_pct(r.frame)
+    if floor is not None and abs(tax.value - SYNC_TAX_PCT) < floor:
+        f.borderline = (f"the tax ({tax.value:+.1f}%) is within this run's A/A noise floor "
+                        f"({floor:.2g}%, C00) of the {SYNC_TAX_PCT:g}% threshold")
+    return f
 
 
 def _host_overhead(r: _Rows) -> Finding:
@@ -336,7 +345,7 @@ def diagnose(frame: pd.DataFrame) -> Diagnosis:
 # ------------------------------------------------------------------ outputs
 
 COLUMNS = ["candidate", "label", "outcome", "verdict", "because", "source", "value", "unit",
-           "test", "passes", "intervention"]
+           "test", "passes", "intervention", "borderline"]
 
 
 def to_frame(d: Diagnosis) -> pd.DataFrame:
@@ -345,14 +354,15 @@ def to_frame(d: Diagnosis) -> pd.DataFrame:
     for f in d.findings:
         common = dict(candidate=f.bottleneck, label=f.label, outcome=f.outcome,
                       verdict=f.bottleneck == d.verdict, because=f.because,
-                      intervention=f.intervention or INTERVENTIONS[f.bottleneck])
+                      intervention=f.intervention or INTERVENTIONS[f.bottleneck],
+                      borderline=f.borderline)
         for e in f.evidence or [Evidence("", None, "", "")]:
             rows.append({**common, "source": e.source, "value": e.value, "unit": e.unit,
                          "test": e.test, "passes": e.passes})
     if d.verdict == "undetermined":
         rows.append(dict(candidate="undetermined", label=d.label, outcome="", verdict=True,
                          because=d.because, source="", value=None, unit="", test="",
-                         passes=None, intervention=d.intervention))
+                         passes=None, intervention=d.intervention, borderline=""))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -365,6 +375,13 @@ def render_markdown(d: Diagnosis) -> str:
         lines += [f"- `{e.source}` = {_fmt(e.value, e.unit)}" + (f" ({e.test})" if e.test else "")
                   for e in ev]
         lines.append("")
+    also = [f.label for f in d.findings if f.outcome == FITS and f.bottleneck != d.verdict]
+    if also:
+        lines += [f"Also fits, later in the order: {', '.join(also)}.", ""]
+    near = [f for f in d.findings if f.borderline]
+    if near:
+        lines += ["**Near a threshold** (another run may decide it the other way): "
+                  + "; ".join(f"{f.label} — {f.borderline}" for f in near) + ".", ""]
     lines += [f"**Next intervention:** {d.intervention}. Then remeasure: the hypothesis holds "
               "only if the step time moves beyond its noise.", "",
               "| candidate | outcome | because |", "| --- | --- | --- |"]

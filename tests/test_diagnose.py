@@ -165,3 +165,33 @@ def test_compute_bound_far_from_the_ceiling_points_at_utilization():
     assert d.verdict == "device_compute"
     assert "utilization" in d.intervention and "20%" in d.intervention
     assert d.intervention != diagnose.INTERVENTIONS["device_compute"]
+
+
+def test_a_deciding_number_near_its_threshold_is_flagged():
+    """The H200 MLP twice: sync tax 9.9% (floor 8.3%) then 14.5% (floor 12.8%) sit within the
+    A/A floor of the 10% threshold, so each diagnosis says another run may decide it the
+    other way and names what else fits; 40% against a 5% floor is not near."""
+    floor = [_row("C00", "aa", "aa_noise_floor", 8.3, unit="%")]
+    host = events(wall=10.0, submit=9.5, gap=0.2)
+
+    near = diagnose.diagnose(frame(phases(), sync_tax(9.9), host, floor))
+    assert near.verdict == "host_overhead"
+    sync = next(f for f in near.findings if f.bottleneck == "synchronization")
+    assert "within this run's A/A noise floor (8.3%" in sync.borderline
+    md = diagnose.render_markdown(near)
+    assert "**Near a threshold**" in md and "synchronization — the tax (+9.9%)" in md
+    assert diagnose.to_frame(near).query("candidate == 'synchronization'").borderline.iloc[0]
+
+    other = diagnose.diagnose(frame(phases(), sync_tax(14.5), host,
+                                    [_row("C00", "aa", "aa_noise_floor", 12.8, unit="%")]))
+    assert other.verdict == "synchronization"
+    assert "Also fits, later in the order: host launch & Python overhead" in \
+        diagnose.render_markdown(other)
+
+    far = diagnose.diagnose(frame(phases(), sync_tax(40.0), host,
+                                  [_row("C00", "aa", "aa_noise_floor", 5.0, unit="%")]))
+    assert not any(f.borderline for f in far.findings)
+    assert "Near a threshold" not in diagnose.render_markdown(far)
+    # without C00 nothing is flagged: no floor to judge the margin by
+    assert not any(f.borderline for f in diagnose.diagnose(
+        frame(phases(), sync_tax(9.9), host)).findings)
