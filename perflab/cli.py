@@ -4,10 +4,11 @@
     perflab diagnose mypkg.models:make_step        # its ledger, report and verdict
 
 ``diagnose`` resolves the config exactly as the Snakefile does (so a bad key
-or target stops here with the same message), runs :func:`perflab.workloads.check`
-on the resolved device (a model that raises is reported with the target and
-the phase, before any job starts), then runs Snakemake on the experiments the
-verdict reads, and prints the verdict. Extra arguments after ``--`` go to
+or target stops here with the same message), runs ``perflab check`` in a child
+process on the resolved device (a model that raises is reported with the target
+and the phase, before any job starts; the child's CUDA context is gone before
+the first measured job), then runs Snakemake on the experiments the verdict
+reads, and prints the verdict. Extra arguments after ``--`` go to
 Snakemake unchanged.
 """
 
@@ -56,9 +57,30 @@ def check(args) -> int:
     return 0
 
 
+def _env() -> dict:
+    """This environment, with the user's working directory and the project importable:
+    jobs and the pre-flight are fresh processes that import the user's module too."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path.cwd()), str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
 def diagnose(args, snakemake_args: list[str]) -> int:
     cfg = _config(args)
-    _check(cfg)
+    # The pre-flight (`perflab check`) runs in a child process. Run here, it would leave this
+    # process holding a CUDA context, the model and its optimizer state for the whole run,
+    # and every measured job would share the device with it (the validity gate flagged
+    # exactly that on the H200).
+    env = _env()
+    pre = [sys.executable, "-m", "perflab", "check", args.target, "--device", args.device]
+    if args.scale:
+        pre += ["--scale", args.scale]
+    for f in args.configfile:
+        pre += ["--configfile", str(Path(f).resolve())]
+    rc = subprocess.call(pre, env=env)
+    if rc != 0:
+        return rc
     workdir = Path(args.directory).resolve()
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
            "--directory", str(workdir), "--cores", str(args.cores)]
@@ -68,10 +90,6 @@ def diagnose(args, snakemake_args: list[str]) -> int:
     if args.scale:
         cmd.append(f"scale={args.scale}")
     cmd += snakemake_args
-    # jobs are fresh processes: the user's module must be importable there too
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(Path.cwd()), str(ROOT), env.get("PYTHONPATH")) if p)
     print("perflab: " + " ".join(cmd), file=sys.stderr)
     rc = subprocess.call(cmd, env=env)
     md = workdir / cfgmod.result_dir(cfg) / "diagnosis.md"

@@ -178,3 +178,22 @@ def test_diagnose_command_runs_snakemake_on_the_evidence(user_module, tmp_path):
     rc = cli.main(["diagnose", f"{user_module}:make_step", "--device", "cpu",
                    "--configfile", str(TEST_CONFIG), "--directory", str(tmp_path), "--", "-n"])
     assert rc == 0
+
+
+def test_diagnose_preflights_in_a_child_process(user_module, tmp_path, monkeypatch, capfd):
+    """The pre-flight builds and steps the model in a child: in this process it would hold a
+    CUDA context (and the model) through every measured job. A failing pre-flight stops the
+    command, naming the target, before Snakemake starts."""
+    def in_process(*a, **k):
+        raise AssertionError("diagnose built the workload in its own process")
+
+    monkeypatch.setattr(workloads, "check", in_process)
+    args = ["--device", "cpu", "--configfile", str(TEST_CONFIG), "--directory", str(tmp_path)]
+    assert cli.main(["diagnose", f"{user_module}:make_step", *args, "--", "-n"]) == 0
+    out = capfd.readouterr()
+    assert "OK on cpu" in out.out  # the child's pre-flight ran
+
+    assert cli.main(["diagnose", f"{user_module}:model_raises", *args, "--", "-n"]) != 0
+    err = capfd.readouterr().err
+    assert f"{user_module}:model_raises" in err and "boom in forward" in err
+    assert "-m snakemake" not in err  # stopped before Snakemake
