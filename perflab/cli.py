@@ -24,8 +24,9 @@ from perflab import config as cfgmod
 from perflab import workloads
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the experiments whose rows the verdict reads (perflab/diagnose.py)
-DIAGNOSE_RUN = "E01,E05,E06,E07,E13,R01"
+#: the experiments whose rows the verdict reads (perflab/diagnose.py), after C00: the
+#: harness's floors, the A/A noise floor a near-threshold verdict is judged by, and the gate
+DIAGNOSE_RUN = "C00,E01,E05,E06,E07,E13,R01"
 
 
 def _config(args) -> dict:
