@@ -920,6 +920,76 @@ def _compile_cache(ev):
                  if warm >= 0.5 * cold else "steady state differs between cold and warm")
 
 
+# ================================================================== E21, E24 (the article)
+
+
+@claim("C44", "E21", "a compiled function recompiles on a new input shape; dynamic=True does not",
+       chapter="article: new shapes may trigger recompilation; dynamic shapes avoid it",
+       tolerance="default: >= 1 recompile over the new shapes; dynamic=True: 0")
+def _recompiles(ev):
+    static = ev.value("E21", "shapes/default", "recompiles", "value")
+    dynamic = ev.value("E21", "shapes/dynamic_true", "recompiles", "value")
+    new = ev.variants("E21", "shapes/default/batch_", "new_shape_first_call", "value")
+    worst = max(new.values()) if new else float("nan")
+    return holds(static >= 1 and dynamic == 0,
+                 f"default recompiled {static:.0f}x (slowest new-shape first call {worst:.0f} ms), "
+                 f"dynamic=True {dynamic:.0f}x",
+                 mechanism="the default compile did not specialize on the shape here"
+                 if static < 1 else "dynamic=True still recompiled")
+
+
+@claim("C45", "E21", "fullgraph=True turns a graph break into an error",
+       chapter="article: fullgraph=True fails on a graph break instead of splitting the graph",
+       tolerance="fullgraph=True raises on the data-dependent branch; the default compile "
+                 "splits it (>= 1 graph break, >= 2 graphs) and agrees with eager")
+def _fullgraph(ev):
+    sel = ev.rows[(ev.rows.experiment == "E21")
+                  & (ev.rows.variant == "fullgraph/data_dependent_branch")]
+    if sel.empty:
+        raise Absent("no fullgraph row" + ("" if ev.has("E21") else " (E21 not run)"))
+    raised = (sel.status == "error").any()
+    breaks = ev.value("E21", "graph_break/explain", "graph_breaks", "value")
+    graphs = ev.value("E21", "graph_break/explain", "graphs", "value")
+    reason = str(sel.iloc[0]["reason"])[:80] if raised else "no error"
+    return holds(raised and breaks >= 1 and graphs >= 2,
+                 f"{reason}; default compile: {breaks:.0f} break(s), {graphs:.0f} graphs",
+                 mechanism="fullgraph=True compiled the branch without error"
+                 if not raised else "the default compile did not break the graph")
+
+
+@claim("C46", "E24", "when input wait dominates the step, DataLoader workers shorten it",
+       chapter="article: check input wait first; workers help only when it is the largest part",
+       tolerance="input wait >= 25% of the step with 0 workers; the most workers' step shorter "
+                 "by more than the A/A floor (C00)")
+def _workers(ev):
+    steps = {int(v.removeprefix("workers_")): x for v, x in
+             ev.variants("E24", "workers_", "step_latency").items() if "/" not in v}
+    if len(steps) < 2 or 0 not in steps:
+        raise Absent("fewer than two worker counts" + ("" if ev.has("E24") else " (E24 not run)"))
+    share = ev.value("E24", "workers_0", "input_wait_share", "value")
+    most = max(steps)
+    rel = (steps[most] - steps[0]) / steps[0]
+    return judge(share >= 25 and rel < 0,
+                 f"input wait {share:.0f}% of the step with 0 workers; step {steps[0]:.2f} -> "
+                 f"{steps[most]:.2f} ms with {most} ({_pct(100 * rel)})",
+                 is_resolved=against_floor(ev, 100 * rel, 0, agree=False),
+                 mechanism="input wait is not where the step's time goes" if share < 25
+                 else "more workers did not shorten the step")
+
+
+@claim("C47", "E24", "pinned host memory makes the host-to-device copy faster",
+       chapter="article: test pin_memory + non_blocking for the transfer",
+       tolerance="pinned copy median below pageable, resolved by the pair's significance test")
+def _pinned(ev):
+    d = "copy/pinned_minus_copy/pageable"
+    pinned = ev.value("E24", "copy/pinned", "host_to_device")
+    pageable = ev.value("E24", "copy/pageable", "host_to_device")
+    return judge(pinned < pageable, f"pinned {pinned:.3f} vs pageable {pageable:.3f} ms "
+                 f"({_pct(100 * (pinned - pageable) / pageable)})",
+                 is_resolved=resolved(ev, "E24", d, pinned - pageable),
+                 mechanism="the pinned copy is not faster here")
+
+
 # ================================================================== E23, E25
 
 

@@ -150,8 +150,11 @@ def test_the_chapter_reproduces_itself():
     frame = claims.evaluate(reference.load_chapter().rows)
     bad = frame[~frame.verdict.isin([claims.REPRODUCED, claims.NOT_RUN])]
     assert bad.empty, bad[["claim", "verdict", "measured"]].to_string()
-    # the chapter publishes no interleaved E07 pair (only "roughly 13 ms"): its one NOT RUN
-    assert set(frame[frame.verdict == claims.NOT_RUN].claim) == {"C18"}
+    # the chapter publishes no interleaved E07 pair (only "roughly 13 ms"), and no numbers for
+    # the companion article's findings (recompilation, input pipeline): those are NOT RUN
+    article = {c.cid for c in claims.CLAIMS.values() if c.chapter.startswith("article:")}
+    assert article == {"C44", "C45", "C46", "C47"}
+    assert set(frame[frame.verdict == claims.NOT_RUN].claim) == {"C18"} | article
 
 
 def test_every_claim_is_not_run_on_an_empty_run():
@@ -232,3 +235,56 @@ def test_flat_latency_claim_is_undecided_inside_the_aa_floor():
     assert verdict("C20", e08(4.000, 4.450, floor=12.8)).verdict == claims.INCONCLUSIVE
     assert verdict("C20", e08(4.000, 6.000, floor=12.8)).verdict == claims.DIFFERS
     assert verdict("C20", e08(4.000, 4.450)).verdict == claims.DIFFERS  # no C00: tolerance
+
+
+def test_article_claims_on_recompilation_and_graph_breaks():
+    def e21(static, dynamic, raised=True, breaks=1, graphs=2):
+        return rows(("E21", "shapes/default", "recompiles", "value", static),
+                    ("E21", "shapes/dynamic_true", "recompiles", "value", dynamic),
+                    ("E21", "shapes/default/batch_512", "new_shape_first_call", "value", 1995.0),
+                    ("E21", "fullgraph/data_dependent_branch", "graph_break", "value",
+                     float("nan") if raised else 0.0, *(("error", "fullgraph=True raised "
+                                                          "Unsupported") if raised else ("ok",))),
+                    ("E21", "graph_break/explain", "graph_breaks", "value", breaks),
+                    ("E21", "graph_break/explain", "graphs", "value", graphs))
+
+    assert verdict("C44", e21(1, 0)).verdict == claims.REPRODUCED
+    assert "1995 ms" in verdict("C44", e21(1, 0)).measured
+    assert verdict("C44", e21(0, 0)).verdict == claims.DIFFERS
+    assert verdict("C44", e21(2, 1)).mechanism == "dynamic=True still recompiled"
+    assert verdict("C45", e21(1, 0)).verdict == claims.REPRODUCED
+    ran = verdict("C45", e21(1, 0, raised=False))
+    assert ran.verdict == claims.DIFFERS and "without error" in ran.mechanism
+    assert verdict("C45", e21(1, 0, breaks=0, graphs=1)).verdict == claims.DIFFERS
+    assert verdict("C45", rows(("E01", "x", "m", "value", 1.0))).verdict == claims.NOT_RUN
+
+
+def test_article_claims_on_the_input_pipeline():
+    def e24(wait_share, s0, s4, floor=8.3, pinned=0.040, pageable=0.099, p_resolved=1.0,
+            device_rows=True):
+        specs = [("E24", "workers_0", "input_wait_share", "value", wait_share),
+                 ("E24", "workers_0", "step_latency", "median", s0),
+                 ("E24", "workers_4", "step_latency", "median", s4),
+                 ("E24", "workers_4/pinned", "step_latency", "median", s4 * 0.9)]
+        if device_rows:
+            specs += [("E24", "copy/pinned", "host_to_device", "median", pinned),
+                      ("E24", "copy/pageable", "host_to_device", "median", pageable),
+                      ("E24", "copy/pinned_minus_copy/pageable", "difference_resolved", "value",
+                       p_resolved)]
+        else:  # a CPU: no host-to-device copy to pin
+            specs += [("E24", f"copy/{k}", "host_to_device", "median", float("nan"),
+                       "unsupported", "CPU device: there is no host-to-device copy")
+                      for k in ("pinned", "pageable")]
+        return with_floor(floor, *specs)
+
+    # the H200: 91% input wait, 61 -> 4.2 ms with 4 workers (the /pinned variant is not a count)
+    ok = verdict("C46", e24(91, 61.0, 4.2))
+    assert ok.verdict == claims.REPRODUCED and "with 4 (" in ok.measured
+    assert verdict("C46", e24(10, 61.0, 4.2)).mechanism == "input wait is not where the step's time goes"
+    assert verdict("C46", e24(91, 61.0, 63.0, floor=2)).verdict == claims.DIFFERS
+    # the noisy CPU rerun: -28% inside a 31% floor
+    assert verdict("C46", e24(32, 20.4, 14.69, floor=31)).verdict == claims.INCONCLUSIVE
+    assert verdict("C47", e24(91, 61.0, 4.2)).verdict == claims.REPRODUCED
+    assert verdict("C47", e24(91, 61.0, 4.2, p_resolved=0.0)).verdict == claims.INCONCLUSIVE
+    assert verdict("C47", e24(91, 61.0, 4.2, pinned=0.2)).verdict == claims.DIFFERS
+    assert verdict("C47", e24(31, 19.4, 15.3, device_rows=False)).verdict == claims.UNSUPPORTED
