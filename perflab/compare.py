@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from perflab import io, tables
+from perflab.catalogue import EXPERIMENTS
 
 #: the contract columns two rows must share to be the same measurement (not the device)
 KEY = ["experiment", "variant", "workload", "dtype", "mode", "execution", "metric",
@@ -91,7 +92,7 @@ def table_ratios(this: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     """
     out = []
     for eid in sorted(set(this.experiment) & set(ref.experiment)):
-        if eid not in tables.TABLES:
+        if eid not in EXPERIMENTS:
             continue
         ta = tables.table(eid, this[this.experiment == eid])
         tb = tables.table(eid, ref[ref.experiment == eid])

@@ -238,42 +238,12 @@ def side_by_side(rows: pd.DataFrame, eid: str, chapter: ReferenceRun | None,
     return pd.DataFrame(out)
 
 
-#: the chapter section each experiment belongs to, in the chapter's order (report headings,
-#: `snakemake --report` categories); experiments of the companion article are grouped last
-SECTIONS: dict[str, str] = {
-    "C00": "0 · Calibration: the harness's own floors",
-    "E01": "1 · The lying benchmark",
-    "E02": "2 · How fast is the model?",
-    "E03": "3 · Benchmark hygiene",
-    "E04": "3 · Benchmark hygiene",
-    "E05": "4 · Localize: decompose the step",
-    "E06": "5 · Two instruments",
-    "E07": "6 · Intervene, remeasure",
-    "E08": "7 · Latency, throughput and peak memory",
-    "E09": "8 · Where memory goes",
-    "E10": "9 · OOM decomposition",
-    "E11": "10 · The accumulating branch",
-    "E12": "11 · Allocated, reserved and the third number",
-    "E13": "12 · The synchronization tax",
-    "E14": "13 · The profiler localizes",
-    "E15": "14 · Mixed precision",
-    "E16": "15 · Activation checkpointing",
-    "E17": "16 · Gradient accumulation",
-    "E18": "17 · Sequence length",
-    "E19": "18 · torch.compile",
-    "E20": "18 · torch.compile",
-    "E25": "19 · A worked pass",
-    "E23": "20 · Forensic vs performance mode",
-    "E21": "21 · Article: recompilation",
-    "E22": "22 · Article: the benchmark matrix",
-    "E24": "23 · Article: the input pipeline",
-    "R01": "24 · Diagnosis: the roofline and the verdict",
-}
 
 
 def section(eid: str) -> str:
     """The chapter section of experiment ``eid`` (an unknown id gets its own heading)."""
-    return SECTIONS.get(eid.upper(), f"Other · {eid.upper()}")
+    e = catalogue.EXPERIMENTS.get(eid.upper())
+    return e.report_section if e is not None and e.report_section else f"Other · {eid.upper()}"
 
 
 def section_key(eid: str) -> tuple[int, str]:

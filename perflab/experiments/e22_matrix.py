@@ -1,0 +1,78 @@
+"""E22: the read side of scripts/e22_matrix.py (its entry, table, figure and claims)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from perflab.experiments import Experiment
+from perflab.tables import Missing, make_table, pick, rows_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+ENTRY = Experiment(
+        "E22",
+        "matrix",
+        "A benchmark matrix: eager/compiled x fp32/AMP on the training step",
+        "interventions",
+        cpu_behaviour="bfloat16 autocast; peak-memory rows unsupported",
+    report_section='22 · Article: the benchmark matrix',
+)
+
+
+#: why this experiment has no claim of its own
+NO_CLAIMS = ""
+
+
+#: E22's four cells, in the article's order
+E22_CELLS = ("eager_fp32", "eager_amp", "compiled_fp32", "compiled_amp")
+
+
+def table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The benchmark matrix: one row per cell."""
+    r = rows_of("E22", frame)
+    records = []
+    for cell in E22_CELLS:
+        sel = r[r.variant == cell]
+        records.append({
+            "cell": cell,
+            "dtype": sel.iloc[0]["dtype"] if not sel.empty else "",
+            "ms_per_step": pick(r, cell),
+            "iqr_ms": pick(r, cell, statistic="iqr"),
+            "examples_per_s": pick(r, cell, "throughput"),
+            "first_step_ms": pick(r, cell, "first_step", "value"),
+            "peak_allocated_mib": pick(r, cell, "peak_allocated", "max"),
+            "peak_reserved_mib": pick(r, cell, "peak_reserved", "max"),
+            "loss_abs_diff_vs_eager_fp32": pick(r, cell, "loss_abs_diff_vs_eager_fp32", "value"),
+        })
+    return make_table(records)
+
+
+def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
+    """The benchmark matrix: ms/step, examples/s and peak allocated for the four cells."""
+    # plotting is imported here, not above: timing jobs import this module
+    from perflab.figures import add_note, bar_cell, draw_bars, new_figure
+
+    r = rows[rows.experiment == "E22"]
+    fig, axes = new_figure("E22", r, ncols=3, width=14.0)
+    cells = list(E22_CELLS)
+    notes = draw_bars(axes[0], cells, {"ms/step": [bar_cell(r, c) for c in cells]})
+    axes[0].set_ylabel("ms per step, median (error bar: p25..p75)")
+    thr = [pick(r, c, "throughput") for c in cells]
+    notes += draw_bars(axes[1], cells, {"examples/s": [c if isinstance(c, Missing) else (c, 0, 0)
+                                                   for c in thr]})
+    axes[1].set_ylabel("examples/s (B / median step)")
+    peaks = {m: [pick(r, c, m, "max") for c in cells] for m in ("peak_allocated", "peak_reserved")}
+    missing = [c for v in peaks.values() for c in v if isinstance(c, Missing)]
+    if len(missing) == 2 * len(cells):  # no peak measured: one note per reason, no empty bars
+        axes[2].set_axis_off()
+        add_note(axes[2], [f"peak memory not measured: {c}" for c in missing], loc="upper left")
+    else:
+        notes += draw_bars(axes[2], cells, {m: [c if isinstance(c, Missing) else (c, 0, 0)
+                                            for c in v] for m, v in peaks.items()})
+        axes[2].set_ylabel("peak MiB")
+    add_note(axes[0], notes, loc="upper left")
+    return fig
