@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from perflab.rows import Absent, Rows, Unmeasured
+
 REPRODUCED, DIFFERS, INCONCLUSIVE, NOT_RUN, UNSUPPORTED = (
     "REPRODUCED", "DIFFERS", "INCONCLUSIVE", "NOT RUN", "UNSUPPORTED")
 VERDICTS = (REPRODUCED, DIFFERS, INCONCLUSIVE, NOT_RUN, UNSUPPORTED)
@@ -47,63 +49,9 @@ class Verdict:
     mechanism: str = ""
 
 
-class Absent(Exception):
-    """A row the claim needs is not in the results."""
-
-
-class Unmeasured(Exception):
-    """The row exists with a status other than ok (unsupported, oom, error)."""
-
-    def __init__(self, status: str, reason: str):
-        super().__init__(f"{status}: {reason}")
-        self.status, self.reason = status, reason
-
-
-class Evidence:
-    """Look-ups into one run's rows that raise :class:`Absent` / :class:`Unmeasured`."""
-
-    def __init__(self, rows: pd.DataFrame):
-        self.rows = rows
-
-    def has(self, eid: str) -> bool:
-        return (self.rows.experiment == eid).any() if not self.rows.empty else False
-
-    def row(self, eid: str, variant: str, metric: str, statistic: str = "median") -> pd.Series:
-        r = self.rows
-        if r.empty:
-            raise Absent(f"{eid} not run")
-        sel = r[(r.experiment == eid) & (r.variant == variant) & (r.metric == metric)]
-        ok = sel[(sel.status == "ok") & (sel.statistic == statistic)]
-        if not ok.empty:
-            return ok.iloc[0]
-        bad = sel[sel.status != "ok"]
-        if not bad.empty:
-            raise Unmeasured(bad.iloc[0]["status"], str(bad.iloc[0]["reason"]))
-        raise Absent(f"no row {eid} {variant} {metric} {statistic}"
-                     + ("" if self.has(eid) else f" ({eid} not run)"))
-
-    def value(self, eid: str, variant: str, metric: str, statistic: str = "median") -> float:
-        return float(self.row(eid, variant, metric, statistic)["value"])
-
-    def maybe(self, eid: str, variant: str, metric: str, statistic: str = "median",
-              default: float | None = None) -> float | None:
-        try:
-            return self.value(eid, variant, metric, statistic)
-        except (Absent, Unmeasured):
-            return default
-
-    def variants(self, eid: str, prefix: str, metric: str, statistic: str = "median") -> dict:
-        """{variant: value} for ok rows whose variant starts with ``prefix``."""
-        r = self.rows
-        if r.empty:
-            return {}
-        sel = r[(r.experiment == eid) & r.variant.str.startswith(prefix) & (r.metric == metric)
-                & (r.statistic == statistic) & (r.status == "ok")]
-        return {v: float(x) for v, x in zip(sel.variant, sel.value)}
-
-    def device(self, eid: str) -> str:
-        sel = self.rows[self.rows.experiment == eid]
-        return str(sel.iloc[0]["device"]) if not sel.empty else ""
+#: a claim's look-ups into one run's rows: the one row lookup, raising :class:`Absent` /
+#: :class:`Unmeasured` where a row is missing (perflab.rows)
+Evidence = Rows
 
 
 # ------------------------------------------------------------------ the noise test

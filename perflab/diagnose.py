@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from perflab import calibration, io, tables
+from perflab import calibration, io
+from perflab.rows import Missing, Rows
 
 #: input wait + host-to-device share of the phase sum above which the step is starved
 INPUT_SHARE_PCT = 25.0
@@ -88,7 +89,7 @@ FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
 
 
 @dataclass
-class Evidence:
+class Reading:
     """One measured number a test read, where it came from, and the test it faced."""
 
     source: str  # "<experiment> <variant> <metric> <statistic>"
@@ -103,7 +104,7 @@ class Finding:
     bottleneck: str
     outcome: str
     because: str
-    evidence: list[Evidence] = field(default_factory=list)
+    evidence: list[Reading] = field(default_factory=list)
     #: the intervention when the evidence refines the candidate's default one
     intervention: str = ""
     #: set when the deciding number sits within this run's A/A noise floor (C00) of its
@@ -131,31 +132,21 @@ class Diagnosis:
         return (chosen[0].intervention if chosen else "") or INTERVENTIONS[self.verdict]
 
     @property
-    def evidence(self) -> list[Evidence]:
+    def evidence(self) -> list[Reading]:
         for f in self.findings:
             if f.bottleneck == self.verdict:
                 return f.evidence
         return []
 
 
-class _Rows:
-    """Reads single values out of the result frame, remembering where each came from."""
-
-    def __init__(self, frame: pd.DataFrame):
-        self.frame = frame
-
-    def has(self, eid: str) -> bool:
-        return bool((self.frame.experiment == eid).any())
+class _Rows(Rows):
+    """The one row lookup (perflab.rows), each value read kept with where it came from."""
 
     def get(self, eid: str, variant: str, metric: str, statistic: str = "median",
-            unit: str = "", test: str = "") -> Evidence:
-        cell = tables.pick(self.frame[self.frame.experiment == eid], variant, metric, statistic)
-        value = None if isinstance(cell, tables.Missing) else float(cell)
-        return Evidence(f"{eid} {variant} {metric} {statistic}", value, unit, test)
-
-    def device_is_cuda(self, eid: str) -> bool:
-        rows = self.frame[self.frame.experiment == eid]
-        return bool(rows.device.astype(str).str.startswith("cuda").any())
+            unit: str = "", test: str = "") -> Reading:
+        cell = self.pick(eid, variant, metric, statistic)
+        value = None if isinstance(cell, Missing) else float(cell)
+        return Reading(f"{eid} {variant} {metric} {statistic}", value, unit, test)
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -197,7 +188,7 @@ def _synchronization(r: _Rows) -> Finding:
                 + ("beyond the noise" if resolved.value else "inside the noise"),
                 [tax, resolved])
     # the tax and the A/A floor are both % of the step: compare the margin with the floor
-    floor = calibration.noise_floor_pct(r.frame)
+    floor = calibration.noise_floor_pct(r.rows)
     if floor is not None and abs(tax.value - SYNC_TAX_PCT) < floor:
         f.borderline = (f"the tax ({tax.value:+.1f}%) is within this run's A/A noise floor "
                         f"({floor:.2g}%, C00) of the {SYNC_TAX_PCT:g}% threshold")
@@ -205,26 +196,26 @@ def _synchronization(r: _Rows) -> Finding:
 
 
 def _host_overhead(r: _Rows) -> Finding:
-    evidence: list[Evidence] = []
+    evidence: list[Reading] = []
     cuda_votes: list[bool] = []  # E06: the host as slow as the step, or the device idle
     queued = None  # E01: steps still queued when a free-running loop syncs
     wall = r.get("E06", "wall_clock", "step_latency", "median", "ms")
     submit = r.get("E06", "host_submission", "step_latency", "median", "ms")
     gap = r.get("E06", "wall_minus_events", "step_latency", "median", "ms")
     if wall.value and submit.value is not None:
-        ratio = Evidence(f"{submit.source} / {wall.source}", submit.value / wall.value, "ratio",
-                         f"host submission / wall >= {HOST_SUBMIT_RATIO:g}")
+        ratio = Reading(f"{submit.source} / {wall.source}", submit.value / wall.value, "ratio",
+                        f"host submission / wall >= {HOST_SUBMIT_RATIO:g}")
         ratio.passes = ratio.value >= HOST_SUBMIT_RATIO
         evidence += [submit, wall, ratio]
         cuda_votes.append(ratio.passes)
     if wall.value and gap.value is not None:
-        share = Evidence(f"{gap.source} / {wall.source}", gap.value / wall.value, "ratio",
-                         f"(wall - events) / wall >= {WALL_GAP_SHARE:g}")
+        share = Reading(f"{gap.source} / {wall.source}", gap.value / wall.value, "ratio",
+                        f"(wall - events) / wall >= {WALL_GAP_SHARE:g}")
         share.passes = share.value >= WALL_GAP_SHARE
         evidence += [gap, share]
         cuda_votes.append(share.passes)
-    if r.device_is_cuda("E01"):
-        rows = r.frame[(r.frame.experiment == "E01") & (r.frame.status == "ok")]
+    if r.is_cuda("E01"):
+        rows = r.rows[(r.rows.experiment == "E01") & (r.rows.status == "ok")]
         loops = [v for v in rows.variant.unique() if v.startswith("naive_loop_")]
         if loops:
             longest = max(loops, key=lambda v: int(v.rsplit("_", 1)[1]))
@@ -232,9 +223,9 @@ def _host_overhead(r: _Rows) -> Finding:
             back = r.get("E01", longest, "backlog_at_final_sync", "value", "ms")
             real = r.get("E01", longest, "real_ms_per_step", "value", "ms")
             if back.value is not None and real.value:
-                queued = Evidence(f"{back.source} / {real.source}", back.value / real.value,
-                                  "steps", f"queued at the final sync < {BACKLOG_STEPS:g} step "
-                                  f"(loop of {n})")
+                queued = Reading(f"{back.source} / {real.source}", back.value / real.value,
+                                 "steps", f"queued at the final sync < {BACKLOG_STEPS:g} step "
+                                 f"(loop of {n})")
                 queued.passes = queued.value < BACKLOG_STEPS
                 evidence += [back, real, queued]
     if queued is not None and not queued.passes:
@@ -356,7 +347,7 @@ def to_frame(d: Diagnosis) -> pd.DataFrame:
                       verdict=f.bottleneck == d.verdict, because=f.because,
                       intervention=f.intervention or INTERVENTIONS[f.bottleneck],
                       borderline=f.borderline)
-        for e in f.evidence or [Evidence("", None, "", "")]:
+        for e in f.evidence or [Reading("", None, "", "")]:
             rows.append({**common, "source": e.source, "value": e.value, "unit": e.unit,
                          "test": e.test, "passes": e.passes})
     if d.verdict == "undetermined":

@@ -11,25 +11,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
 from perflab import io, tables
+from perflab.rows import Rows
 from perflab.steps import PHASES
 
 LEDGER_COLUMNS = ["section", "field", "value", "unit", "source"]
 
 
 def _get(frame: pd.DataFrame, eid: str, variant: str, metric: str, statistic: str = "median"):
-    """The measured row's value and sample count, or None when it was not measured."""
-    rows = frame[frame.experiment == eid]
-    value = tables.pick(rows, variant, metric, statistic)
-    if isinstance(value, tables.Missing):
-        return None
-    return SimpleNamespace(value=float(value), n=tables.pick(rows, variant, metric, statistic,
-                                                             field="n"))
+    """The measured row (its ``value`` and ``n``), or None when it was not measured."""
+    return Rows(frame).found(eid, variant, metric, statistic)
 
 
 def _provenance(csv_paths: Iterable[str | Path]) -> dict[str, dict[str, Any]]:

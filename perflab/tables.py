@@ -15,59 +15,12 @@ synchronized series).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-NOT_RUN = "not run"
-
-
-@dataclass(frozen=True)
-class Missing:
-    """A cell with no number: why (status) and, when the row gave one, the reason."""
-
-    status: str
-    reason: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.status}: {self.reason}" if self.reason else self.status
-
-
-def pick(
-    frame: pd.DataFrame,
-    variant: str,
-    metric: str = "step_latency",
-    statistic: str = "median",
-    *,
-    execution: str | None = None,
-    field: str = "value",
-) -> Any:
-    """One value (or ``field``, e.g. ``"n"``) of the row matching the keys.
-
-    Returns a :class:`Missing` when the row is absent or did not measure. A
-    non-ok row is written once per variant/metric (statistic ``value``), so
-    the statistic is not used to find it; and when a variant has no row for
-    ``metric`` at all, a failure of the same variant under another metric
-    explains the gap (e.g. a compiled step that never ran because compiling
-    failed).
-    """
-    sel = frame[frame.variant == variant]
-    if execution is not None:
-        sel = sel[sel.execution == execution]
-    if sel.empty:
-        return Missing(NOT_RUN)
-    same_metric = sel[sel.metric == metric]
-    ok = same_metric[(same_metric.status == "ok") & (same_metric.statistic == statistic)]
-    if not ok.empty:
-        return ok.iloc[0][field]
-    failed = same_metric[same_metric.status != "ok"]
-    if failed.empty:
-        failed = sel[sel.status != "ok"]
-    if not failed.empty:
-        row = failed.iloc[0]
-        return Missing(row["status"], str(row["reason"]))
-    return Missing(NOT_RUN if same_metric.empty else "not recorded")
+# the one row lookup, under the names the experiment modules import from here
+from perflab.rows import NOT_RUN, Missing, pick  # noqa: F401
 
 
 def rows_of(eid: str, frame: pd.DataFrame) -> pd.DataFrame:
