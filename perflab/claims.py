@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from perflab import ab
 from perflab.rows import Absent, Rows, Unmeasured
 
 REPRODUCED, DIFFERS, INCONCLUSIVE, NOT_RUN, UNSUPPORTED = (
@@ -90,9 +91,8 @@ def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,
 
     The one place a claim decides INCONCLUSIVE. In order:
     1. any source registered in :data:`NOISE_SOURCES` (e.g. an A/A noise floor);
-    2. the experiment's own significance flag on ``variant`` (``flag_metric``,
-       or ``difference_resolved`` / ``*_resolved`` rows written by
-       :meth:`perflab.runner.Context.ab` and ``perflab.profiling.record_pair``);
+    2. the experiment's own significance flag on ``variant`` (``flag_metric``, or the
+       ``difference_resolved`` / ``ab_resolved`` rows of the one A/B writer, perflab.ab);
     3. ``noise``: a spread the claim passes (block spread, IQR): resolved when
        ``|effect| > noise`` (:func:`perflab.stats.resolved`);
     4. no noise measure at all: resolved (the tolerance alone decides).
@@ -103,15 +103,11 @@ def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,
         got = source(ev, eid, variant, effect)
         if got is not None:
             return got
-    flags = [flag_metric] if flag_metric else []
-    sel = ev.rows[(ev.rows.experiment == eid) & (ev.rows.variant == variant)
-                  & (ev.rows.status == "ok")] if not ev.rows.empty else ev.rows
-    flags += [m for m in sel.metric.unique() if m == "difference_resolved" or m.endswith("_resolved")]
-    for m in flags:
+    for m in ([flag_metric] if flag_metric else []) + list(ab.VERDICT_METRICS):
         v = ev.maybe(eid, variant, m, "value")
         if v is not None:
-            p = ev.maybe(eid, variant, "wilcoxon_p", "value")
-            spread = ev.maybe(eid, variant, "block_spread", "value")
+            p = ev.maybe(eid, variant, ab.WILCOXON_P, "value")
+            spread = ev.maybe(eid, variant, ab.BLOCK_SPREAD, "value")
             how = (f"Wilcoxon p={p:.3g}" if p is not None else
                    f"block spread {spread:.3g}" if spread is not None else m)
             return bool(v >= 0.5), how

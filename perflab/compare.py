@@ -8,9 +8,10 @@
   keys, with ``ratio = this / ref``;
 * ``tables.csv`` — each experiment's regenerated table (perflab.tables), cell
   by cell, with the ratio of every numeric cell;
-* ``verdicts.csv`` — every 0/1 verdict row (``*_resolved``) and, when both
-  directories hold a ``claims.csv`` (a ``diagnosis.csv``), every claim (the
-  diagnosis's verdict and each candidate's outcome), with whether it changed
+* ``verdicts.csv`` — every A/B's 0/1 verdict rows (``difference_resolved``,
+  ``ab_resolved``) and, when both directories hold a ``claims.csv`` (a
+  ``diagnosis.csv``), every claim (the diagnosis's verdict and each
+  candidate's outcome), with whether it changed
   and whether it was decided in both runs (a change then is a flip);
 * ``samples.csv`` — per series with raw samples in both: the medians, their
   ratio and a Mann-Whitney U test (scipy.stats) of the two sample sets;
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perflab import io, tables
+from perflab import ab, io, tables
 from perflab.catalogue import EXPERIMENTS
 
 #: the contract columns two rows must share to be the same measurement (not the device)
@@ -62,10 +63,10 @@ def load_rows(d: str | Path) -> pd.DataFrame:
 def load_samples(d: str | Path) -> pd.DataFrame:
     frames = []
     for p in sorted(Path(d).glob("*_samples.csv")):
-        s = pd.read_csv(p, keep_default_na=False)
-        if all(c in s.columns for c in io.SAMPLE_COLUMNS):
-            s["value"] = pd.to_numeric(s["value"], errors="coerce")
-            frames.append(s.dropna(subset=["value"]))
+        try:
+            frames.append(io.read_samples(p))
+        except io.ContractError:  # a file named like samples that is not: not ours to read
+            continue
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=io.SAMPLE_COLUMNS)
 
@@ -145,10 +146,9 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
                     ref_diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every verdict of both runs, and whether it changed.
 
-    Verdicts are the 0/1 rows whose metric ends in ``_resolved`` (each A/B's
-    judgement) and, when both runs have a claims table, each claim's verdict
-    (its name and verdict columns found by name: :data:`CLAIM_ID_COLUMNS`,
-    :data:`CLAIM_VERDICT_COLUMNS`).
+    Verdicts are each A/B's 0/1 rows (:data:`perflab.ab.VERDICT_METRICS`) and, when
+    both runs have a claims table, each claim's verdict (its name and verdict columns
+    found by name: :data:`CLAIM_ID_COLUMNS`, :data:`CLAIM_VERDICT_COLUMNS`).
 
     ``decided``: the claim was decided in both runs (REPRODUCED or DIFFERS in
     each: its effect was outside each run's noise); ``flipped``: decided in both
@@ -161,8 +161,8 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
     """
     cols = ["source", "experiment", "item", "this", "ref", "changed", "decided", "flipped"]
     out = []
-    r = row_ratios(this[this.metric.str.endswith("_resolved")],
-                   ref[ref.metric.str.endswith("_resolved")])
+    r = row_ratios(this[this.metric.isin(ab.VERDICT_METRICS)],
+                   ref[ref.metric.isin(ab.VERDICT_METRICS)])
     for rec in r.to_dict("records"):
         a = "resolved" if rec["value_this"] else "inconclusive"
         b = "resolved" if rec["value_ref"] else "inconclusive"

@@ -176,7 +176,7 @@ def _input_pipeline(r: _Rows) -> Finding:
 
 def _synchronization(r: _Rows) -> Finding:
     tax = r.get("E13", "controlled/tax", "tax_rel", "value", "%")
-    resolved = r.get("E13", "controlled/tax", "tax_resolved", "value", "bool")
+    resolved = r.get("E13", "controlled/tax", "difference_resolved", "value", "bool")
     if tax.value is None:
         return Finding("synchronization", NOT_MEASURED, "needs E13's sync tax on the controlled step")
     ok = tax.value >= SYNC_TAX_PCT and bool(resolved.value)

@@ -28,7 +28,7 @@ from matplotlib.ticker import (  # noqa: E402
     NullLocator,
 )
 
-from perflab import io  # noqa: E402
+from perflab import ab, io  # noqa: E402
 from perflab.catalogue import EXPERIMENTS  # noqa: E402
 from perflab.tables import Missing, pick  # noqa: E402
 
@@ -186,7 +186,8 @@ def box_strip(ax: plt.Axes, data: pd.DataFrame, labels: dict[str, str]) -> None:
 def pair_blocks(ax: plt.Axes, samples: pd.DataFrame, eid: str, a: str, b: str,
                  labels: tuple[str, str]) -> None:
     """An interleaved pair: each block's median for A and for B, block by block."""
-    s = samples[(samples.experiment == eid) & samples.variant.isin([a, b])]
+    s = samples[(samples.experiment == eid) & samples.variant.isin([a, b])
+                & (samples.metric != ab.BLOCK_MEDIAN)]  # the calls, not the kept block medians
     if s.empty:
         add_note(ax, ["no samples of the interleaved pair"], loc="upper left")
         return
@@ -261,9 +262,7 @@ def read_samples(path: str | Path | None) -> pd.DataFrame:
     """The raw samples CSV, or an empty frame when there is none."""
     if path is None or not Path(path).is_file():
         return pd.DataFrame(columns=io.SAMPLE_COLUMNS)
-    s = pd.read_csv(path, keep_default_na=False)
-    s["value"] = pd.to_numeric(s["value"], errors="coerce")
-    return s.dropna(subset=["value"])
+    return io.read_samples(path)
 
 
 def make_figure(eid: str, csv_path: str | Path, samples_path: str | Path | None,

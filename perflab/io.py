@@ -65,6 +65,20 @@ REQUIRED_TEXT = [
 ]
 SAMPLE_COLUMNS = ["experiment", "variant", "execution", "metric", "unit", "block", "index", "value"]
 
+#: metric names of runs written before perflab had one name per quantity -> that name.
+#: Applied where rows and samples are read (:func:`read_results`, :func:`read_samples`),
+#: so older runs (the shipped reference runs, a user's own) read as if written today;
+#: nothing writes an old name. Only ever add to it.
+RENAMED_METRICS = {
+    # the two A/B writers' vocabularies, now the one of perflab.ab
+    "step_latency_relative": "step_latency_rel",
+    "forward_latency_relative": "forward_latency_rel",
+    "host_to_device_relative": "host_to_device_rel",
+    "paired_block_difference": "block_pair_diff",
+    "tax_resolved": "difference_resolved",
+    "cost_resolved": "difference_resolved",
+}
+
 
 class ContractError(ValueError):
     """A result row that breaks the CSV contract."""
@@ -169,8 +183,25 @@ def write_samples(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.Dat
     return frame
 
 
+def renamed(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (rows or samples) with old metric names replaced (:data:`RENAMED_METRICS`)."""
+    if "metric" not in frame.columns or not frame.metric.isin(list(RENAMED_METRICS)).any():
+        return frame
+    return frame.assign(metric=frame.metric.replace(RENAMED_METRICS))
+
+
+def read_samples(path: str | Path) -> pd.DataFrame:
+    """One raw-samples CSV: its numeric samples, old metric names replaced."""
+    s = pd.read_csv(path, keep_default_na=False)
+    missing = [c for c in SAMPLE_COLUMNS if c not in s.columns]
+    if missing:
+        raise ContractError(f"{path}: not a samples CSV (missing columns {missing})")
+    s["value"] = pd.to_numeric(s["value"], errors="coerce")
+    return renamed(s.dropna(subset=["value"]))
+
+
 def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Concatenate result CSVs (validating each)."""
+    """Concatenate result CSVs (validating each; old metric names replaced)."""
     frames = []
     for p in paths:
         # text is text: "n/a" or "None" in a window or reason must not become NaN
@@ -184,7 +215,7 @@ def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
             validate_rows(f)
         except ContractError as exc:
             raise ContractError(f"{p}: {exc}") from None
-        frames.append(f)
+        frames.append(renamed(f))
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     return pd.concat(frames, ignore_index=True)

@@ -152,7 +152,7 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
         for ph, r in shares.items():
             if r is not None:
                 add("phases", ph, r.value, "%", f"E05 sync/{ph} phase_share")
-        gap = _get(frame, "E05", "sum_minus_total", "step_latency_relative", "value")
+        gap = _get(frame, "E05", "sum_minus_total", "step_latency_rel", "value")
         if gap is not None:
             add("phases", "sum_minus_total", gap.value, "%", "E05 sum_minus_total")
     else:

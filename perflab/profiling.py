@@ -13,9 +13,8 @@ Two groups of helpers, shared by E13 (sync tax), E14 (profiler) and E23
   torch has.
 * throughput pairs: :func:`free_running` turns a step into a run of ``k`` steps
   with no sync inside (so a step without a host read can run ahead of the
-  device, as in a training loop), and :func:`paired_cost` turns two sides'
-  samples and per-block medians into a difference judged against the
-  block-to-block spread.
+  device, as in a training loop), and :func:`record_pair` writes two sides'
+  samples and per-block medians as an A/B (:func:`perflab.ab.record`).
 
 The profiler answers "where does the time go, in proportion"; a profiled
 step is slower than the real one, so its times are never compared with an
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -35,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from perflab import io, stats
+from perflab import ab, io
 
 #: the ``record_function`` ranges of :func:`perflab.steps.ranged_train_step`, in order
 PHASE_RANGES = ("forward", "loss", "backward", "optimizer")
@@ -273,51 +271,6 @@ def free_running(step: Callable[[], object], k: int) -> Callable[[], None]:
     return run
 
 
-@dataclass
-class PairedCost:
-    """B - A from per-call samples and per-block medians of both sides."""
-
-    a_median: float  # of all samples
-    b_median: float
-    diff: float  # b_median - a_median
-    rel: float  # diff / a_median (a fraction)
-    a_spread: tuple[float, float]  # (min, max) of A's block medians
-    b_spread: tuple[float, float]
-    noise: float  # the wider of the two block spreads (reported beside the difference)
-    resolved: bool  # the judgement's verdict (perflab.stats.judge on the paired blocks)
-    block_diffs: list[float] = field(default_factory=list)  # b_i - a_i, block by block
-    judgement: stats.Judgement | None = None
-
-
-def paired_cost(a_samples: Sequence[float], b_samples: Sequence[float],
-                a_blocks: Sequence[float], b_blocks: Sequence[float], *,
-                block_diffs: Sequence[float] | None = None,
-                noise_floor_pct: float | None = None) -> PairedCost:
-    """The difference of the sides' medians, judged by :func:`perflab.stats.judge`.
-
-    The judgement runs on the paired block differences (``block_diffs`` when
-    given, else ``b_i - a_i``); the block spread is kept beside it as the
-    visible noise.
-    """
-    a_med, b_med = statistics.median(a_samples), statistics.median(b_samples)
-    a_sp, b_sp = stats.block_spread(a_blocks), stats.block_spread(b_blocks)
-    noise = max(a_sp[1] - a_sp[0], b_sp[1] - b_sp[0])
-    diff = b_med - a_med
-    diffs = (list(block_diffs) if block_diffs is not None
-             else [b - a for a, b in zip(a_blocks, b_blocks)])
-    j = stats.judge(a_blocks, b_blocks, paired=True, diffs=diffs,
-                    noise_floor_pct=noise_floor_pct)
-    return PairedCost(
-        a_median=a_med, b_median=b_med, diff=diff, rel=stats.relative_change(b_med, a_med),
-        a_spread=a_sp, b_spread=b_sp, noise=noise, resolved=j.resolved,
-        block_diffs=diffs, judgement=j,
-    )
-
-
-#: per-call statistics written for each side of a pair
-SIDE_STATISTICS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
-
-
 def record_pair(
     ctx,
     *,
@@ -328,48 +281,16 @@ def record_pair(
     diff_metric: str,
     block_ids: tuple[Sequence[int], Sequence[int]] | None = None,
     block_diffs: Sequence[float] | None = None,
-) -> PairedCost:
-    """Rows of an A/B pair on ``ctx`` (a :class:`perflab.runner.Context`), and its cost.
+) -> ab.PairedCost:
+    """An A/B pair's rows on ``ctx`` through the one A/B writer, :func:`perflab.ab.record`.
 
     ``sides`` is ``[(variant, samples, block of each sample, block medians,
-    sync boundary)]`` for A then B. Each side gets summary rows of its samples
-    under ``metric`` and of its block medians under ``block_median`` (median,
-    min, max: the block spread); both go to the samples file with their block
-    index. ``diff_variant`` gets ``<diff_metric>`` (B - A, ms),
-    ``<diff_metric>_rel`` (%), ``block_spread`` (the noise, ms) and
-    ``<diff_metric>_resolved`` (1 when :func:`perflab.stats.judge` resolves it, else 0)
-    with the judgement's ``ab_*`` rows,
-    and, when given, the block-by-block differences as ``block_pair_diff``.
+    sync boundary)]`` for A then B; ``block_ids`` the index of each side's blocks (e.g.
+    profiled blocks between unprofiled ones); the difference goes under ``diff_variant`` as
+    ``diff_metric`` (B - A, ms) with the rows :mod:`perflab.ab` names.
     """
-    (av, a_s, _, a_blk, _), (bv, b_s, _, b_blk, _) = sides
-    ids = block_ids or (list(range(len(a_blk))), list(range(len(b_blk))))
-    for (variant, samples, block_of, blocks, sync), bid in zip(sides, ids):
-        ctx.summary(samples, variant=variant, metric=metric, window=window, sync_boundary=sync,
-                    statistics=SIDE_STATISTICS, block=list(block_of))
-        ctx.summary(blocks, variant=variant, metric="block_median",
-                    window=window + "; one value per block: the median of its samples",
-                    sync_boundary=sync, statistics=("median", "min", "max"), block=list(bid))
-    pc = paired_cost(a_s, b_s, a_blk, b_blk, block_diffs=block_diffs,
-                     noise_floor_pct=getattr(ctx, "noise_floor_pct", None))
-    how = f"{bv} minus {av}: difference of the two sides' medians of all samples"
-    n_blocks = len(a_blk) + len(b_blk)
-    ctx.row(variant=diff_variant, metric=diff_metric, value=pc.diff, unit="ms", window=window,
-            sync_boundary=how, n=n_blocks)
-    ctx.row(variant=diff_variant, metric=f"{diff_metric}_rel", value=100 * pc.rel, unit="%",
-            window=window, sync_boundary=how + f", relative to {av}", n=n_blocks)
-    ctx.row(variant=diff_variant, metric="block_spread", value=pc.noise, unit="ms",
-            window=window, sync_boundary="the wider of the two sides' block spreads "
-            "(max - min of block medians)", n=n_blocks)
-    ctx.row(variant=diff_variant, metric=f"{diff_metric}_resolved", value=float(pc.resolved),
-            unit="bool", window=window,
-            sync_boundary="1 when perflab.stats.judge resolves the paired block differences "
-            "(Wilcoxon p < 0.05, bootstrap interval excludes 0, above the A/A floor when "
-            "known), else 0 (unresolved)",
-            n=n_blocks)
-    ctx.judgement(pc.judgement, variant=diff_variant, window=window)
-    if pc.block_diffs:
-        ctx.summary(pc.block_diffs, variant=diff_variant, metric="block_pair_diff",
-                    window=window + "; B - A block by block",
-                    sync_boundary="difference of block medians measured next to each other",
-                    statistics=("median", "min", "max"), block=list(range(len(pc.block_diffs))))
-    return pc
+    ids = block_ids or (None, None)
+    a, b = (ab.Side(v, samples, block_of, blocks, sync, block_ids=bid)
+            for (v, samples, block_of, blocks, sync), bid in zip(sides, ids))
+    return ab.record(ctx, a, b, metric=metric, window=window, diff_variant=diff_variant,
+                     diff_metric=diff_metric, block_diffs=block_diffs)

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
+from perflab import ab, env, io, stats, steps, timing, workloads
 from perflab import config as cfgmod
-from perflab import env, io, stats, steps, timing, workloads
 from perflab.catalogue import EXPERIMENTS
 
 
@@ -217,55 +217,25 @@ class Context:
         noise_floor_pct: float | None = None,
         **kw: Any,
     ) -> dict[str, float]:
-        """Rows of an interleaved A/B: each side, its block spread, and the paired difference.
+        """The rows of an interleaved A/B (:func:`perflab.ab.record`), difference ``<b>_minus_<a>``.
 
-        The difference is judged by :func:`perflab.stats.judge` on the paired
-        per-block medians (Wilcoxon signed-rank, bootstrap interval, and the A/A
-        floor ``noise_floor_pct`` when one is known; default ``ctx.noise_floor_pct``):
-        ``difference_resolved`` is 1 when resolved, else 0 (the effect is inside
-        the noise and must not be reported as a speedup). The judgement's own
-        rows (``ab_effect``, ``ab_ci_low``, ``ab_ci_high``, ``ab_p``,
-        ``ab_resolved``) go under the difference variant, as for every A/B.
+        The difference is judged by :func:`perflab.stats.judge` on the paired per-block
+        medians against the A/A floor ``noise_floor_pct`` (default ``ctx.noise_floor_pct``);
+        with ``batch_size``, each side's throughput too.
         """
-        n_blocks = len(res.a_blocks)
-        inner = len(res.a_samples) // max(n_blocks, 1)
-        blocks = [i // inner for i in range(len(res.a_samples))]
-        stats_ = ("median", "iqr", "p25", "p75", "mean", "min", "max")
-        sa = self.summary(res.a_samples, variant=a, metric=metric, window=window,
-                          sync_boundary=sync_boundary, statistics=stats_, block=blocks, **kw)
-        sb = self.summary(res.b_samples, variant=b, metric=metric, window=window,
-                          sync_boundary=sync_boundary, statistics=stats_, block=blocks, **kw)
-        for variant, values in ((a, res.a_blocks), (b, res.b_blocks)):
-            lo, hi = stats.block_spread(values)
-            for name, v in (("min", lo), ("max", hi)):
-                self.row(variant=variant, metric="block_median", statistic=name, value=v,
-                         unit="ms", n=n_blocks, window=window, sync_boundary=sync_boundary, **kw)
-        paired = [vb - va for va, vb in zip(res.a_blocks, res.b_blocks)]
-        diff = sb["median"] - sa["median"]
-        floor = self.noise_floor_pct if noise_floor_pct is None else noise_floor_pct
-        j = stats.judge(res.a_blocks, res.b_blocks, paired=True, noise_floor_pct=floor)
-        p = j.p
-        dv = f"{b}_minus_{a}"
-        common = dict(n=n_blocks, window=window, sync_boundary=sync_boundary, **kw)
-        self.row(variant=dv, metric=metric, value=diff, unit="ms", **common)
-        self.row(variant=dv, metric=f"{metric}_relative", value=100 * diff / sa["median"],
-                 unit="%", **common)
-        lo, hi = stats.block_spread(paired)
-        self.row(variant=dv, metric="paired_block_difference", statistic="min", value=lo,
-                 unit="ms", **common)
-        self.row(variant=dv, metric="paired_block_difference", statistic="max", value=hi,
-                 unit="ms", **common)
-        self.row(variant=dv, metric="wilcoxon_p", value=p, unit="p", **common)
-        self.row(variant=dv, metric="difference_resolved", value=float(j.resolved), unit="bool",
-                 **common)
-        self.judgement(j, variant=dv, window=window, **kw)
+        inner = len(res.a_samples) // max(len(res.a_blocks), 1)
+        block_of = [i // inner for i in range(len(res.a_samples))]
+        pc = ab.record(self, ab.Side(a, res.a_samples, block_of, res.a_blocks, sync_boundary),
+                       ab.Side(b, res.b_samples, block_of, res.b_blocks, sync_boundary),
+                       metric=metric, window=window, diff_variant=f"{b}_minus_{a}",
+                       noise_floor_pct=noise_floor_pct, **kw)
         if batch_size:
-            for variant, s in ((a, sa), (b, sb)):
-                self.row(variant=variant, metric="throughput", value=batch_size / s["median"] * 1e3,
+            for variant, med in ((a, pc.a_median), (b, pc.b_median)):
+                self.row(variant=variant, metric="throughput", value=batch_size / med * 1e3,
                          unit="examples/s", statistic="median", n=len(res.a_samples),
                          window=window, sync_boundary=sync_boundary, **kw)
-        return {"a": sa["median"], "b": sb["median"], "diff": diff, "p": p,
-                "resolved": j.resolved}
+        return {"a": pc.a_median, "b": pc.b_median, "diff": pc.diff, "p": pc.judgement.p,
+                "resolved": pc.resolved}
 
     def judgement(self, j: stats.Judgement, *, variant: str, window: str, unit: str = "ms",
                   **kw: Any) -> None:

@@ -54,7 +54,7 @@ def measure(ctx):
     ctx.row(variant="sum_minus_total", metric="step_latency", value=gap, unit="ms",
             n=t["repeats"], window=window,
             sync_boundary="sum of phase medians - uninstrumented median")
-    ctx.row(variant="sum_minus_total", metric="step_latency_relative",
+    ctx.row(variant="sum_minus_total", metric="step_latency_rel",
             value=100 * gap / total["median"], unit="%", n=t["repeats"], window=window,
             sync_boundary="sum of phase medians - uninstrumented median, % of the latter")
 

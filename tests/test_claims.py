@@ -62,7 +62,7 @@ def tax(tax_ms: float, rel: float, resolved: float | None = None, spread: float 
     specs = [("E13", "controlled/tax", "tax", "value", tax_ms),
              ("E13", "controlled/tax", "tax_rel", "value", rel)]
     if resolved is not None:
-        specs.append(("E13", "controlled/tax", "tax_resolved", "value", resolved))
+        specs.append(("E13", "controlled/tax", "difference_resolved", "value", resolved))
     if spread is not None:
         specs.append(("E13", "controlled/tax", "block_spread", "value", spread))
     return rows(*specs)
@@ -97,7 +97,7 @@ def test_paired_difference_uses_the_wilcoxon_flag_of_context_ab():
 
     def pair(rel, flag, p):
         return rows(("E25", d, "step_latency", "value", rel / 10),
-                    ("E25", d, "step_latency_relative", "value", rel),
+                    ("E25", d, "step_latency_rel", "value", rel),
                     ("E25", d, "throughput_relative", "value", -rel),
                     ("E25", d, "wilcoxon_p", "value", p),
                     ("E25", d, "difference_resolved", "value", flag))

@@ -32,7 +32,7 @@ def phases(**shares):
 
 def sync_tax(pct, resolved=True):
     return [_row("E13", "controlled/tax", "tax_rel", pct),
-            _row("E13", "controlled/tax", "tax_resolved", float(resolved))]
+            _row("E13", "controlled/tax", "difference_resolved", float(resolved))]
 
 
 def events(wall, submit, gap, device="cuda:0"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from experiments import assert_outputs_obey_the_contract, one_value, tiny_results
 
-from perflab import figures, profiling, stats, tables
+from perflab import ab, figures, profiling, stats, tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e13_sync_tax.py"
 
@@ -35,7 +35,7 @@ def test_expected_variants_and_metrics(e13):
             v = f"{prefix}/{side}"
             for metric in ("time_per_step", "block_median", "throughput", "throughput_rel"):
                 assert ((rows.variant == v) & (rows.metric == metric)).any(), (v, metric)
-        for metric in ("tax", "tax_rel", "block_spread", "tax_resolved", "block_pair_diff"):
+        for metric in ("tax", "tax_rel", "block_spread", "difference_resolved", "block_pair_diff"):
             assert ((rows.variant == f"{prefix}/tax") & (rows.metric == metric)).any()
     # the two pairs measure different workloads, and each row says which
     assert set(rows[rows.variant == "controlled/none"].workload) == {"mlp"}
@@ -87,7 +87,7 @@ def test_difference_spread_and_throughput_are_consistent(e13):
                                 & (samples.metric == "block_median")].sort_values("block").value
                   for side in ("none", "item_every")}
         j = stats.judge(blocks["none"].tolist(), blocks["item_every"].tolist())
-        assert one_value(rows, f"{prefix}/tax", "tax_resolved") == float(j.resolved)
+        assert one_value(rows, f"{prefix}/tax", "difference_resolved") == float(j.resolved)
         assert one_value(rows, f"{prefix}/tax", "ab_resolved") == float(j.resolved)
         assert one_value(rows, f"{prefix}/tax", "ab_p") == pytest.approx(j.p)
         assert one_value(rows, f"{prefix}/tax", "ab_effect") == pytest.approx(j.effect)
@@ -138,15 +138,15 @@ def test_free_running_calls_the_step_k_times():
 def test_paired_cost_keeps_the_block_spread_and_uses_the_one_judgement():
     a_blk = [1.0, 1.1, 1.0, 1.05, 0.98, 1.02, 1.0, 1.04]
     b_blk = [v + 0.5 + 0.01 * i for i, v in enumerate(a_blk)]
-    pc = profiling.paired_cost([1.0, 1.0, 1.1], [1.5, 1.6, 1.5], a_blk, b_blk)
+    pc = ab.paired_cost([1.0, 1.0, 1.1], [1.5, 1.6, 1.5], a_blk, b_blk)
     assert pc.diff == pytest.approx(0.5)
     assert pc.rel == pytest.approx(0.5)
     assert pc.noise == pytest.approx(0.12)
     assert pc.block_diffs == pytest.approx([b - a for a, b in zip(a_blk, b_blk)])
     assert pc.resolved and pc.judgement == stats.judge(a_blk, b_blk)
     # two blocks cannot resolve anything (Wilcoxon's smallest p is 0.5)
-    two = profiling.paired_cost([1.0, 1.0, 1.1], [1.5, 1.6, 1.5], [1.0, 1.1], [1.5, 1.55])
+    two = ab.paired_cost([1.0, 1.0, 1.1], [1.5, 1.6, 1.5], [1.0, 1.1], [1.5, 1.55])
     assert not two.resolved and two.judgement.p == pytest.approx(0.5)
     # given block differences replace b_i - a_i
-    given = profiling.paired_cost([1.0], [1.05], a_blk, b_blk, block_diffs=[0.0] * 8)
+    given = ab.paired_cost([1.0], [1.05], a_blk, b_blk, block_diffs=[0.0] * 8)
     assert given.block_diffs == [0.0] * 8 and not given.resolved

@@ -40,7 +40,11 @@ def test_both_workloads_pair_eager_with_compiled(e19):
         b = one_value(rows, c, "forward_latency", "median")
         assert one_value(rows, f"{name}/compiled_vs_eager", "speedup", "median") == \
             pytest.approx(a / b)
-        assert len(samples[samples.variant == c]) == p["blocks"] * p["inner"]
+        calls = samples[(samples.variant == c) & (samples.metric == "forward_latency")]
+        assert len(calls) == p["blocks"] * p["inner"]
+        # each block's median goes to the samples file too (the block spread)
+        assert len(samples[(samples.variant == c) & (samples.metric == "block_median")]) == \
+            p["blocks"]
         # the first compiled call includes compilation: it exceeds every steady call
         first = one_value(rows, c, "first_call")
         assert first > one_value(rows, c, "forward_latency", "max")

@@ -34,7 +34,7 @@ def test_each_instrument_has_baseline_instrumented_and_cost_rows(e23, key):
     for side in ("baseline", "instrumented"):
         for metric in ("time_per_step", "block_median"):
             assert ((rows.variant == f"{key}/{side}") & (rows.metric == metric)).any()
-    for metric in ("cost", "cost_rel", "block_spread", "cost_resolved", "block_pair_diff"):
+    for metric in ("cost", "cost_rel", "block_spread", "difference_resolved", "block_pair_diff"):
         assert ((rows.variant == f"{key}/cost") & (rows.metric == metric)).any(), metric
 
 
@@ -52,7 +52,7 @@ def test_cost_is_consistent_with_the_rows(e23, key):
     spread = one_value(rows, f"{key}/cost", "block_spread")
     assert spread == pytest.approx(max(widths))
     # resolved is the judgement's verdict (stats.judge), reported beside the block spread
-    assert one_value(rows, f"{key}/cost", "cost_resolved") == one_value(rows, f"{key}/cost",
+    assert one_value(rows, f"{key}/cost", "difference_resolved") == one_value(rows, f"{key}/cost",
                                                                          "ab_resolved")
     lo, hi = (one_value(rows, f"{key}/cost", m) for m in ("ab_ci_low", "ab_ci_high"))
     assert lo <= one_value(rows, f"{key}/cost", "ab_effect") <= hi

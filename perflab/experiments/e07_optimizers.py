@@ -39,7 +39,7 @@ def _pair_records(r: pd.DataFrame, a: str, b: str, label_a: str, label_b: str) -
     out.append({
         "measurement": f"{label_b} - {label_a}",
         "median_ms": pick(r, d, statistic="value"),
-        "change_pct": pick(r, d, "step_latency_relative", "value"),
+        "change_pct": pick(r, d, "step_latency_rel", "value"),
         "wilcoxon_p": pick(r, d, "wilcoxon_p", "value"),
         "resolved": pick(r, d, "difference_resolved", "value"),
     })
@@ -122,7 +122,7 @@ def _optimizer_order(ev):
        tolerance="fused - foreach < 0, resolved by the pair's significance test")
 def _full_step_fused(ev):
     d = "step_adamw_fused_minus_step_adamw_foreach"
-    rel = ev.value("E07", d, "step_latency_relative", "value")
+    rel = ev.value("E07", d, "step_latency_rel", "value")
     diff = ev.value("E07", d, "step_latency", "value")
     return judge(rel < 0, f"{diff:+.3f} ms ({pct(rel)})",
                  is_resolved=resolved(ev, "E07", d, diff),

@@ -47,7 +47,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
             "item_every_examples_per_s": pick(r, b, "throughput", "value"),
             "item_every_rel_pct": pick(r, b, "throughput_rel", "value"),
             "block_spread_ms": pick(r, d, "block_spread", "value"),
-            "resolved": pick(r, d, "tax_resolved", "value"),
+            "resolved": pick(r, d, "difference_resolved", "value"),
         })
     means = [v for v in r.variant.unique() if v.startswith("running_mean/")]
     for v in means:
@@ -118,7 +118,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
             ax.legend(loc="best", fontsize=8)
         tax = pick(r, f"{prefix}/tax", "tax", "value")
         rel = pick(r, f"{prefix}/tax", "tax_rel", "value")
-        res = pick(r, f"{prefix}/tax", "tax_resolved", "value")
+        res = pick(r, f"{prefix}/tax", "difference_resolved", "value")
         model = r[r.variant == f"{prefix}/none"].model
         head = f"{label}" + (f" ({model.iloc[0]})" if not model.empty else "")
         if isinstance(tax, Missing) or isinstance(rel, Missing):

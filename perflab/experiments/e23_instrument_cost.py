@@ -48,7 +48,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
             "baseline_block_max_ms": pick(r, base, "block_median", "max"),
             "instrumented_block_min_ms": pick(r, inst, "block_median", "min"),
             "instrumented_block_max_ms": pick(r, inst, "block_median", "max"),
-            "resolved": pick(r, cost, "cost_resolved", "value"),
+            "resolved": pick(r, cost, "difference_resolved", "value"),
         })
     return make_table(records)
 
@@ -92,7 +92,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
             ax.scatter(np.full(len(diffs), x) + np.linspace(-0.15, 0.15, len(diffs)),
                        100 * diffs.value / base, s=12, color="#222222", alpha=0.6, zorder=3,
                        label="each block pair (instrumented - baseline)" if x == 0 else None)
-        res = pick(r, f"{key}/cost", "cost_resolved", "value")
+        res = pick(r, f"{key}/cost", "difference_resolved", "value")
         verdict = "" if isinstance(res, Missing) else (", resolved" if res else ", unresolved")
         ticks[-1] = f"{label}\n{cost:+.3f} ms{verdict}"
     ax.axhline(0, color="black", lw=0.8)

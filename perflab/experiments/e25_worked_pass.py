@@ -51,7 +51,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
         {"step": "remeasure", "quantity": "pair: AdamW fused (median ms)",
          "value": pick(r, "adamw_fused")},
         {"step": "remeasure", "quantity": "latency change (%)",
-         "value": pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_relative", "value")},
+         "value": pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_rel", "value")},
         {"step": "remeasure", "quantity": "throughput change (%)",
          "value": pick(r, "adamw_fused_minus_adamw_foreach", "throughput_relative", "value")},
         {"step": "remeasure", "quantity": "difference resolved (Wilcoxon p < 0.05)",
@@ -84,7 +84,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     ax.set_title("localize: the baseline step (AdamW foreach)", fontsize=9)
     pair_blocks(ax2, samples, "E25", "adamw_foreach", "adamw_fused",
                  ("AdamW foreach", "AdamW fused"))
-    change = pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_relative", "value")
+    change = pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_rel", "value")
     if not isinstance(change, Missing):
         ax2.set_title(f"remeasure: fused changes the step by {change:+.1f}%", fontsize=9)
     return fig
@@ -95,7 +95,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
        tolerance="latency change < 0, resolved by the pair's significance test")
 def _worked_pass(ev):
     d = "adamw_fused_minus_adamw_foreach"
-    rel = ev.value("E25", d, "step_latency_relative", "value")
+    rel = ev.value("E25", d, "step_latency_rel", "value")
     thr = ev.maybe("E25", d, "throughput_relative", "value", float("nan"))
     diff = ev.maybe("E25", d, "step_latency", "value", rel)
     try:
