@@ -65,18 +65,27 @@ REQUIRED_TEXT = [
 ]
 SAMPLE_COLUMNS = ["experiment", "variant", "execution", "metric", "unit", "block", "index", "value"]
 
-#: metric names of runs written before perflab had one name per quantity -> that name.
-#: Applied where rows and samples are read (:func:`read_results`, :func:`read_samples`),
-#: so older runs (the shipped reference runs, a user's own) read as if written today;
-#: nothing writes an old name. Only ever add to it.
-RENAMED_METRICS = {
+#: (experiment, metric name) of runs written before perflab had one name per quantity ->
+#: that name; experiment None: in every experiment. Applied where rows and samples are
+#: read (:func:`read_results`, :func:`read_samples`), so older runs (the shipped reference
+#: runs, a user's own) read as if written today. Nothing writes an old name where it is
+#: old; only ever add to it.
+RENAMED_METRICS: dict[tuple[str | None, str], str] = {
     # the two A/B writers' vocabularies, now the one of perflab.ab
-    "step_latency_relative": "step_latency_rel",
-    "forward_latency_relative": "forward_latency_rel",
-    "host_to_device_relative": "host_to_device_rel",
-    "paired_block_difference": "block_pair_diff",
-    "tax_resolved": "difference_resolved",
-    "cost_resolved": "difference_resolved",
+    (None, "step_latency_relative"): "step_latency_rel",
+    (None, "forward_latency_relative"): "forward_latency_rel",
+    (None, "host_to_device_relative"): "host_to_device_rel",
+    (None, "paired_block_difference"): "block_pair_diff",
+    (None, "tax_resolved"): "difference_resolved",
+    (None, "cost_resolved"): "difference_resolved",
+    # one name per quantity
+    (None, "throughput_relative"): "throughput_rel",  # E25: the change, % of A's
+    ("E13", "throughput_rel"): "throughput_pct_of_none",  # a ratio (100 = no change)
+    (None, "time_per_step"): "step_latency",
+    (None, "budget"): "memory_budget",
+    (None, "gradient_bytes"): "grad_bytes",
+    (None, "gradient_max"): "grad_max",
+    (None, "gradient_scale"): "grad_scale",
 }
 
 
@@ -185,9 +194,14 @@ def write_samples(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.Dat
 
 def renamed(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` (rows or samples) with old metric names replaced (:data:`RENAMED_METRICS`)."""
-    if "metric" not in frame.columns or not frame.metric.isin(list(RENAMED_METRICS)).any():
+    if "metric" not in frame.columns:
         return frame
-    return frame.assign(metric=frame.metric.replace(RENAMED_METRICS))
+    metric = frame.metric
+    for (eid, old), new in RENAMED_METRICS.items():
+        hit = (frame.metric == old) & ((frame.experiment == eid) if eid else True)
+        if hit.any():
+            metric = metric.mask(hit, new)
+    return frame if metric is frame.metric else frame.assign(metric=metric)
 
 
 def read_samples(path: str | Path) -> pd.DataFrame:

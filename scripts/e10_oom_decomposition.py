@@ -174,7 +174,7 @@ def measure(ctx):
                             "the optimizer state's bytes are the tensor-accounting row")
         ctx.row(variant=v, metric="optimizer_state_bytes", value=state, unit="MiB",
                 window=f"{runs}; after the steps; {acct}", sync_boundary="n/a")
-        ctx.row(variant=v, metric="gradient_bytes", value=grads, unit="MiB",
+        ctx.row(variant=v, metric="grad_bytes", value=grads, unit="MiB",
                 window=f"{runs}; after the last step; {acct}", sync_boundary="n/a")
         ctx.log(f"batch {batch}: peak {peak:.1f} MiB, growth {growth:+.3f} MiB/step, "
                 f"optimizer state {state:.1f} MiB, first .step() allocated {first}")
@@ -223,7 +223,7 @@ def measure(ctx):
             # the same cap as E18's: released blocks first, fraction 1.0 restored on exit
             with memory.capped_cuda_budget(budget, ctx.device):
                 at_failure = record_capped_run(ctx, attempt, batch=large, cap_note=cap_note)
-            ctx.row(variant="capped_run", metric="budget", value=budget * 1024, unit="MiB",
+            ctx.row(variant="capped_run", metric="memory_budget", value=budget * 1024, unit="MiB",
                     window=cap_note, sync_boundary="n/a")
 
     if not cuda:

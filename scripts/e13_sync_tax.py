@@ -46,7 +46,7 @@ def _stretch(inner: int) -> tuple[int, int]:
 
 def sync_tax(ctx, prefix, name, label):
     p, t = ctx.params, ctx.timing
-    parts = ctx.trainable(name, variants=(f"{prefix}/none",), metric="time_per_step")
+    parts = ctx.trainable(name, variants=(f"{prefix}/none",), metric="step_latency")
     if parts is None:
         return
     w, opt = parts
@@ -73,7 +73,7 @@ def sync_tax(ctx, prefix, name, label):
               f"{warm_calls * k} warmup steps per side{cpu}")
     stretch_sync = f"{ctx.sync_name} at both ends of each {k}-step stretch only"
     pc = profiling.record_pair(
-        ctx, metric="time_per_step", window=window,
+        ctx, metric="step_latency", window=window,
         sides=[(f"{prefix}/none", per_step[0], block_of, blocks[0],
                 stretch_sync + "; no host read of any device value"),
                (f"{prefix}/item_every", per_step[1], block_of, blocks[1],
@@ -87,9 +87,9 @@ def sync_tax(ctx, prefix, name, label):
         ctx.row(variant=f"{prefix}/{side}", metric="throughput", value=thr[side], unit="ex/s",
                 window=window + f"; batch {w.batch_size} / median ms per step",
                 sync_boundary=stretch_sync, n=len(per_step[0]))
-        ctx.row(variant=f"{prefix}/{side}", metric="throughput_rel", value=100 * thr[side]
-                / thr["none"], unit="%", window=window, sync_boundary="relative to no host read",
-                n=len(per_step[0]))
+        ctx.row(variant=f"{prefix}/{side}", metric="throughput_pct_of_none",
+                value=100 * thr[side] / thr["none"], unit="%", window=window,
+                sync_boundary="relative to no host read", n=len(per_step[0]))
     ctx.log(f"{label} ({w.description}, batch {w.batch_size}): none {pc.a_median:.3f} ms, "
             f"item_every {pc.b_median:.3f} ms, tax {pc.diff:+.3f} ms ({100 * pc.rel:+.1f}%), "
             f"block spread {pc.noise:.3f} ms -> {'resolved' if pc.resolved else 'unresolved'}")

@@ -45,7 +45,7 @@ def correctness(ctx, w, fresh, batch):
             unit="abs", **kw)
     ctx.row(variant=d, metric="grad_max_abs_diff", value=iv.max_abs_diff(a["grads"], b["grads"]),
             unit="abs", **kw)
-    ctx.row(variant=d, metric="gradient_scale", value=iv.mean_abs(a["grads"]), unit="mean |g|", **kw)
+    ctx.row(variant=d, metric="grad_scale", value=iv.mean_abs(a["grads"]), unit="mean |g|", **kw)
     ctx.log(f"batch {batch}: loss {a['loss']:.6f} vs {b['loss']:.6f}, grad-norm "
             f"{a['grad_norm']:.6f} vs {b['grad_norm']:.6f}")
 

@@ -38,8 +38,8 @@ def equivalence(ctx, w, fresh, batch, ks):
                          f"pass over the full batch of {batch}, identical state",
                   sync_boundary="gradients compared after both backward passes")
         ctx.row(metric="grad_max_abs_diff", value=diff, unit="abs", **kw)
-        ctx.row(metric="gradient_scale", value=scale, unit="mean |g|", **kw)
-        ctx.row(metric="gradient_max", value=largest, unit="max |g|", **kw)
+        ctx.row(metric="grad_scale", value=scale, unit="mean |g|", **kw)
+        ctx.row(metric="grad_max", value=largest, unit="max |g|", **kw)
         ctx.log(f"K={k}: max |diff| {diff:.2e} (gradient mean |g| {scale:.2e}, max |g| "
                 f"{largest:.2e})")
         del model

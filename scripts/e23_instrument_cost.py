@@ -55,7 +55,7 @@ def _ab(ctx, key, fa, fb, a_sync, b_sync, what):
               f"{k} free-running steps (ms per step = stretch time / {k})")
     stretch = f"{ctx.sync_name} at both ends of each {k}-step stretch; "
     return profiling.record_pair(
-        ctx, metric="time_per_step", window=window,
+        ctx, metric="step_latency", window=window,
         sides=[(f"{key}/baseline", [v / k for v in res.a_samples], block_of,
                 [v / k for v in res.a_blocks], stretch + a_sync),
                (f"{key}/instrumented", [v / k for v in res.b_samples], block_of,
@@ -95,7 +95,7 @@ def _profiler(ctx, base, ranged):
     synced = f"{ctx.sync_name} at both ends of each step"
     between = [pb - (base_blocks[i] + base_blocks[i + 1]) / 2 for i, pb in enumerate(prof_blocks)]
     pc = profiling.record_pair(
-        ctx, metric="time_per_step", window=window,
+        ctx, metric="step_latency", window=window,
         sides=[("profiler/baseline", base_s, base_of, base_blocks, synced + "; no profiler"),
                ("profiler/instrumented", prof_s, prof_of, prof_blocks,
                 synced + "; the profiler's active steps (prof.step() outside the timed region)")],

@@ -98,7 +98,7 @@ def measure(ctx):
     d = ctx.ab(res, a="adamw_foreach", b="adamw_fused", batch_size=w.batch_size,
                window=f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}")
     thr = 100 * (d["a"] / d["b"] - 1)
-    ctx.row(variant="adamw_fused_minus_adamw_foreach", metric="throughput_relative", value=thr,
+    ctx.row(variant="adamw_fused_minus_adamw_foreach", metric="throughput_rel", value=thr,
             unit="%", n=p["blocks"], window="from the pair's medians",
             sync_boundary="synchronized at both ends of each call; blocks interleaved AB/BA")
     ctx.log(f"remeasured: foreach {d['a']:.3f} ms, fused {d['b']:.3f} ms: latency "

@@ -90,18 +90,31 @@ def test_record_pair_is_the_same_writer(tiny_contract):
                                                                     "step_latency_rel"))
 
 
+def _old_row(eid, metric):
+    return {"experiment": eid, "variant": "v", "workload": "mlp", "dtype": "float32",
+            "device": "cpu", "mode": "train", "execution": "eager", "metric": metric,
+            "window": "w", "sync_boundary": "s", "statistic": "value", "value": 1.0,
+            "unit": "x", "n": 1, "status": "ok", "reason": ""}
+
+
 def test_old_names_read_as_the_one_vocabulary(tmp_path):
-    rows = [{"experiment": "E13", "variant": "controlled/tax", "workload": "mlp",
-             "dtype": "float32", "device": "cpu", "mode": "train", "execution": "eager",
-             "metric": old, "window": "w", "sync_boundary": "s", "statistic": "value",
-             "value": 1.0, "unit": "x", "n": 1, "status": "ok", "reason": ""}
-            for old in ("tax_resolved", "paired_block_difference", "tax_rel")]
-    io.write_results(tmp_path / "old.csv", rows)
+    io.write_results(tmp_path / "old.csv", [
+        _old_row("E13", "tax_resolved"), _old_row("E13", "paired_block_difference"),
+        _old_row("E13", "tax_rel"), _old_row("E13", "throughput_rel"),
+        _old_row("E25", "throughput_relative"), _old_row("E25", "throughput_rel")])
     assert list(io.read_results([tmp_path / "old.csv"]).metric) == [
-        "difference_resolved", "block_pair_diff", "tax_rel"]
+        "difference_resolved", "block_pair_diff", "tax_rel", "throughput_pct_of_none",
+        "throughput_rel", "throughput_rel"]  # E13's old ratio is not E25's change
     io.write_samples(tmp_path / "old_samples.csv",
                      [{"experiment": "E05", "variant": "sum_minus_total", "execution": "eager",
                        "metric": "step_latency_relative", "unit": "%", "block": 0, "index": 0,
                        "value": 2.0}])
     assert list(io.read_samples(tmp_path / "old_samples.csv").metric) == ["step_latency_rel"]
-    assert set(io.RENAMED_METRICS.values()).isdisjoint(io.RENAMED_METRICS)  # one step, no chains
+
+
+def test_renaming_takes_one_step():
+    """Every old name reads as its new one, and a new name is never renamed again."""
+    old = io.rows_to_frame([_old_row(eid or "E99", m) for eid, m in io.RENAMED_METRICS])
+    once = io.renamed(old)
+    assert list(once.metric) == list(io.RENAMED_METRICS.values())
+    assert once.equals(io.renamed(once))

@@ -98,7 +98,7 @@ def test_paired_difference_uses_the_wilcoxon_flag_of_context_ab():
     def pair(rel, flag, p):
         return rows(("E25", d, "step_latency", "value", rel / 10),
                     ("E25", d, "step_latency_rel", "value", rel),
-                    ("E25", d, "throughput_relative", "value", -rel),
+                    ("E25", d, "throughput_rel", "value", -rel),
                     ("E25", d, "wilcoxon_p", "value", p),
                     ("E25", d, "difference_resolved", "value", flag))
 

@@ -37,10 +37,10 @@ def test_evidence_is_measured_at_both_batch_sizes(e10):
     for b in (small, large):
         v = f"batch_{b}"
         assert value(rows, v, "peak_rss") > 0
-        assert value(rows, v, "gradient_bytes") == pytest.approx(params)
+        assert value(rows, v, "grad_bytes") == pytest.approx(params)
         assert 2 * params <= value(rows, v, "optimizer_state_bytes") <= 2 * params + 0.01
     assert value(rows, "persistent", "bytes") == pytest.approx(
-        params + value(rows, f"batch_{large}", "gradient_bytes")
+        params + value(rows, f"batch_{large}", "grad_bytes")
         + value(rows, f"batch_{large}", "optimizer_state_bytes"))
 
 

@@ -33,7 +33,8 @@ def test_expected_variants_and_metrics(e13):
     for prefix in ("controlled", "small"):
         for side in ("none", "item_every"):
             v = f"{prefix}/{side}"
-            for metric in ("time_per_step", "block_median", "throughput", "throughput_rel"):
+            for metric in ("step_latency", "block_median", "throughput",
+                           "throughput_pct_of_none"):
                 assert ((rows.variant == v) & (rows.metric == metric)).any(), (v, metric)
         for metric in ("tax", "tax_rel", "block_spread", "difference_resolved", "block_pair_diff"):
             assert ((rows.variant == f"{prefix}/tax") & (rows.metric == metric)).any()
@@ -60,7 +61,7 @@ def test_block_counts_match_params(e13):
             v = f"{prefix}/{side}"
             blocks = samples[(samples.variant == v) & (samples.metric == "block_median")]
             assert sorted(blocks.block) == list(range(p["blocks"]))
-            each = samples[(samples.variant == v) & (samples.metric == "time_per_step")]
+            each = samples[(samples.variant == v) & (samples.metric == "step_latency")]
             assert len(each) == p["blocks"] * calls
             assert each.groupby("block").size().tolist() == [calls] * p["blocks"]
             med = rows[(rows.variant == v) & (rows.metric == "block_median")]
@@ -72,8 +73,8 @@ def test_difference_spread_and_throughput_are_consistent(e13):
     batch = {"controlled": contract["workloads"]["mlp"]["params"]["batch"],
              "small": contract["workloads"]["small_mlp"]["params"]["batch"]}
     for prefix in ("controlled", "small"):
-        a = one_value(rows, f"{prefix}/none", "time_per_step", "median")
-        b = one_value(rows, f"{prefix}/item_every", "time_per_step", "median")
+        a = one_value(rows, f"{prefix}/none", "step_latency", "median")
+        b = one_value(rows, f"{prefix}/item_every", "step_latency", "median")
         tax = one_value(rows, f"{prefix}/tax", "tax")
         assert tax == pytest.approx(b - a)
         assert one_value(rows, f"{prefix}/tax", "tax_rel") == pytest.approx(100 * (b - a) / a)
@@ -94,10 +95,11 @@ def test_difference_spread_and_throughput_are_consistent(e13):
         for side, med in (("none", a), ("item_every", b)):
             assert one_value(rows, f"{prefix}/{side}", "throughput") == pytest.approx(
                 batch[prefix] * 1e3 / med)
-        assert one_value(rows, f"{prefix}/none", "throughput_rel") == pytest.approx(100.0)
+        assert one_value(rows, f"{prefix}/none", "throughput_pct_of_none") == \
+            pytest.approx(100.0)
         # the per-sample median in the rows is the median of the samples file
         each = samples[(samples.variant == f"{prefix}/none")
-                       & (samples.metric == "time_per_step")]
+                       & (samples.metric == "step_latency")]
         assert a == pytest.approx(each.value.median())
 
 

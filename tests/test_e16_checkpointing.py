@@ -28,7 +28,7 @@ def test_checkpointed_loss_and_gradients_equal_normal(e16):
             one_value(rows, f"b{b}/normal", "grad_norm"), rel=1e-6)
         d = f"b{b}/checkpointed_vs_normal"
         assert one_value(rows, d, "grad_max_abs_diff") <= 1e-5 * one_value(rows, d,
-                                                                          "gradient_scale")
+                                                                          "grad_scale")
 
 
 def test_saving_and_ratios_come_from_the_peaks(e16):

@@ -25,8 +25,8 @@ def test_accumulated_gradient_equals_the_full_batch_gradient(e17):
             assert not ((rows.variant == "k1") & (rows.metric == "grad_max_abs_diff")).any()
             continue
         diff = one_value(rows, f"k{k}", "grad_max_abs_diff")
-        scale = one_value(rows, f"k{k}", "gradient_scale")
-        assert 0 < scale <= one_value(rows, f"k{k}", "gradient_max")
+        scale = one_value(rows, f"k{k}", "grad_scale")
+        assert 0 < scale <= one_value(rows, f"k{k}", "grad_max")
         assert diff <= 1e-4 * scale  # roundoff, not a different gradient
 
 

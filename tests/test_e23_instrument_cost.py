@@ -32,7 +32,7 @@ def test_outputs_obey_the_contract(e23):
 def test_each_instrument_has_baseline_instrumented_and_cost_rows(e23, key):
     rows, *_ = e23
     for side in ("baseline", "instrumented"):
-        for metric in ("time_per_step", "block_median"):
+        for metric in ("step_latency", "block_median"):
             assert ((rows.variant == f"{key}/{side}") & (rows.metric == metric)).any()
     for metric in ("cost", "cost_rel", "block_spread", "difference_resolved", "block_pair_diff"):
         assert ((rows.variant == f"{key}/cost") & (rows.metric == metric)).any(), metric
@@ -41,8 +41,8 @@ def test_each_instrument_has_baseline_instrumented_and_cost_rows(e23, key):
 @pytest.mark.parametrize("key", INSTRUMENTS)
 def test_cost_is_consistent_with_the_rows(e23, key):
     rows, *_ = e23
-    base = one_value(rows, f"{key}/baseline", "time_per_step", "median")
-    inst = one_value(rows, f"{key}/instrumented", "time_per_step", "median")
+    base = one_value(rows, f"{key}/baseline", "step_latency", "median")
+    inst = one_value(rows, f"{key}/instrumented", "step_latency", "median")
     cost = one_value(rows, f"{key}/cost", "cost")
     assert cost == pytest.approx(inst - base)
     assert one_value(rows, f"{key}/cost", "cost_rel") == pytest.approx(100 * (inst - base) / base)
@@ -75,7 +75,7 @@ def test_block_counts_match_params(e23):
     assert base.block.tolist() == list(range(0, 2 * blocks + 1, 2))
     assert prof.block.tolist() == list(range(1, 2 * blocks, 2))
     each = samples[(samples.variant == "profiler/instrumented")
-                   & (samples.metric == "time_per_step")]
+                   & (samples.metric == "step_latency")]
     assert len(each) == blocks * contract["params"]["inner"]
     drift = one_value(rows, "profiler/baseline", "bracket_drift")
     assert drift == pytest.approx(base.value.iloc[-1] - base.value.iloc[0])

@@ -122,7 +122,7 @@ def test_e25_rows_are_consistent(tiny_cfg, tmp_path):
     a, b = one("adamw_foreach", "step_latency"), one("adamw_fused", "step_latency")
     d = "adamw_fused_minus_adamw_foreach"
     assert one(d, "step_latency", "value") == pytest.approx(b - a)
-    assert one(d, "throughput_relative", "value") == pytest.approx(100 * (a / b - 1))
+    assert one(d, "throughput_rel", "value") == pytest.approx(100 * (a / b - 1))
     shares = rows[rows.variant.str.startswith("localize/")].value
     assert len(shares) == 7 and shares.sum() == pytest.approx(100.0)
     peaks = rows[rows.metric == "peak_allocated"]

@@ -41,7 +41,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
                                            "value"),
                "first_step_alloc_mib": pick(r, v, "first_step_allocation", "value"),
                "optimizer_state_mib": pick(r, v, "optimizer_state_bytes", "value"),
-               "gradients_mib": pick(r, v, "gradient_bytes", "value")}
+               "gradients_mib": pick(r, v, "grad_bytes", "value")}
         records.append(rec)
     records.append({"evidence": "parameter bytes", "value": pick(r, "parameters", "bytes",
                                                                   "value")})
@@ -51,7 +51,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
         records.append({"evidence": "peak moved by the batch size",
                         "value": pick(r, "peak_moved_by_batch", "peak_allocated", "value")})
     records.append({"evidence": "budget (emulated card)",
-                    "value": pick(r, "capped_run", "budget", "value")})
+                    "value": pick(r, "capped_run", "memory_budget", "value")})
     oom = pick(r, "capped_run", "oom", "value")
     if isinstance(oom, Missing) and oom.status == "oom":  # the failure, with its reason
         records.append({"evidence": "capped run: out of memory", "value": "OOM",
@@ -101,7 +101,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     if not isinstance(persistent, Missing):
         ax.axhline(persistent, color="black", ls=":", lw=1.2,
                    label=f"parameters + gradients + optimizer state {persistent:.0f} MiB")
-    budget = pick(r, "capped_run", "budget", "value")
+    budget = pick(r, "capped_run", "memory_budget", "value")
     if not isinstance(budget, Missing):
         ax.axhline(budget, color="#c0392b", ls="--", lw=1.2, label=f"budget {budget:.0f} MiB")
     oom = pick(r, "capped_run", "oom", "value")

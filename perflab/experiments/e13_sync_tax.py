@@ -39,13 +39,13 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
         records.append({
             "measurement": label,
             "model": sel.iloc[0]["model"] if not sel.empty else "",
-            "none_median_ms": pick(r, a, "time_per_step"),
-            "item_every_median_ms": pick(r, b, "time_per_step"),
+            "none_median_ms": pick(r, a, "step_latency"),
+            "item_every_median_ms": pick(r, b, "step_latency"),
             "difference_ms": pick(r, d, "tax", "value"),
             "change_pct": pick(r, d, "tax_rel", "value"),
             "none_examples_per_s": pick(r, a, "throughput", "value"),
             "item_every_examples_per_s": pick(r, b, "throughput", "value"),
-            "item_every_rel_pct": pick(r, b, "throughput_rel", "value"),
+            "item_every_rel_pct": pick(r, b, "throughput_pct_of_none", "value"),
             "block_spread_ms": pick(r, d, "block_spread", "value"),
             "resolved": pick(r, d, "difference_resolved", "value"),
         })
@@ -100,10 +100,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
             v = f"{prefix}/{side}"
             blocks = block_series(samples, "E13", v)
             if blocks.empty:
-                cell = pick(r, v, "time_per_step")
+                cell = pick(r, v, "step_latency")
                 notes.append(f"{side_label}: {cell if isinstance(cell, Missing) else 'no samples'}")
                 continue
-            each = block_series(samples, "E13", v, "time_per_step")
+            each = block_series(samples, "E13", v, "step_latency")
             offset = -0.12 if i == 0 else 0.12
             ax.scatter(each.block + offset, each.value, s=10, alpha=0.35, color=colours[i],
                        zorder=1)

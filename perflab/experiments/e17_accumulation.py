@@ -36,8 +36,8 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
             "median_ms": pick(r, k), "time_pct": pick(r, k, "time_pct_of_k1", "value"),
             "peak_mib": pick(r, k, peak, "max"), "peak_pct": pick(r, k, "memory_pct_of_k1", "value"),
             "grad_max_abs_diff": pick(r, k, "grad_max_abs_diff", "value") if k != "k1" else "",
-            "gradient_scale": pick(r, k, "gradient_scale", "value") if k != "k1" else "",
-            "gradient_max": pick(r, k, "gradient_max", "value") if k != "k1" else "",
+            "gradient_scale": pick(r, k, "grad_scale", "value") if k != "k1" else "",
+            "gradient_max": pick(r, k, "grad_max", "value") if k != "k1" else "",
         })
     return make_table(records, ["K", "micro_batch", "median_ms", "time_pct", "peak_mib", "peak_pct",
                             "grad_max_abs_diff", "gradient_scale", "gradient_max"])
@@ -65,8 +65,8 @@ def _accumulation(ev):
         raise Absent("no gradient comparison" + ("" if ev.has("E17") else " (E17 not run)"))
     # the chapter sets the difference against the gradient's magnitude (1.7e-3, its largest
     # elements); a mean |g| over mostly-tiny elements would call fp32 summation order a bug
-    scale = max(ev.variants("E17", "k", "gradient_max", "value").values()
-                or ev.variants("E17", "k", "gradient_scale", "value").values(),
+    scale = max(ev.variants("E17", "k", "grad_max", "value").values()
+                or ev.variants("E17", "k", "grad_scale", "value").values(),
                 default=float("nan"))
     peaks = sorted((int(v.removeprefix("k")), x) for v, x in ev.variants("E17", "k", "peak_allocated", "max").items())
     if not peaks:  # a CPU: each K's fresh-process peak RSS

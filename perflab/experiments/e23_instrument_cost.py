@@ -40,8 +40,8 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
         base, inst, cost = f"{key}/baseline", f"{key}/instrumented", f"{key}/cost"
         records.append({
             "instrument": label,
-            "baseline_median_ms": pick(r, base, "time_per_step"),
-            "instrumented_median_ms": pick(r, inst, "time_per_step"),
+            "baseline_median_ms": pick(r, base, "step_latency"),
+            "instrumented_median_ms": pick(r, inst, "step_latency"),
             "cost_ms": pick(r, cost, "cost", "value"),
             "cost_pct": pick(r, cost, "cost_rel", "value"),
             "baseline_block_min_ms": pick(r, base, "block_median", "min"),
@@ -75,7 +75,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
         ticks.append(label)
         rel = pick(r, f"{key}/cost", "cost_rel", "value")
         cost = pick(r, f"{key}/cost", "cost", "value")
-        base = pick(r, f"{key}/baseline", "time_per_step")
+        base = pick(r, f"{key}/baseline", "step_latency")
         noise = pick(r, f"{key}/cost", "block_spread", "value")
         if any(isinstance(c, Missing) for c in (rel, cost, base)):
             cell = next(c for c in (rel, cost, base) if isinstance(c, Missing))

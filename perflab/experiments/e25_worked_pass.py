@@ -53,7 +53,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
         {"step": "remeasure", "quantity": "latency change (%)",
          "value": pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_rel", "value")},
         {"step": "remeasure", "quantity": "throughput change (%)",
-         "value": pick(r, "adamw_fused_minus_adamw_foreach", "throughput_relative", "value")},
+         "value": pick(r, "adamw_fused_minus_adamw_foreach", "throughput_rel", "value")},
         {"step": "remeasure", "quantity": "difference resolved (Wilcoxon p < 0.05)",
          "value": pick(r, "adamw_fused_minus_adamw_foreach", "difference_resolved", "value")},
         {"step": "tradeoff", "quantity": "peak allocated, foreach alone (MiB)",
@@ -96,7 +96,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
 def _worked_pass(ev):
     d = "adamw_fused_minus_adamw_foreach"
     rel = ev.value("E25", d, "step_latency_rel", "value")
-    thr = ev.maybe("E25", d, "throughput_relative", "value", float("nan"))
+    thr = ev.maybe("E25", d, "throughput_rel", "value", float("nan"))
     diff = ev.maybe("E25", d, "step_latency", "value", rel)
     try:
         s = phase_shares(ev, "E25", "localize/")
