@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +73,37 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
     def add(section, field, value, unit="", source=""):
         rows.append(dict(section=section, field=field, value=value, unit=unit, source=source))
 
+    run = _run_contract(prov)
+    _workload_rows(run, add)
+    bench = _benchmark_rows(frame, run, add)
+    _hygiene_rows(frame, add)
+    _instrument_rows(frame, add)
+    _phase_rows(frame, add)
+    _memory_rows(frame, add)
+    _optimizer_correctness_rows(frame, add)
+    _intervention_correctness_rows(frame, add)
+    add("measurement", "boundary", "synchronized at both ends | uninstrumented | first step excluded"
+        if bench else "no benchmark in this run")
+    _roofline_and_verdict(frame, add)
+    _harness(frame, prov, add)
+
+    ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
+    return ledger, render_markdown(ledger)
+
+
+@dataclass
+class _Run:
+    """What the ledger reads from provenance: the contract, the environment, the workload."""
+
+    contract: dict[str, Any]
+    envr: dict[str, Any]
+    wl: dict[str, Any]  # the controlled workload as built (description, batch size, ...)
+
+
+def _run_contract(prov: dict[str, dict[str, Any]]) -> _Run:
+    """The run's contract and environment (any job's provenance) and its controlled workload."""
     any_prov = next(iter(prov.values()), {})
     contract = any_prov.get("contract", {})
-    envr = any_prov.get("environment", {})
     wl_name = contract.get("workload", "")
     # the controlled workload as the benchmark experiments built it: interventions rebuild
     # it at other sizes (E16/E17 at batch 4096), so their provenance must not win
@@ -83,10 +112,14 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
         wl = prov.get(eid, {}).get("workloads", {}).get(wl_name) or {}
         if wl:
             break
+    return _Run(contract, any_prov.get("environment", {}), wl)
+
+
+def _workload_rows(run: _Run, add) -> None:
+    """The header (model, optimizer, device) and the workload line, from provenance."""
+    contract, envr, wl = run.contract, run.envr, run.wl
     device = contract.get("device", "")
     device_kind = "CUDA" if device.startswith("cuda") else "CPU"
-    timing = contract.get("timing", {})
-
     add("header", "model", wl.get("description", ""), source="provenance")
     add("header", "optimizer", wl.get("optimizer", ""), source="provenance")
     add("header", "device", f"{device_kind} ({envr.get('device_name', '')})", source="provenance")
@@ -99,7 +132,9 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
     add("workload", "threads", envr.get("torch_num_threads"), source="provenance")
     add("workload", "flush_denormal", contract.get("flush_denormal"), source="provenance")
 
-    # benchmark: the best warmed, synchronized series in this run
+
+def _benchmark_rows(frame: pd.DataFrame, run: _Run, add) -> bool:
+    """The benchmark line: the best warmed, synchronized series in this run; True if any."""
     bench = None
     for eid, variant, stat_n in (
         ("E03", "spread", "E03 spread"),
@@ -115,8 +150,9 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
             break
     if bench:
         med, iqr, src = bench
-        batch = wl.get("batch_size")
-        add("benchmark", "warmup", timing.get("warmup"), "calls", "contract")
+        batch = run.wl.get("batch_size")
+        add("benchmark", "warmup", run.contract.get("timing", {}).get("warmup"), "calls",
+            "contract")
         add("benchmark", "repeats", int(med.n), "calls", src)
         add("benchmark", "step_latency_median", med.value, "ms", src + " median")
         add("benchmark", "step_latency_iqr", iqr.value if iqr is not None else None, "ms", src + " iqr")
@@ -125,8 +161,11 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
                 src + " median, batch " + str(batch))
     else:
         add("benchmark", "step_latency_median", None, "ms", "not measured: run E01, E03, E04 or E06")
+    return bench is not None
 
-    # instruments: what the hygiene experiments exposed about the boundaries
+
+def _hygiene_rows(frame: pd.DataFrame, add) -> None:
+    """What the hygiene experiment exposed: the cold first step, a naive loop's report (E01)."""
     first = _get(frame, "E01", "first_step", "step_latency", "value")
     if first is not None:
         add("hygiene", "first_step", first.value, "ms", "E01 first_step")
@@ -138,6 +177,10 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
         back = _get(frame, "E01", shortest, "backlog_at_final_sync", "value")
         add("hygiene", f"{shortest}_reported", rep.value, "ms/step", f"E01 {shortest}")
         add("hygiene", f"{shortest}_backlog", back.value, "ms", f"E01 {shortest}")
+
+
+def _instrument_rows(frame: pd.DataFrame, add) -> None:
+    """The step as each instrument saw it: wall clock, CUDA events, host submission, Timer."""
     for variant in ("wall_clock", "cuda_events", "host_submission", "wall_minus_events"):
         r = _get(frame, "E06", variant, "step_latency", "median")
         if r is not None:
@@ -146,7 +189,9 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
     if timer is not None:
         add("instruments", "timer_blocked_autorange", timer.value, "ms", "E04 median")
 
-    # phases: shares of the synchronized phase medians (E05)
+
+def _phase_rows(frame: pd.DataFrame, add) -> None:
+    """Shares of the synchronized phase medians (E05), and their sum against the step."""
     shares = {ph: _get(frame, "E05", f"sync/{ph}", "phase_share", "value") for ph in PHASES}
     if any(v is not None for v in shares.values()):
         for ph, r in shares.items():
@@ -157,8 +202,10 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
             add("phases", "sum_minus_total", gap.value, "%", "E05 sum_minus_total")
     else:
         add("phases", "shares", None, "", "not measured in this run (needs E05)")
-    _memory_rows(frame, add)
-    # correctness: the one-step fused-vs-foreach agreement (E07, else E25)
+
+
+def _optimizer_correctness_rows(frame: pd.DataFrame, add) -> None:
+    """The one-step fused-vs-foreach agreement (E07, else E25), or why not."""
     for eid in ("E07", "E25"):
         diff = _get(frame, eid, "fused_vs_foreach", "max_abs_diff", "value")
         if diff is not None:
@@ -171,7 +218,10 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
             break
     else:
         add("correctness", "optimizer", None, "", "not measured in this run (needs E07)")
-    # correctness of the compile intervention (E19): compiled forward vs eager, per workload
+
+
+def _intervention_correctness_rows(frame: pd.DataFrame, add) -> None:
+    """Compiled forward vs eager per workload (E19), then E15-E18's worst differences."""
     e19 = frame[frame.experiment == "E19"]
     for v in dict.fromkeys(e19.variant):
         if v.endswith("/compiled_vs_eager"):
@@ -185,14 +235,6 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
         if worst is not None:
             add("correctness", field, worst, unit,
                 f"{eid} {'*/' + suffix if suffix else 'every variant'} {metric} (max)")
-    add("measurement", "boundary", "synchronized at both ends | uninstrumented | first step excluded"
-        if bench else "no benchmark in this run")
-    _roofline_and_verdict(frame, add)
-
-    _harness(frame, prov, add)
-
-    ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
-    return ledger, render_markdown(ledger)
 
 
 #: R01 phases shown in the ledger's roofline line
