@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from perflab import io, tables
+from perflab.experiments import e09_memory_by_phase
 from perflab.rows import Rows
 from perflab.steps import PHASES
 
@@ -420,29 +421,17 @@ def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
     return lines
 
 
-#: the ledger's memory fields: (field, E09 variant, metric, label)
-MEMORY_FIELDS = (
-    ("peak_allocated", "steady", "peak_allocated", "peak allocated"),
-    ("peak_reserved", "steady", "peak_reserved", "peak reserved"),
-    ("peak_rss", "steady", "peak_rss", "peak RSS (VmHWM, whole process)"),
-    ("persistent", "persistent", "bytes", "persistent"),
-    ("activations", "activations", "bytes", "activations"),
-)
-
-
 def _memory_rows(frame: pd.DataFrame, add) -> None:
     """The memory line's fields from E09's steady step (first step excluded), or why not."""
-    found = False
-    for field, variant, metric, _ in MEMORY_FIELDS:
-        r = _get(frame, "E09", variant, metric, "value")
-        if r is not None:
-            found = True
-            add("memory", field, r.value, "MiB", f"E09 {variant} {metric}")
+    found = e09_memory_by_phase.steady_memory(frame)
+    for field, mib, source in found:
+        add("memory", field, mib, "MiB", source)
     if not found:
         add("memory", "peak", None, "", "not measured in this run (needs E09)")
 
 
 def _memory_line(val) -> str:
-    parts = [f"{label} {val('memory', field, 1)} MiB" for field, _, _, label in MEMORY_FIELDS
+    parts = [f"{label} {val('memory', field, 1)} MiB"
+             for field, _, _, label in e09_memory_by_phase.STEADY_MEMORY
              if val("memory", field, 1)]
     return " | ".join(parts)

@@ -189,6 +189,9 @@ def bytes_saved_by_graph(roots, exclude=()) -> int:
 
 #: the chapter's four branches, in the order the decision procedure tests them
 OOM_BRANCHES = ("accumulating", "persistent", "shape_dependent", "allocator")
+#: what :func:`diagnose_oom` returns: one of the branches, or inconclusive when none fits
+OOM_INCONCLUSIVE = "inconclusive"
+OOM_VERDICTS = (*OOM_BRANCHES, OOM_INCONCLUSIVE)
 
 
 def diagnose_oom(
@@ -232,7 +235,7 @@ def diagnose_oom(
                             ("shape_dependent", shape), ("allocator", alloc)):
         if verdict:
             return branch, lines
-    return "inconclusive", lines
+    return OOM_INCONCLUSIVE, lines
 
 
 @contextmanager

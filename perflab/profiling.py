@@ -34,9 +34,10 @@ from pathlib import Path
 import torch
 
 from perflab import ab, io
+from perflab.steps import STEP_PHASES
 
 #: the ``record_function`` ranges of :func:`perflab.steps.ranged_train_step`, in order
-PHASE_RANGES = ("forward", "loss", "backward", "optimizer")
+PHASE_RANGES = STEP_PHASES
 
 _clock = time.perf_counter
 

@@ -21,13 +21,53 @@ tensors).
 """
 
 import gc
+from dataclasses import dataclass, field
 
 from perflab import memory
+from perflab.experiments.e09_memory_by_phase import (
+    ACTIVATIONS,
+    ALLOCATED,
+    BOUNDARIES,
+    BYTES,
+    COLD,
+    FIRST_STEP_ALLOCATED_JUMP,
+    HIDDEN_PEAK,
+    MAX_BOUNDARY_ALLOCATED,
+    OPTIMIZER_STATE,
+    PEAK_ALLOCATED,
+    PEAK_RESERVED,
+    PEAK_RSS,
+    PERSISTENT,
+    SHARE,
+    STATE_AFTER_FIRST_STEP,
+    STATE_BEFORE_FIRST_STEP,
+    STEADY,
+    STEPS_READ,
+    boundary_variant,
+    part_variant,
+)
 from perflab.runner import run
 
-#: the boundaries the chapter reads, in step order
-BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
 MiB = memory.MiB
+HOST = "n/a (host bookkeeping)"  # the sync boundary of a tensor-accounting row
+
+
+@dataclass
+class StepReadings:
+    """What the steps read: allocated at each boundary and the peaks, per step read."""
+
+    steady: int  # the steady step's number
+    sync_boundary: str
+    #: {step: {boundary: allocated MiB}} (CUDA only)
+    allocated: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: {step: {peak_allocated, peak_reserved}} on CUDA, {peak_rss, reset} on a CPU
+    peaks: dict[str, dict] = field(default_factory=dict)
+    state_before_mib: float = 0.0  # the optimizer state's bytes before step 1
+    state_after_first_mib: float = 0.0  # ... and after it
+
+    def step_name(self, step: str) -> str:
+        i = 1 if step == COLD else self.steady
+        return f"step {i} of {self.steady}" + (" (the first of this process)" if i == 1 else "")
 
 
 def _phased_step(ctx, w, opt, x, y, read):
@@ -47,13 +87,8 @@ def _phased_step(ctx, w, opt, x, y, read):
     return r
 
 
-def measure(ctx):
-    p = ctx.params
-    steady = int(p["steady_step"])
-    parts = ctx.trainable(variants=("cold", "steady"), metric="peak_allocated", unit="MiB")
-    if parts is None:
-        return
-    w, opt = parts
+def _run_steps(ctx, w, opt, steady: int) -> StepReadings:
+    """``steady`` training steps, the first and the last read at every boundary."""
     x, y = w.batch_on(ctx.device)
     cuda = ctx.is_cuda
 
@@ -61,13 +96,12 @@ def measure(ctx):
         ctx.sync()
         return memory.cuda_counters(ctx.device).allocated_mib if cuda else float("nan")
 
-    sync_b = ("read after torch.cuda.synchronize()" if cuda
-              else "read after the step returned (the CPU runs synchronously)")
-    state_before = memory.bytes_of_optimizer_state(opt) / MiB
+    got = StepReadings(steady, "read after torch.cuda.synchronize()" if cuda
+                       else "read after the step returned (the CPU runs synchronously)")
+    got.state_before_mib = memory.bytes_of_optimizer_state(opt) / MiB
     gc.collect()
-    readings, peaks = {}, {}
     for i in range(1, steady + 1):
-        label = "cold" if i == 1 else ("steady" if i == steady else None)
+        step = COLD if i == 1 else (STEADY if i == steady else None)
         ctx.sync()
         if cuda:
             memory.reset_cuda_peaks(ctx.device)
@@ -76,86 +110,95 @@ def measure(ctx):
             reset = memory.reset_vmhwm()
         r = _phased_step(ctx, w, opt, x, y, read)
         ctx.sync()
-        if label is None:
+        if step is None:
             continue
-        readings[label] = r
+        got.allocated[step] = r
         if cuda:
             c = memory.cuda_counters(ctx.device)
-            peaks[label] = {"peak_allocated": c.max_allocated_mib,
-                            "peak_reserved": c.max_reserved_mib}
+            got.peaks[step] = {PEAK_ALLOCATED: c.max_allocated_mib,
+                               PEAK_RESERVED: c.max_reserved_mib}
         else:
-            peaks[label] = {"peak_rss": memory.vmhwm_mib(), "reset": reset}
+            got.peaks[step] = {PEAK_RSS: memory.vmhwm_mib(), "reset": reset}
         if i == 1:
-            state_after_first = memory.bytes_of_optimizer_state(opt) / MiB
+            got.state_after_first_mib = memory.bytes_of_optimizer_state(opt) / MiB
+    return got
 
-    for label, i in (("cold", 1), ("steady", steady)):
-        step_name = f"step {i} of {steady}" + (" (the first of this process)" if i == 1 else "")
-        for b in BOUNDARIES:
-            v = f"{label}/{b}"
-            window = f"{step_name}: after {b}" if b != "start" else f"{step_name}: before zero_grad"
-            if cuda:
-                ctx.row(variant=v, metric="allocated", value=readings[label][b], unit="MiB",
-                        window=f"{window}; torch.cuda.memory_allocated", sync_boundary=sync_b)
-            else:
-                ctx.unsupported(variant=v, metric="allocated", unit="MiB", reason=(
-                    "torch.cuda.memory_allocated needs a CUDA device; a CPU process has no "
-                    "live-tensor counter, and RSS at a boundary would include freed-but-kept "
-                    "heap pages"))
-        if cuda:
-            pk = peaks[label]
-            top = max(readings[label].values())
-            win = f"{step_name}: over the whole step (peak counters reset at its start)"
-            ctx.row(variant=label, metric="peak_allocated", value=pk["peak_allocated"],
-                    unit="MiB", window=f"{win}; torch.cuda.max_memory_allocated",
-                    sync_boundary=sync_b)
-            ctx.row(variant=label, metric="peak_reserved", value=pk["peak_reserved"],
-                    unit="MiB", window=f"{win}; torch.cuda.max_memory_reserved",
-                    sync_boundary=sync_b)
-            ctx.row(variant=label, metric="max_boundary_allocated", value=top, unit="MiB",
-                    window=f"{step_name}: the largest of the six boundary readings",
-                    sync_boundary=sync_b)
-            ctx.row(variant=label, metric="hidden_peak", value=pk["peak_allocated"] - top,
-                    unit="MiB", window=(f"{step_name}: peak allocated minus the largest "
-                                        "boundary reading: live only inside a phase"),
-                    sync_boundary=sync_b)
+
+def _boundary_rows(ctx, got: StepReadings, step: str) -> None:
+    """Allocated at each boundary of ``step``; on a CPU, why there is no such counter."""
+    name = got.step_name(step)
+    for b in BOUNDARIES:
+        window = f"{name}: after {b}" if b != "start" else f"{name}: before zero_grad"
+        if ctx.is_cuda:
+            ctx.row(variant=boundary_variant(step, b), metric=ALLOCATED,
+                    value=got.allocated[step][b], unit="MiB",
+                    window=f"{window}; torch.cuda.memory_allocated",
+                    sync_boundary=got.sync_boundary)
         else:
-            pk = peaks[label]
-            span = ("VmHWM reset to the current RSS before the step" if pk["reset"]
-                    else "VmHWM since the process started (the kernel refused the reset)")
-            ctx.row(variant=label, metric="peak_rss", value=pk["peak_rss"], unit="MiB",
-                    window=f"{step_name}: peak resident set of this whole process; {span}",
-                    sync_boundary=sync_b)
-            for metric in ("peak_allocated", "peak_reserved", "hidden_peak"):
-                ctx.unsupported(variant=label, metric=metric, unit="MiB", reason=(
-                    "allocator peak counters need a CUDA device; the CPU row is peak_rss "
-                    "(whole process, not a tensor ledger)"))
+            ctx.unsupported(variant=boundary_variant(step, b), metric=ALLOCATED, unit="MiB",
+                            reason="torch.cuda.memory_allocated needs a CUDA device; a CPU "
+                            "process has no live-tensor counter, and RSS at a boundary would "
+                            "include freed-but-kept heap pages")
 
-    # the optimizer state appears on the first .step()
-    acct = "tensor accounting: bytes of the optimizer's per-parameter state tensors"
-    ctx.row(variant="optimizer_state", metric="state_before_first_step", value=state_before,
-            unit="MiB", window=f"before step 1; {acct}", sync_boundary="n/a (host bookkeeping)")
-    ctx.row(variant="optimizer_state", metric="state_after_first_step", value=state_after_first,
-            unit="MiB", window=f"after step 1's optimizer phase; {acct}",
-            sync_boundary="n/a (host bookkeeping)")
-    if cuda:
-        jump = readings["cold"]["optimizer"] - readings["cold"]["backward"]
-        ctx.row(variant="optimizer_state", metric="first_step_allocated_jump", value=jump,
-                unit="MiB", window="step 1: allocated after optimizer minus after backward",
+
+def _peak_rows(ctx, got: StepReadings, step: str) -> None:
+    """The step's peaks (CUDA: allocator peaks and the hidden peak; CPU: VmHWM)."""
+    name, sync_b, pk = got.step_name(step), got.sync_boundary, got.peaks[step]
+    if not ctx.is_cuda:
+        span = ("VmHWM reset to the current RSS before the step" if pk["reset"]
+                else "VmHWM since the process started (the kernel refused the reset)")
+        ctx.row(variant=step, metric=PEAK_RSS, value=pk[PEAK_RSS], unit="MiB",
+                window=f"{name}: peak resident set of this whole process; {span}",
                 sync_boundary=sync_b)
+        for metric in (PEAK_ALLOCATED, PEAK_RESERVED, HIDDEN_PEAK):
+            ctx.unsupported(variant=step, metric=metric, unit="MiB", reason=(
+                "allocator peak counters need a CUDA device; the CPU row is peak_rss "
+                "(whole process, not a tensor ledger)"))
+        return
+    top = max(got.allocated[step].values())
+    win = f"{name}: over the whole step (peak counters reset at its start)"
+    ctx.row(variant=step, metric=PEAK_ALLOCATED, value=pk[PEAK_ALLOCATED], unit="MiB",
+            window=f"{win}; torch.cuda.max_memory_allocated", sync_boundary=sync_b)
+    ctx.row(variant=step, metric=PEAK_RESERVED, value=pk[PEAK_RESERVED], unit="MiB",
+            window=f"{win}; torch.cuda.max_memory_reserved", sync_boundary=sync_b)
+    ctx.row(variant=step, metric=MAX_BOUNDARY_ALLOCATED, value=top, unit="MiB",
+            window=f"{name}: the largest of the six boundary readings", sync_boundary=sync_b)
+    ctx.row(variant=step, metric=HIDDEN_PEAK, value=pk[PEAK_ALLOCATED] - top, unit="MiB",
+            window=(f"{name}: peak allocated minus the largest boundary reading: live only "
+                    "inside a phase"), sync_boundary=sync_b)
+
+
+def _optimizer_state_rows(ctx, got: StepReadings) -> None:
+    """The optimizer state appearing on the first .step(): its bytes, and allocated's jump."""
+    acct = "tensor accounting: bytes of the optimizer's per-parameter state tensors"
+    ctx.row(variant=OPTIMIZER_STATE, metric=STATE_BEFORE_FIRST_STEP,
+            value=got.state_before_mib, unit="MiB", window=f"before step 1; {acct}",
+            sync_boundary=HOST)
+    ctx.row(variant=OPTIMIZER_STATE, metric=STATE_AFTER_FIRST_STEP,
+            value=got.state_after_first_mib, unit="MiB",
+            window=f"after step 1's optimizer phase; {acct}", sync_boundary=HOST)
+    if ctx.is_cuda:
+        jump = got.allocated[COLD]["optimizer"] - got.allocated[COLD]["backward"]
+        ctx.row(variant=OPTIMIZER_STATE, metric=FIRST_STEP_ALLOCATED_JUMP, value=jump,
+                unit="MiB", window="step 1: allocated after optimizer minus after backward",
+                sync_boundary=got.sync_boundary)
     else:
-        ctx.unsupported(variant="optimizer_state", metric="first_step_allocated_jump",
+        ctx.unsupported(variant=OPTIMIZER_STATE, metric=FIRST_STEP_ALLOCATED_JUMP,
                         unit="MiB", reason="needs torch.cuda.memory_allocated (CUDA only)")
 
-    # persistent breakdown after the steady step (grads are present until the next zero_grad)
+
+def _persistent_rows(ctx, w, opt, got: StepReadings) -> float:
+    """The persistent breakdown after the steady step (its gradients are still present until
+    the next zero_grad); returns the persistent MiB."""
     parts_mib = {
         "parameters": memory.bytes_of_parameters(w.model) / MiB,
         "gradients": memory.bytes_of_gradients(w.model) / MiB,
         "optimizer_state": memory.bytes_of_optimizer_state(opt) / MiB,
     }
     persistent = sum(parts_mib.values())
-    when = f"after step {steady}'s optimizer phase"
-    if cuda:
-        total = readings["steady"]["optimizer"]
+    when = f"after step {got.steady}'s optimizer phase"
+    if ctx.is_cuda:
+        total = got.allocated[STEADY]["optimizer"]
         parts_mib["other"] = total - persistent
         denom = f"of allocated {when} (torch.cuda.memory_allocated)"
     else:
@@ -164,34 +207,59 @@ def measure(ctx):
     for name, mib in parts_mib.items():
         how = ("allocated minus the three counted parts" if name == "other"
                else "tensor accounting: distinct storages' bytes")
-        ctx.row(variant=f"persistent/{name}", metric="bytes", value=mib, unit="MiB",
-                window=f"{when}; {how}", sync_boundary="n/a (host bookkeeping)")
-        ctx.row(variant=f"persistent/{name}", metric="share", value=100 * mib / total,
-                unit="%", window=f"{when}; share {denom}", sync_boundary="n/a (host bookkeeping)")
-    if not cuda:
-        ctx.unsupported(variant="persistent/other", metric="bytes", unit="MiB", reason=(
+        ctx.row(variant=part_variant(name), metric=BYTES, value=mib, unit="MiB",
+                window=f"{when}; {how}", sync_boundary=HOST)
+        ctx.row(variant=part_variant(name), metric=SHARE, value=100 * mib / total, unit="%",
+                window=f"{when}; share {denom}", sync_boundary=HOST)
+    if not ctx.is_cuda:
+        ctx.unsupported(variant=part_variant("other"), metric=BYTES, unit="MiB", reason=(
             "'other' is allocated minus the counted tensors; allocated is CUDA only"))
-    ctx.row(variant="persistent", metric="bytes", value=persistent, unit="MiB",
+    ctx.row(variant=PERSISTENT, metric=BYTES, value=persistent, unit="MiB",
             window=f"{when}; parameters + gradients + optimizer state (tensor accounting)",
-            sync_boundary="n/a (host bookkeeping)")
-    if cuda:
-        ctx.row(variant="persistent", metric="share", value=100 * persistent / total, unit="%",
-                window=f"{when}; share {denom}", sync_boundary="n/a (host bookkeeping)")
-        act = readings["steady"]["forward"] - readings["steady"]["zero_grad"]
-        ctx.row(variant="activations", metric="bytes", value=act, unit="MiB",
-                window=f"step {steady}: allocated after forward minus after zero_grad "
-                "(live forward state at the boundary)", sync_boundary=sync_b)
+            sync_boundary=HOST)
+    if ctx.is_cuda:
+        ctx.row(variant=PERSISTENT, metric=SHARE, value=100 * persistent / total, unit="%",
+                window=f"{when}; share {denom}", sync_boundary=HOST)
+    return persistent
+
+
+def _activations_row(ctx, got: StepReadings) -> None:
+    """Live forward state at the boundary: allocated after forward minus after zero_grad."""
+    if ctx.is_cuda:
+        act = got.allocated[STEADY]["forward"] - got.allocated[STEADY]["zero_grad"]
+        ctx.row(variant=ACTIVATIONS, metric=BYTES, value=act, unit="MiB",
+                window=f"step {got.steady}: allocated after forward minus after zero_grad "
+                "(live forward state at the boundary)", sync_boundary=got.sync_boundary)
     else:
-        ctx.unsupported(variant="activations", metric="bytes", unit="MiB",
+        ctx.unsupported(variant=ACTIVATIONS, metric=BYTES, unit="MiB",
                         reason="live forward state is read from torch.cuda.memory_allocated "
                         "(CUDA only)")
-    if cuda:
-        ctx.log("cold: " + " ".join(f"{b}={readings['cold'][b]:.1f}" for b in BOUNDARIES)
-                + f" peak={peaks['cold']['peak_allocated']:.1f}")
-        ctx.log("steady: " + " ".join(f"{b}={readings['steady'][b]:.1f}" for b in BOUNDARIES)
-                + f" peak={peaks['steady']['peak_allocated']:.1f}")
-    ctx.log(f"persistent {persistent:.1f} MiB; optimizer state {state_before:.1f} -> "
-            f"{state_after_first:.1f} MiB on the first step")
+
+
+def _log(ctx, got: StepReadings, persistent: float) -> None:
+    if ctx.is_cuda:
+        for step in STEPS_READ:
+            ctx.log(f"{step}: " + " ".join(f"{b}={got.allocated[step][b]:.1f}"
+                                           for b in BOUNDARIES)
+                    + f" peak={got.peaks[step][PEAK_ALLOCATED]:.1f}")
+    ctx.log(f"persistent {persistent:.1f} MiB; optimizer state {got.state_before_mib:.1f} -> "
+            f"{got.state_after_first_mib:.1f} MiB on the first step")
+
+
+def measure(ctx):
+    steady = int(ctx.params["steady_step"])
+    parts = ctx.trainable(variants=STEPS_READ, metric=PEAK_ALLOCATED, unit="MiB")
+    if parts is None:
+        return
+    w, opt = parts
+    got = _run_steps(ctx, w, opt, steady)
+    for step in STEPS_READ:
+        _boundary_rows(ctx, got, step)
+        _peak_rows(ctx, got, step)
+    _optimizer_state_rows(ctx, got)
+    persistent = _persistent_rows(ctx, w, opt, got)
+    _activations_row(ctx, got)
+    _log(ctx, got, persistent)
 
 
 if __name__ == "__main__":

@@ -25,15 +25,38 @@ fail anywhere, not in the allocator), so the OOM and the diagnosis are
 """
 
 import gc
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from perflab import memory
+from perflab.experiments.e10_oom_decomposition import (
+    AFTER_STEP,
+    ALLOCATED,
+    BYTES,
+    CAPPED_RUN,
+    FIRST_STEP_ALLOCATION,
+    GRAD_BYTES,
+    MEMORY_BUDGET,
+    OOM,
+    OPTIMIZER_STATE_BYTES,
+    PARAMETERS,
+    PEAK_ALLOCATED,
+    PEAK_MOVED_BY_BATCH,
+    PEAK_RSS,
+    PERSISTENT,
+    RSS,
+    SUPPORTED,
+    batch_variant,
+    diagnosis_variant,
+    growth_metric,
+)
 from perflab.runner import run
 
 MiB = memory.MiB
 WORKLOAD = "oom_mlp"
+ACCOUNTING = "tensor accounting (distinct storages' bytes)"
 
 
 def _train_steps(w, opt, x, y, steps, where, after_step, sync, read):
@@ -61,6 +84,102 @@ def _train_steps(w, opt, x, y, steps, where, after_step, sync, read):
     return first_step_alloc
 
 
+@dataclass
+class Evidence:
+    """One batch size's uncapped run: what the decision procedure weighs."""
+
+    batch: int
+    peak: float  # MiB: peak allocated (CUDA) or VmHWM (CPU)
+    peak_reset: bool  # False when the kernel refused to reset VmHWM
+    after_step: list[float]  # allocated (CUDA) or RSS (CPU) after each step, MiB
+    growth: float  # MiB/step, least-squares slope after steps 2..N
+    first_step_alloc: float | None  # allocated after minus before step 1's .step()
+    gradients: float  # MiB
+    optimizer_state: float  # MiB
+    persistent: float  # parameters + gradients + optimizer state, MiB
+
+
+def _uncapped_run(ctx, w, batch: int, steps: int, read, param_mib: float) -> Evidence:
+    """``steps`` identical training steps at ``batch``, a fresh optimizer, peaks reset."""
+    x, y = w.batch_on(ctx.device, batch)
+    opt = w.make_optimizer(w.model.parameters())
+    gc.collect()
+    ctx.sync()
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+        memory.reset_cuda_peaks(ctx.device)
+        reset = True
+    else:
+        reset = memory.reset_vmhwm()
+    after = []
+    first = _train_steps(w, opt, x, y, steps, [""], after, ctx.sync, read)
+    ctx.sync()
+    peak = (memory.cuda_counters(ctx.device).max_allocated_mib if ctx.is_cuda
+            else memory.vmhwm_mib())
+    growth = float(np.polyfit(np.arange(2, steps + 1), after[1:], 1)[0])
+    grads = memory.bytes_of_gradients(w.model) / MiB
+    state = memory.bytes_of_optimizer_state(opt) / MiB
+    del opt, x, y
+    for prm in w.model.parameters():
+        prm.grad = None
+    gc.collect()
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+    return Evidence(batch, peak, reset, after, growth, first, grads, state,
+                    param_mib + grads + state)
+
+
+def _evidence_rows(ctx, ev: Evidence, steps: int, sync_b: str) -> None:
+    """The rows (and the per-step samples) of one batch size's uncapped run."""
+    v, cuda = batch_variant(ev.batch), ctx.is_cuda
+    instrument = ALLOCATED if cuda else RSS
+    runs = f"batch {ev.batch}, {steps} identical training steps, uncapped"
+    if cuda:
+        ctx.row(variant=v, metric=PEAK_ALLOCATED, value=ev.peak, unit="MiB",
+                window=f"{runs}; torch.cuda.max_memory_allocated (reset after the "
+                "optimizer was built)", sync_boundary=sync_b, n=steps)
+    else:
+        span = "VmHWM reset before the steps" if ev.peak_reset else "VmHWM since process start"
+        ctx.row(variant=v, metric=PEAK_RSS, value=ev.peak, unit="MiB",
+                window=f"{runs}; peak resident set of the whole process ({span}; the "
+                "smaller batch ran first in the same process)", sync_boundary=sync_b, n=steps)
+        ctx.unsupported(variant=v, metric=PEAK_ALLOCATED, unit="MiB",
+                        reason="torch.cuda.max_memory_allocated needs a CUDA device")
+    ctx.row(variant=v, metric=growth_metric(instrument), value=ev.growth, unit="MiB/step",
+            window=f"{runs}; least-squares slope of {instrument} after steps 2..{steps} "
+            "(step 1 adds the optimizer state)", sync_boundary=sync_b, n=steps - 1)
+    for s, value in enumerate(ev.after_step, start=1):
+        ctx.samples.append({"experiment": ctx.eid, "variant": v, "execution": "eager",
+                            "metric": f"{instrument}{AFTER_STEP}", "unit": "MiB",
+                            "block": 0, "index": s, "value": value})
+    if cuda:
+        ctx.row(variant=v, metric=FIRST_STEP_ALLOCATION, value=ev.first_step_alloc,
+                unit="MiB", window=f"{runs}; allocated after minus before step 1's .step()",
+                sync_boundary=sync_b)
+    else:
+        ctx.unsupported(variant=v, metric=FIRST_STEP_ALLOCATION, unit="MiB",
+                        reason="an allocation delta needs torch.cuda.memory_allocated; "
+                        "the optimizer state's bytes are the tensor-accounting row")
+    ctx.row(variant=v, metric=OPTIMIZER_STATE_BYTES, value=ev.optimizer_state, unit="MiB",
+            window=f"{runs}; after the steps; {ACCOUNTING}", sync_boundary="n/a")
+    ctx.row(variant=v, metric=GRAD_BYTES, value=ev.gradients, unit="MiB",
+            window=f"{runs}; after the last step; {ACCOUNTING}", sync_boundary="n/a")
+    ctx.log(f"batch {ev.batch}: peak {ev.peak:.1f} MiB, growth {ev.growth:+.3f} MiB/step, "
+            f"optimizer state {ev.optimizer_state:.1f} MiB, first .step() allocated "
+            f"{ev.first_step_alloc}")
+
+
+def _persistent_rows(ctx, small: Evidence, large: Evidence, sync_b: str) -> None:
+    ctx.row(variant=PERSISTENT, metric=BYTES, value=large.persistent, unit="MiB",
+            window=f"parameters + gradients + optimizer state at batch {large.batch}; "
+            f"{ACCOUNTING}", sync_boundary="n/a")
+    if ctx.is_cuda:
+        ctx.row(variant=PEAK_MOVED_BY_BATCH, metric=PEAK_ALLOCATED,
+                value=large.peak - small.peak, unit="MiB",
+                window=f"peak at batch {large.batch} minus peak at batch {small.batch} "
+                "(uncapped)", sync_boundary=sync_b)
+
+
 def record_capped_run(ctx, attempt, *, batch, cap_note):
     """Run ``attempt(where)``; an out-of-memory error becomes an ``oom`` row, never a crash.
 
@@ -84,34 +203,92 @@ def record_capped_run(ctx, attempt, *, batch, cap_note):
     gc.collect()  # the exception and its frames are gone: free what they held
     if ctx.is_cuda:
         torch.cuda.empty_cache()
-    v = "capped_run"
     if failure is None:
-        ctx.row(variant=v, metric="oom", value=0.0, unit="bool",
+        ctx.row(variant=CAPPED_RUN, metric=OOM, value=0.0, unit="bool",
                 window=f"batch {batch}, {cap_note}: every step ran (no OOM: the construction "
                 "did not exceed the budget on this device)", sync_boundary="n/a")
         ctx.log(f"capped run at batch {batch}: no OOM")
         return at_failure
-    ctx.unsupported(variant=v, metric="oom", unit="bool", status="oom", reason=failure,
+    ctx.unsupported(variant=CAPPED_RUN, metric=OOM, unit="bool", status="oom", reason=failure,
                     window=f"batch {batch}, {cap_note}")
     for metric, value in at_failure.items():
-        ctx.row(variant=v, metric=metric, value=value, unit="MiB",
+        ctx.row(variant=CAPPED_RUN, metric=metric, value=value, unit="MiB",
                 window=f"read in the handler of the OOM ({where[0]}, batch {batch}, {cap_note})",
                 sync_boundary="read without synchronize (host-side allocator bookkeeping)")
     ctx.log(f"capped run: {failure}")
     return at_failure
 
 
+def _capped_run(ctx, w, batch: int, steps: int, budget_gib: float, read) -> dict[str, float]:
+    """The OOM itself: the larger batch's steps again, the allocator capped at the budget.
+
+    Returns the counters read at the failure ({} when none was caught).
+    """
+    if not ctx.is_cuda:
+        ctx.unsupported(variant=CAPPED_RUN, metric=OOM, unit="bool", reason=(
+            "no per-process allocator cap on a CPU: torch's CPU allocator has no memory "
+            "fraction, and an address-space limit (RLIMIT_AS) would fail wherever the "
+            "process next maps memory, not where the workload needs it"))
+        return {}
+    total = torch.cuda.get_device_properties(ctx.device).total_memory
+    fraction = budget_gib * 1024**3 / total
+    if fraction >= 1.0:
+        ctx.unsupported(variant=CAPPED_RUN, metric=OOM, unit="bool", reason=(
+            f"the device has {total / 1024**3:.1f} GiB, not more than the {budget_gib} GiB "
+            "budget: a cap cannot emulate it"))
+        return {}
+    cap_note = (f"capped at {budget_gib:g} GiB = memory fraction {fraction:.4f} of "
+                f"{total / 1024**3:.1f} GiB")
+    x, y = w.batch_on(ctx.device, batch)
+
+    def attempt(where):
+        opt = w.make_optimizer(w.model.parameters())
+        _train_steps(w, opt, x, y, steps, where, [], ctx.sync, read)
+
+    gc.collect()
+    memory.reset_cuda_peaks(ctx.device)
+    # the same cap as E18's: released blocks first, fraction 1.0 restored on exit
+    with memory.capped_cuda_budget(budget_gib, ctx.device):
+        at_failure = record_capped_run(ctx, attempt, batch=batch, cap_note=cap_note)
+    ctx.row(variant=CAPPED_RUN, metric=MEMORY_BUDGET, value=budget_gib * 1024, unit="MiB",
+            window=cap_note, sync_boundary="n/a")
+    return at_failure
+
+
+def _diagnosis_rows(ctx, small: Evidence, large: Evidence, at_failure: dict[str, float]) -> None:
+    """The branch the evidence supports (:func:`perflab.memory.diagnose_oom`), one row each."""
+    if not ctx.is_cuda:
+        for verdict in memory.OOM_VERDICTS:
+            ctx.unsupported(variant=diagnosis_variant(verdict), metric=SUPPORTED, unit="bool",
+                            reason="the decision weighs allocator peaks at two batch sizes and "
+                            "the allocator's state at the failure; a CPU has neither (the RSS "
+                            "evidence above includes the interpreter and freed heap pages)")
+        return
+    branch, lines = memory.diagnose_oom(
+        peak_small_mib=small.peak, peak_large_mib=large.peak,
+        persistent_mib=large.persistent,
+        growth_mib_per_step=max(small.growth, large.growth),
+        reserved_at_oom_mib=at_failure.get("reserved_at_oom"),
+        allocated_at_oom_mib=at_failure.get("allocated_at_oom"),
+    )
+    for verdict in memory.OOM_VERDICTS:
+        ctx.row(variant=diagnosis_variant(verdict), metric=SUPPORTED,
+                value=float(verdict == branch), unit="bool",
+                window=lines.get(verdict, "no branch's evidence is dominant"),
+                sync_boundary="n/a (derived from the rows above)")
+    ctx.log(f"diagnosis: {branch}")
+
+
 def measure(ctx):
     p = ctx.params
     small, large = sorted(int(b) for b in p["batches"])
     steps, budget = int(p["steps"]), float(p["budget_gib"])
-    cuda = ctx.is_cuda
-    parts = ctx.trainable(WORKLOAD, variants=("capped_run",), metric="oom", unit="bool")
+    parts = ctx.trainable(WORKLOAD, variants=(CAPPED_RUN,), metric=OOM, unit="bool")
     if parts is None:
         return
     w, opt = parts
     del opt  # each run below gets a fresh optimizer (its state appears on its first step)
-    instrument = "allocated" if cuda else "rss"
+    cuda = ctx.is_cuda
     sync_b = ("read after torch.cuda.synchronize()" if cuda
               else "read after the call returned (the CPU runs synchronously)")
 
@@ -120,131 +297,15 @@ def measure(ctx):
         return memory.cuda_counters(ctx.device).allocated_mib if cuda else memory.rss_mib()
 
     param_mib = memory.bytes_of_parameters(w.model) / MiB
-    acct = "tensor accounting (distinct storages' bytes)"
-    ctx.row(variant="parameters", metric="bytes", value=param_mib, unit="MiB",
-            window=f"sum(p.numel() * p.element_size()); {acct}", sync_boundary="n/a")
-
-    evidence = {}
+    ctx.row(variant=PARAMETERS, metric=BYTES, value=param_mib, unit="MiB",
+            window=f"sum(p.numel() * p.element_size()); {ACCOUNTING}", sync_boundary="n/a")
+    evidence = []
     for batch in (small, large):
-        v = f"batch_{batch}"
-        x, y = w.batch_on(ctx.device, batch)
-        opt = w.make_optimizer(w.model.parameters())
-        gc.collect()
-        ctx.sync()
-        if cuda:
-            torch.cuda.empty_cache()
-            memory.reset_cuda_peaks(ctx.device)
-            reset = True
-        else:
-            reset = memory.reset_vmhwm()
-        after = []
-        first = _train_steps(w, opt, x, y, steps, [""], after, ctx.sync, read)
-        ctx.sync()
-        peak = memory.cuda_counters(ctx.device).max_allocated_mib if cuda else memory.vmhwm_mib()
-        growth = float(np.polyfit(np.arange(2, steps + 1), after[1:], 1)[0])
-        grads = memory.bytes_of_gradients(w.model) / MiB
-        state = memory.bytes_of_optimizer_state(opt) / MiB
-        evidence[batch] = dict(peak=peak, growth=growth, persistent=param_mib + grads + state)
-        runs = f"batch {batch}, {steps} identical training steps, uncapped"
-        if cuda:
-            ctx.row(variant=v, metric="peak_allocated", value=peak, unit="MiB",
-                    window=f"{runs}; torch.cuda.max_memory_allocated (reset after the "
-                    "optimizer was built)", sync_boundary=sync_b, n=steps)
-        else:
-            span = "VmHWM reset before the steps" if reset else "VmHWM since process start"
-            ctx.row(variant=v, metric="peak_rss", value=peak, unit="MiB",
-                    window=f"{runs}; peak resident set of the whole process ({span}; the "
-                    "smaller batch ran first in the same process)", sync_boundary=sync_b, n=steps)
-            ctx.unsupported(variant=v, metric="peak_allocated", unit="MiB",
-                            reason="torch.cuda.max_memory_allocated needs a CUDA device")
-        ctx.row(variant=v, metric=f"{instrument}_growth", value=growth, unit="MiB/step",
-                window=f"{runs}; least-squares slope of {instrument} after steps 2..{steps} "
-                "(step 1 adds the optimizer state)", sync_boundary=sync_b, n=steps - 1)
-        for s, value in enumerate(after, start=1):
-            ctx.samples.append({"experiment": ctx.eid, "variant": v, "execution": "eager",
-                                "metric": f"{instrument}_after_step", "unit": "MiB",
-                                "block": 0, "index": s, "value": value})
-        if cuda:
-            ctx.row(variant=v, metric="first_step_allocation", value=first, unit="MiB",
-                    window=f"{runs}; allocated after minus before step 1's .step()",
-                    sync_boundary=sync_b)
-        else:
-            ctx.unsupported(variant=v, metric="first_step_allocation", unit="MiB",
-                            reason="an allocation delta needs torch.cuda.memory_allocated; "
-                            "the optimizer state's bytes are the tensor-accounting row")
-        ctx.row(variant=v, metric="optimizer_state_bytes", value=state, unit="MiB",
-                window=f"{runs}; after the steps; {acct}", sync_boundary="n/a")
-        ctx.row(variant=v, metric="grad_bytes", value=grads, unit="MiB",
-                window=f"{runs}; after the last step; {acct}", sync_boundary="n/a")
-        ctx.log(f"batch {batch}: peak {peak:.1f} MiB, growth {growth:+.3f} MiB/step, "
-                f"optimizer state {state:.1f} MiB, first .step() allocated {first}")
-        del opt, x, y
-        for prm in w.model.parameters():
-            prm.grad = None
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-
-    persistent = evidence[large]["persistent"]
-    ctx.row(variant="persistent", metric="bytes", value=persistent, unit="MiB",
-            window=f"parameters + gradients + optimizer state at batch {large}; {acct}",
-            sync_boundary="n/a")
-    if cuda:
-        ctx.row(variant="peak_moved_by_batch", metric="peak_allocated",
-                value=evidence[large]["peak"] - evidence[small]["peak"], unit="MiB",
-                window=f"peak at batch {large} minus peak at batch {small} (uncapped)",
-                sync_boundary=sync_b)
-
-    # the OOM itself, under the emulated card
-    at_failure: dict[str, float] = {}
-    if not cuda:
-        reason = ("no per-process allocator cap on a CPU: torch's CPU allocator has no memory "
-                  "fraction, and an address-space limit (RLIMIT_AS) would fail wherever the "
-                  "process next maps memory, not where the workload needs it")
-        ctx.unsupported(variant="capped_run", metric="oom", unit="bool", reason=reason)
-    else:
-        total = torch.cuda.get_device_properties(ctx.device).total_memory
-        fraction = budget * 1024**3 / total
-        if fraction >= 1.0:
-            ctx.unsupported(variant="capped_run", metric="oom", unit="bool", reason=(
-                f"the device has {total / 1024**3:.1f} GiB, not more than the {budget} GiB "
-                "budget: a cap cannot emulate it"))
-        else:
-            cap_note = (f"capped at {budget:g} GiB = memory fraction {fraction:.4f} of "
-                        f"{total / 1024**3:.1f} GiB")
-            x, y = w.batch_on(ctx.device, large)
-
-            def attempt(where):
-                opt = w.make_optimizer(w.model.parameters())
-                _train_steps(w, opt, x, y, steps, where, [], ctx.sync, read)
-
-            gc.collect()
-            memory.reset_cuda_peaks(ctx.device)
-            # the same cap as E18's: released blocks first, fraction 1.0 restored on exit
-            with memory.capped_cuda_budget(budget, ctx.device):
-                at_failure = record_capped_run(ctx, attempt, batch=large, cap_note=cap_note)
-            ctx.row(variant="capped_run", metric="memory_budget", value=budget * 1024, unit="MiB",
-                    window=cap_note, sync_boundary="n/a")
-
-    if not cuda:
-        for branch in (*memory.OOM_BRANCHES, "inconclusive"):
-            ctx.unsupported(variant=f"diagnosis/{branch}", metric="supported", unit="bool",
-                            reason="the decision weighs allocator peaks at two batch sizes and "
-                            "the allocator's state at the failure; a CPU has neither (the RSS "
-                            "evidence above includes the interpreter and freed heap pages)")
-        return
-    branch, lines = memory.diagnose_oom(
-        peak_small_mib=evidence[small]["peak"], peak_large_mib=evidence[large]["peak"],
-        persistent_mib=persistent,
-        growth_mib_per_step=max(evidence[small]["growth"], evidence[large]["growth"]),
-        reserved_at_oom_mib=at_failure.get("reserved_at_oom"),
-        allocated_at_oom_mib=at_failure.get("allocated_at_oom"),
-    )
-    for b in (*memory.OOM_BRANCHES, "inconclusive"):
-        ctx.row(variant=f"diagnosis/{b}", metric="supported", value=float(b == branch),
-                unit="bool", window=lines.get(b, "no branch's evidence is dominant"),
-                sync_boundary="n/a (derived from the rows above)")
-    ctx.log(f"diagnosis: {branch}")
+        evidence.append(_uncapped_run(ctx, w, batch, steps, read, param_mib))
+        _evidence_rows(ctx, evidence[-1], steps, sync_b)
+    _persistent_rows(ctx, *evidence, sync_b)
+    at_failure = _capped_run(ctx, w, large, steps, budget, read)
+    _diagnosis_rows(ctx, *evidence, at_failure)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""E10: the read side of scripts/e10_oom_decomposition.py (its entry, table, figure and claims)."""
+"""E10, an out-of-memory error decomposed: which of the chapter's branches (persistent,
+shape-dependent, accumulating, allocator) the evidence of two uncapped batch sizes supports,
+and the OOM itself under a cap that emulates the chapter's 12 GiB card. Measured by
+scripts/e10_oom_decomposition.py.
+"""
 
 from __future__ import annotations
 
@@ -8,140 +12,190 @@ import pandas as pd
 
 from perflab.claims import claim, holds, pct
 from perflab.experiments import Experiment
+from perflab.memory import OOM_VERDICTS
 from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "E10",
-        "oom_decomposition",
-        "An out-of-memory error decomposed: persistent, shape-dependent, accumulating, "
-        "allocator",
-        "memory",
-        workloads=("oom_mlp",),
-        cpu_behaviour="no per-process allocator cap: the OOM and its diagnosis are "
-        "unsupported rows; the evidence (parameter, gradient and optimizer-state bytes by "
-        "tensor accounting, RSS across repeated steps) is measured",
-    report_section='9 · OOM decomposition',
+    "E10",
+    "oom_decomposition",
+    "An out-of-memory error decomposed: persistent, shape-dependent, accumulating, "
+    "allocator",
+    "memory",
+    workloads=("oom_mlp",),
+    cpu_behaviour="no per-process allocator cap: the OOM and its diagnosis are "
+    "unsupported rows; the evidence (parameter, gradient and optimizer-state bytes by "
+    "tensor accounting, RSS across repeated steps) is measured",
+    report_section="9 · OOM decomposition",
 )
+
+# ------------------------------------------------------------------ the names its script writes
+
+BATCH_PREFIX = "batch_"  # the evidence of one batch size: variant "batch_<N>"
+PARAMETERS, PERSISTENT = "parameters", "persistent"
+PEAK_MOVED_BY_BATCH = "peak_moved_by_batch"
+CAPPED_RUN = "capped_run"  # the larger batch again, under the emulated card's budget
+
+#: the instrument of a batch's memory series: allocated (CUDA) or the process's RSS (CPU)
+ALLOCATED, RSS = "allocated", "rss"
+PEAK_ALLOCATED, PEAK_RSS = "peak_allocated", "peak_rss"
+FIRST_STEP_ALLOCATION = "first_step_allocation"
+OPTIMIZER_STATE_BYTES, GRAD_BYTES, BYTES = "optimizer_state_bytes", "grad_bytes", "bytes"
+AFTER_STEP = "_after_step"  # samples: "<instrument>_after_step", one per training step
+OOM, MEMORY_BUDGET = "oom", "memory_budget"
+#: the allocator's counters read in the OOM's handler
+AT_OOM = ("allocated_at_oom", "reserved_at_oom", "peak_allocated_before_oom")
+SUPPORTED = "supported"  # 1 for the branch the diagnosis picked, 0 for the others
+
+
+def batch_variant(batch: int) -> str:
+    return f"{BATCH_PREFIX}{batch}"
+
+
+def growth_metric(instrument: str) -> str:
+    """The least-squares slope of ``instrument`` (allocated or rss) after steps 2..N."""
+    return f"{instrument}_growth"
+
+
+def diagnosis_variant(verdict: str) -> str:
+    """The row of one of :data:`perflab.memory.OOM_VERDICTS`."""
+    return f"diagnosis/{verdict}"
+
+
+# ------------------------------------------------------------------ table
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """OOM decomposition: the evidence per batch size, persistent bytes, the OOM, the diagnosis."""
     r = rows_of("E10", frame)
-    records = []
-    batches = numbered_variants(r, "batch_")
-    rss = (r.metric == "peak_rss").any()
-    for v in batches:
-        rec = {"evidence": f"batch {v.removeprefix('batch_')} (uncapped)",
-               "peak_mib": pick(r, v, "peak_rss" if rss else "peak_allocated", "value"),
-               "growth_mib_per_step": pick(r, v, "rss_growth" if rss else "allocated_growth",
-                                           "value"),
-               "first_step_alloc_mib": pick(r, v, "first_step_allocation", "value"),
-               "optimizer_state_mib": pick(r, v, "optimizer_state_bytes", "value"),
-               "gradients_mib": pick(r, v, "grad_bytes", "value")}
-        records.append(rec)
-    records.append({"evidence": "parameter bytes", "value": pick(r, "parameters", "bytes",
-                                                                  "value")})
+    rss = (r.metric == PEAK_RSS).any()
+    records = [{"evidence": f"batch {v.removeprefix(BATCH_PREFIX)} (uncapped)",
+                "peak_mib": pick(r, v, PEAK_RSS if rss else PEAK_ALLOCATED, "value"),
+                "growth_mib_per_step": pick(r, v, growth_metric(RSS if rss else ALLOCATED),
+                                            "value"),
+                "first_step_alloc_mib": pick(r, v, FIRST_STEP_ALLOCATION, "value"),
+                "optimizer_state_mib": pick(r, v, OPTIMIZER_STATE_BYTES, "value"),
+                "gradients_mib": pick(r, v, GRAD_BYTES, "value")}
+               for v in numbered_variants(r, BATCH_PREFIX)]
+    records.append({"evidence": "parameter bytes", "value": pick(r, PARAMETERS, BYTES, "value")})
     records.append({"evidence": "persistent (parameters + gradients + optimizer state)",
-                    "value": pick(r, "persistent", "bytes", "value")})
-    if (r.variant == "peak_moved_by_batch").any():
+                    "value": pick(r, PERSISTENT, BYTES, "value")})
+    if (r.variant == PEAK_MOVED_BY_BATCH).any():
         records.append({"evidence": "peak moved by the batch size",
-                        "value": pick(r, "peak_moved_by_batch", "peak_allocated", "value")})
+                        "value": pick(r, PEAK_MOVED_BY_BATCH, PEAK_ALLOCATED, "value")})
     records.append({"evidence": "budget (emulated card)",
-                    "value": pick(r, "capped_run", "memory_budget", "value")})
-    oom = pick(r, "capped_run", "oom", "value")
+                    "value": pick(r, CAPPED_RUN, MEMORY_BUDGET, "value")})
+    oom = pick(r, CAPPED_RUN, OOM, "value")
     if isinstance(oom, Missing) and oom.status == "oom":  # the failure, with its reason
         records.append({"evidence": "capped run: out of memory", "value": "OOM",
                         "because": oom.reason})
     else:
         records.append({"evidence": "capped run: out of memory (0 = every step ran)",
                         "value": oom})
-    for metric in ("allocated_at_oom", "reserved_at_oom", "peak_allocated_before_oom"):
-        if ((r.variant == "capped_run") & (r.metric == metric)).any():
+    for metric in AT_OOM:
+        if ((r.variant == CAPPED_RUN) & (r.metric == metric)).any():
             records.append({"evidence": f"capped run: {metric.replace('_', ' ')}",
-                            "value": pick(r, "capped_run", metric, "value")})
-    for branch in ("accumulating", "persistent", "shape_dependent", "allocator", "inconclusive"):
-        v = f"diagnosis/{branch}"
-        supported = pick(r, v, "supported", "value")
-        why = pick(r, v, "supported", "value", field="window")
-        records.append({"evidence": f"diagnosis: {branch.replace('_', '-')}",
-                        "value": supported,
+                            "value": pick(r, CAPPED_RUN, metric, "value")})
+    for verdict in OOM_VERDICTS:
+        v = diagnosis_variant(verdict)
+        why = pick(r, v, SUPPORTED, "value", field="window")
+        records.append({"evidence": f"diagnosis: {verdict.replace('_', '-')}",
+                        "value": pick(r, v, SUPPORTED, "value"),
                         "because": "" if isinstance(why, Missing) else why})
     columns = ["evidence", "peak_mib", "growth_mib_per_step", "first_step_alloc_mib",
                "optimizer_state_mib", "gradients_mib", "value", "because"]
     return make_table(records, columns)
 
 
+# ------------------------------------------------------------------ figure
+
+
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The OOM's evidence: peak at two batch sizes against persistent state and the budget."""
-    # plotting is imported here, not above: timing jobs import this module
-    import seaborn as sns
-    from matplotlib.ticker import MaxNLocator
+    from perflab.figures import new_figure  # plotting imported here: timing jobs import this
 
-    from perflab.figures import add_note, new_figure, num
     r = rows[rows.experiment == "E10"]
     fig, (ax, ax2) = new_figure("E10", r, ncols=2, width=12.0)
-    batches = sorted((v for v in r.variant.unique() if v.startswith("batch_")),
-                     key=lambda v: int(v.removeprefix("batch_")))
-    rss = (r.metric == "peak_rss").any()
-    metric = "peak_rss" if rss else "peak_allocated"
+    batches = numbered_variants(r, BATCH_PREFIX)
+    rss = (r.metric == PEAK_RSS).any()
+    _draw_peaks(ax, r, batches, rss)
+    _draw_series(ax2, r, samples, batches, rss)
+    return fig
+
+
+def _draw_peaks(ax, r: pd.DataFrame, batches: list[str], rss: bool) -> None:
+    """Left panel: each batch's peak against persistent state and the budget."""
+    import seaborn as sns
+
+    from perflab.figures import add_note
+
     notes = []
     for x, v in enumerate(batches):
-        peak = pick(r, v, metric, "value")
+        peak = pick(r, v, PEAK_RSS if rss else PEAK_ALLOCATED, "value")
         if isinstance(peak, Missing):
             notes.append(f"{v}: {peak}")
             continue
         ax.bar(x, peak, 0.6, color=sns.color_palette()[0],
                label="peak (uncapped)" if x == 0 else None)
         ax.text(x, peak, f"{peak:.0f}", ha="center", va="bottom", fontsize=8)
-    persistent = pick(r, "persistent", "bytes", "value")
+    persistent = pick(r, PERSISTENT, BYTES, "value")
     if not isinstance(persistent, Missing):
         ax.axhline(persistent, color="black", ls=":", lw=1.2,
                    label=f"parameters + gradients + optimizer state {persistent:.0f} MiB")
-    budget = pick(r, "capped_run", "memory_budget", "value")
+    budget = pick(r, CAPPED_RUN, MEMORY_BUDGET, "value")
     if not isinstance(budget, Missing):
         ax.axhline(budget, color="#c0392b", ls="--", lw=1.2, label=f"budget {budget:.0f} MiB")
-    oom = pick(r, "capped_run", "oom", "value")
+    oom = pick(r, CAPPED_RUN, OOM, "value")
     if isinstance(oom, Missing):
         notes.append(f"capped run: {oom}")
-    ax.set_xticks(range(len(batches)), [f"batch {v.removeprefix('batch_')}" for v in batches])
+    ax.set_xticks(range(len(batches)),
+                  [f"batch {v.removeprefix(BATCH_PREFIX)}" for v in batches])
     ax.set_ylabel("peak RSS MiB (whole process)" if rss else "peak allocated MiB")
     ax.set_title("peak at two batch sizes")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower left", fontsize=8)
     add_note(ax, notes, loc="upper right")
 
-    # allocated after each repeated step: flat or climbing
-    series = samples[(samples.experiment == "E10") & samples.metric.str.endswith("_after_step")]
+
+def _draw_series(ax, r: pd.DataFrame, samples: pd.DataFrame, batches: list[str],
+                 rss: bool) -> None:
+    """Right panel: memory after each repeated step (flat or climbing), and the diagnosis."""
+    from matplotlib.ticker import MaxNLocator
+
+    from perflab.figures import add_note, num
+
+    series = samples[(samples.experiment == "E10") & samples.metric.str.endswith(AFTER_STEP)]
     for v in batches:
         s = series[series.variant == v]
         if not s.empty:
-            ax2.plot(s["index"], s.value, "o-", label=v.replace("_", " "))
-    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax2.set_xlabel("training step")
-    ax2.set_ylabel(("RSS" if rss else "allocated") + " MiB after the step")
-    ax2.set_title("repeated identical steps: flat or climbing")
-    if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(fontsize=8)
-    branches = [b for b in ("accumulating", "persistent", "shape_dependent", "allocator",
-                            "inconclusive")
-                if num(pick(r, f"diagnosis/{b}", "supported", "value")) == 1.0]
-    diag = pick(r, "diagnosis/persistent", "supported", "value")
-    text = (f"diagnosis: {branches[0].replace('_', '-')}" if branches
-            else f"diagnosis: {diag}")
-    add_note(ax2, [text], loc="lower right")
-    return fig
+            ax.plot(s["index"], s.value, "o-", label=v.replace("_", " "))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("training step")
+    ax.set_ylabel(("RSS" if rss else "allocated") + " MiB after the step")
+    ax.set_title("repeated identical steps: flat or climbing")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    picked = [b for b in OOM_VERDICTS
+              if num(pick(r, diagnosis_variant(b), SUPPORTED, "value")) == 1.0]
+    cell = pick(r, diagnosis_variant("persistent"), SUPPORTED, "value")
+    text = (f"diagnosis: {picked[0].replace('_', '-')}" if picked else f"diagnosis: {cell}")
+    add_note(ax, [text], loc="lower right")
+
+
+# ------------------------------------------------------------------ claims
+
+#: C26: halving the batch lowers the constructed OOM's peak by less than this share of it
+PEAK_DROP_MAX_PCT = 25
 
 
 @claim("C26", "E10", "the constructed OOM barely responds to a smaller batch (persistent state)",
        chapter="batch 32 -> 8 moved the peak by 0.8 of 9.9 GiB",
-       tolerance="peak drop < 25% of the peak")
+       tolerance=f"peak drop < {PEAK_DROP_MAX_PCT}% of the peak")
 def _oom_persistent(ev):
-    hi = ev.value("E10", "batch_32", "peak_allocated", "value")
-    lo = ev.value("E10", "batch_8", "peak_allocated", "value")
+    hi = ev.value("E10", batch_variant(32), PEAK_ALLOCATED, "value")
+    lo = ev.value("E10", batch_variant(8), PEAK_ALLOCATED, "value")
     rel = (hi - lo) / hi
-    return holds(rel < 0.25, f"{hi:.0f} -> {lo:.0f} MiB ({pct(-100 * rel)})",
+    return holds(rel < PEAK_DROP_MAX_PCT / 100, f"{hi:.0f} -> {lo:.0f} MiB ({pct(-100 * rel)})",
                  mechanism="the peak is shape-dependent here: the batch is the lever")
