@@ -25,27 +25,166 @@ reported per variant: identical, because the computation is identical.
 """
 
 import gc
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from perflab import memory
+from perflab.experiments.e11_retained_leak import (
+    ALL,
+    ALLOCATED,
+    ITEM,
+    MONITORED_METRIC,
+    MONITORED_METRIC_MAX_ABS_DIFF,
+    NO_GRAD,
+    RETAINED_GRAPH,
+    RETAINED_GRAPH_BYTES,
+    RETAINED_GRAPH_GROWTH,
+    RSS,
+    after_empty_cache_variant,
+    final_variant,
+    growth_metric,
+    mark_variant,
+    median_increment_metric,
+)
 from perflab.runner import run
 
-VARIANTS = {
-    "retained_graph": "kept.append(metric): the tensor, still connected to its graph",
-    "no_grad": "under torch.no_grad(): kept.append(metric), no graph built",
-    "item": "kept.append(metric.item()): a Python float",
+LOOPS = {  # loop -> what it keeps, for the windows
+    RETAINED_GRAPH: "kept.append(metric): the tensor, still connected to its graph",
+    NO_GRAD: "under torch.no_grad(): kept.append(metric), no graph built",
+    ITEM: "kept.append(metric.item()): a Python float",
 }
 MiB = memory.MiB
+HOST = "n/a (host bookkeeping)"  # the sync boundary of a tensor-accounting row
+GRAPH_WHAT = ("tensor accounting: bytes of the saved-for-backward tensors reachable from "
+              "the kept list (grad_fn._saved_*; parameters and input excluded)")
 
 
-def _one_iteration(variant, model, x):
-    if variant == "no_grad":
+@dataclass
+class Instrument:
+    """The process-level reading of this device, and what the windows say about it."""
+
+    name: str  # allocated (CUDA) or rss (CPU)
+    what: str
+    sync_boundary: str
+    read: Callable[[], float]  # MiB, after a sync
+    exclude: list  # tensors the retained-graph count leaves out (parameters, the input)
+
+    def graph_mib(self, kept) -> float:
+        return memory.bytes_saved_by_graph(kept, self.exclude) / MiB
+
+
+def _instrument(ctx, exclude) -> Instrument:
+    cuda = ctx.is_cuda
+
+    def read() -> float:
+        ctx.sync()
+        return memory.cuda_counters(ctx.device).allocated_mib if cuda else memory.rss_mib()
+
+    return Instrument(
+        ALLOCATED if cuda else RSS,
+        "torch.cuda.memory_allocated" if cuda else
+        "VmRSS of this process (includes freed-but-kept heap pages; no live-tensor "
+        "counter exists on a CPU)",
+        "read after torch.cuda.synchronize()" if cuda
+        else "read after the iteration returned (the CPU runs synchronously)",
+        read, exclude)
+
+
+def _one_iteration(loop, model, x):
+    if loop == NO_GRAD:
         with torch.no_grad():
             return model(x).softmax(-1).amax(-1).mean()
     metric = model(x).softmax(-1).amax(-1).mean()
-    return metric.item() if variant == "item" else metric
+    return metric.item() if loop == ITEM else metric
+
+
+def _iterate(ctx, inst: Instrument, loop: str, model, x, iterations: int, every: int):
+    """The monitoring loop, memory read after every iteration; returns (kept, readings)."""
+    how = LOOPS[loop]
+    kept, series = [], []
+    for i in range(iterations):
+        kept.append(_one_iteration(loop, model, x))
+        series.append(inst.read())
+        if i % every == 0:
+            win = f"after iteration {i} of {iterations} ({how})"
+            ctx.row(variant=mark_variant(loop, i), metric=inst.name, value=series[-1],
+                    unit="MiB", window=f"{win}; {inst.what}", sync_boundary=inst.sync_boundary)
+            ctx.row(variant=mark_variant(loop, i), metric=RETAINED_GRAPH_BYTES,
+                    value=inst.graph_mib(kept), unit="MiB", window=f"{win}; {GRAPH_WHAT}",
+                    sync_boundary=HOST)
+    return kept, series
+
+
+def _final_rows(ctx, inst: Instrument, loop: str, kept, series, iterations: int) -> float:
+    """Memory after the loop, and after empty_cache (CUDA); returns the retained graph MiB."""
+    final_win = f"after all {iterations} iterations ({LOOPS[loop]})"
+    ctx.row(variant=final_variant(loop), metric=inst.name, value=series[-1], unit="MiB",
+            window=f"{final_win}; {inst.what}", sync_boundary=inst.sync_boundary)
+    graph_final = inst.graph_mib(kept)
+    ctx.row(variant=final_variant(loop), metric=RETAINED_GRAPH_BYTES, value=graph_final,
+            unit="MiB", window=f"{final_win}; {GRAPH_WHAT}", sync_boundary=HOST)
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+        ctx.row(variant=after_empty_cache_variant(loop), metric=ALLOCATED, value=inst.read(),
+                unit="MiB", window=f"{final_win}, then torch.cuda.empty_cache(); {inst.what}",
+                sync_boundary=inst.sync_boundary)
+    else:
+        ctx.unsupported(variant=after_empty_cache_variant(loop), metric=ALLOCATED,
+                        unit="MiB", reason="torch.cuda.empty_cache acts on the CUDA "
+                        "caching allocator; a CPU has none to empty")
+    return graph_final
+
+
+def _growth_rows(ctx, inst: Instrument, loop: str, series, graph_final: float,
+                 iterations: int) -> float:
+    """How fast the loop grows memory, three ways; returns the least-squares slope."""
+    how = LOOPS[loop]
+    slope = float(np.polyfit(np.arange(iterations), series, 1)[0])
+    ctx.row(variant=loop, metric=growth_metric(inst.name), value=slope,
+            unit="MiB/iteration", n=iterations,
+            window=f"least-squares slope over the {iterations} per-iteration readings "
+            f"({how}); {inst.what}", sync_boundary=inst.sync_boundary)
+    # robust to a one-off jump (a heap trim, a new allocator segment): sustained growth
+    median_step = float(np.median(np.diff(series))) if len(series) > 1 else 0.0
+    ctx.row(variant=loop, metric=median_increment_metric(inst.name), value=median_step,
+            unit="MiB/iteration", n=iterations - 1,
+            window=f"median of the {iterations - 1} iteration-to-iteration changes "
+            f"({how}); {inst.what}", sync_boundary=inst.sync_boundary)
+    ctx.row(variant=loop, metric=RETAINED_GRAPH_GROWTH, value=graph_final / iterations,
+            unit="MiB/iteration", n=iterations,
+            window=f"retained graph bytes after {iterations} iterations / {iterations}; "
+            f"{GRAPH_WHAT}", sync_boundary=HOST)
+    return slope
+
+
+def _one_loop(ctx, inst: Instrument, loop: str, model, x, iterations: int,
+              every: int) -> float:
+    """One monitoring loop's rows and samples; returns its monitored metric."""
+    gc.collect()
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+    kept, series = _iterate(ctx, inst, loop, model, x, iterations, every)
+    graph_final = _final_rows(ctx, inst, loop, kept, series, iterations)
+    slope = _growth_rows(ctx, inst, loop, series, graph_final, iterations)
+    # a host read of each kept value, after the loop (detached: reading needs no graph)
+    values = [float(k.detach()) if isinstance(k, torch.Tensor) else k for k in kept]
+    monitored = float(np.mean(values))
+    ctx.row(variant=loop, metric=MONITORED_METRIC, value=monitored,
+            unit="probability", n=iterations,
+            window=f"mean over {iterations} iterations of the mean top-1 probability",
+            sync_boundary="read on the host after the loop")
+    for i, value in enumerate(series):
+        ctx.samples.append({"experiment": ctx.eid, "variant": loop, "execution": "eager",
+                            "metric": inst.name, "unit": "MiB", "block": 0, "index": i,
+                            "value": value})
+    ctx.log(f"{loop}: {inst.name} {series[0]:.1f} -> {series[-1]:.1f} MiB "
+            f"({slope:.3f} MiB/iteration), retained graph {graph_final:.2f} MiB, "
+            f"metric {monitored:.6f}")
+    del kept, values
+    return monitored
 
 
 def measure(ctx):
@@ -55,87 +194,11 @@ def measure(ctx):
     model = w.model
     model.eval()  # a flag on the module tree; autograd still records
     x, _ = w.batch_on(ctx.device)
-    exclude = [*model.parameters(), x]
-    cuda = ctx.is_cuda
-    instrument = "allocated" if cuda else "rss"
-    what = ("torch.cuda.memory_allocated" if cuda else
-            "VmRSS of this process (includes freed-but-kept heap pages; no live-tensor "
-            "counter exists on a CPU)")
-    sync_b = ("read after torch.cuda.synchronize()" if cuda
-              else "read after the iteration returned (the CPU runs synchronously)")
-    graph_what = ("tensor accounting: bytes of the saved-for-backward tensors reachable from "
-                  "the kept list (grad_fn._saved_*; parameters and input excluded)")
-
-    def read() -> float:
-        ctx.sync()
-        return memory.cuda_counters(ctx.device).allocated_mib if cuda else memory.rss_mib()
-
-    monitored = {}
-    for variant, how in VARIANTS.items():
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-        kept = []
-        series = []
-        for i in range(iterations):
-            kept.append(_one_iteration(variant, model, x))
-            series.append(read())
-            if i % every == 0:
-                v = f"{variant}/i{i:02d}"
-                win = f"after iteration {i} of {iterations} ({how})"
-                ctx.row(variant=v, metric=instrument, value=series[-1], unit="MiB",
-                        window=f"{win}; {what}", sync_boundary=sync_b)
-                ctx.row(variant=v, metric="retained_graph_bytes",
-                        value=memory.bytes_saved_by_graph(kept, exclude) / MiB, unit="MiB",
-                        window=f"{win}; {graph_what}", sync_boundary="n/a (host bookkeeping)")
-        final_win = f"after all {iterations} iterations ({how})"
-        ctx.row(variant=f"{variant}/final", metric=instrument, value=series[-1], unit="MiB",
-                window=f"{final_win}; {what}", sync_boundary=sync_b)
-        graph_final = memory.bytes_saved_by_graph(kept, exclude) / MiB
-        ctx.row(variant=f"{variant}/final", metric="retained_graph_bytes", value=graph_final,
-                unit="MiB", window=f"{final_win}; {graph_what}",
-                sync_boundary="n/a (host bookkeeping)")
-        if cuda:
-            torch.cuda.empty_cache()
-            ctx.row(variant=f"{variant}/after_empty_cache", metric="allocated", value=read(),
-                    unit="MiB", window=f"{final_win}, then torch.cuda.empty_cache(); {what}",
-                    sync_boundary=sync_b)
-        else:
-            ctx.unsupported(variant=f"{variant}/after_empty_cache", metric="allocated",
-                            unit="MiB", reason="torch.cuda.empty_cache acts on the CUDA "
-                            "caching allocator; a CPU has none to empty")
-        slope = float(np.polyfit(np.arange(iterations), series, 1)[0])
-        ctx.row(variant=variant, metric=f"{instrument}_growth", value=slope,
-                unit="MiB/iteration", n=iterations,
-                window=f"least-squares slope over the {iterations} per-iteration readings "
-                f"({how}); {what}", sync_boundary=sync_b)
-        # robust to a one-off jump (a heap trim, a new allocator segment): sustained growth
-        median_step = float(np.median(np.diff(series))) if len(series) > 1 else 0.0
-        ctx.row(variant=variant, metric=f"{instrument}_median_increment", value=median_step,
-                unit="MiB/iteration", n=iterations - 1,
-                window=f"median of the {iterations - 1} iteration-to-iteration changes "
-                f"({how}); {what}", sync_boundary=sync_b)
-        ctx.row(variant=variant, metric="retained_graph_growth", value=graph_final / iterations,
-                unit="MiB/iteration", n=iterations,
-                window=f"retained graph bytes after {iterations} iterations / {iterations}; "
-                f"{graph_what}", sync_boundary="n/a (host bookkeeping)")
-        # a host read of each kept value, after the loop (detached: reading needs no graph)
-        values = [float(k.detach()) if isinstance(k, torch.Tensor) else k for k in kept]
-        monitored[variant] = float(np.mean(values))
-        ctx.row(variant=variant, metric="monitored_metric", value=monitored[variant],
-                unit="probability", n=iterations,
-                window=f"mean over {iterations} iterations of the mean top-1 probability",
-                sync_boundary="read on the host after the loop")
-        for i, value in enumerate(series):
-            ctx.samples.append({"experiment": ctx.eid, "variant": variant, "execution": "eager",
-                                "metric": instrument, "unit": "MiB", "block": 0, "index": i,
-                                "value": value})
-        ctx.log(f"{variant}: {instrument} {series[0]:.1f} -> {series[-1]:.1f} MiB "
-                f"({slope:.3f} MiB/iteration), retained graph {graph_final:.2f} MiB, "
-                f"metric {monitored[variant]:.6f}")
-        del kept, values
+    inst = _instrument(ctx, exclude=[*model.parameters(), x])
+    monitored = {loop: _one_loop(ctx, inst, loop, model, x, iterations, every)
+                 for loop in LOOPS}
     spread = max(monitored.values()) - min(monitored.values())
-    ctx.row(variant="all", metric="monitored_metric_max_abs_diff", value=spread,
+    ctx.row(variant=ALL, metric=MONITORED_METRIC_MAX_ABS_DIFF, value=spread,
             unit="probability", n=len(monitored),
             window="largest minus smallest monitored metric across the three variants",
             sync_boundary="read on the host after the loop")

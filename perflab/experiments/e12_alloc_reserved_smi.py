@@ -1,4 +1,7 @@
-"""E12: the read side of scripts/e12_alloc_reserved_smi.py (its entry, table, figure and claims)."""
+"""E12, allocated, reserved, max reserved and NVML: what each of the four counters says at
+four states around one large tensor (allocated, deleted, the cache emptied), and what ``del``
+and ``empty_cache()`` each move. Measured by scripts/e12_alloc_reserved_smi.py.
+"""
 
 from __future__ import annotations
 
@@ -13,53 +16,63 @@ from perflab.tables import Missing, make_table, pick, rows_of
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "E12",
-        "alloc_reserved_smi",
-        "Allocated, reserved, max reserved and NVML: four counters, four stories",
-        "memory",
-        cpu_behaviour="allocator and NVML counters are unsupported rows; the process RSS "
-        "around the same large tensor is measured instead",
-    report_section='11 · Allocated, reserved and the third number',
+    "E12",
+    "alloc_reserved_smi",
+    "Allocated, reserved, max reserved and NVML: four counters, four stories",
+    "memory",
+    cpu_behaviour="allocator and NVML counters are unsupported rows; the process RSS "
+    "around the same large tensor is measured instead",
+    report_section="11 · Allocated, reserved and the third number",
 )
+
+# ------------------------------------------------------------------ the names its script writes
+
+#: the four states, in order: steady, after allocating the tensor, after del, after empty_cache
+STEADY, AFTER_ALLOC, AFTER_DEL, AFTER_EMPTY_CACHE = (
+    "steady", "after_alloc", "after_del", "after_empty_cache")
+STATES = (STEADY, AFTER_ALLOC, AFTER_DEL, AFTER_EMPTY_CACHE)
+#: what each call moved: (variant, state before, state after)
+DELTAS = (("delta/del", AFTER_ALLOC, AFTER_DEL),
+          ("delta/empty_cache", AFTER_DEL, AFTER_EMPTY_CACHE))
+#: the counters: the caching allocator's three, NVML's per-process number, the process RSS
+ALLOCATED, RESERVED, MAX_RESERVED = "allocated", "reserved", "max_reserved"
+NVML_PROCESS, RSS = "nvml_process", "rss"
+COUNTERS = (ALLOCATED, RESERVED, MAX_RESERVED, NVML_PROCESS, RSS)
+
+
+# ------------------------------------------------------------------ table
+
+#: the table's label of each state and delta
+LABELS = {STEADY: "steady state", AFTER_ALLOC: "after allocating the large tensor",
+          AFTER_DEL: "after del (Python reference gone)",
+          AFTER_EMPTY_CACHE: "after torch.cuda.empty_cache()",
+          "delta/del": "moved by del", "delta/empty_cache": "moved by empty_cache()"}
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Four counters at four states, then what del and empty_cache moved."""
     r = rows_of("E12", frame)
-    records = []
-    for state, label in (("steady", "steady state"),
-                         ("after_alloc", "after allocating the large tensor"),
-                         ("after_del", "after del (Python reference gone)"),
-                         ("after_empty_cache", "after torch.cuda.empty_cache()"),
-                         ("delta/del", "moved by del"),
-                         ("delta/empty_cache", "moved by empty_cache()")):
-        records.append({"state": label,
-                        "allocated_mib": pick(r, state, "allocated", "value"),
-                        "reserved_mib": pick(r, state, "reserved", "value"),
-                        "max_reserved_mib": pick(r, state, "max_reserved", "value"),
-                        "nvml_process_mib": pick(r, state, "nvml_process", "value"),
-                        "rss_mib": pick(r, state, "rss", "value")})
-    return make_table(records)
+    return make_table([{"state": label, **{f"{m}_mib": pick(r, state, m, "value")
+                                           for m in COUNTERS}}
+                       for state, label in LABELS.items()])
 
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The counters at each state: allocated, reserved, max reserved, NVML (CPU: RSS)."""
     # plotting is imported here, not above: timing jobs import this module
     from perflab.figures import add_note, draw_bars, new_figure
+
     r = rows[rows.experiment == "E12"]
     fig, (ax,) = new_figure("E12", r, width=10.0)
-    states = ["steady", "after_alloc", "after_del", "after_empty_cache"]
-    counters = [m for m in ("allocated", "reserved", "max_reserved", "nvml_process", "rss")
-                if ((r.metric == m) & (r.status == "ok")).any()]
+    counters = [m for m in COUNTERS if ((r.metric == m) & (r.status == "ok")).any()]
     series = {}
     for m in counters:
-        series[m] = [(lambda c: c if isinstance(c, Missing) else (c, 0.0, 0.0))(
-            pick(r, st, m, "value")) for st in states]
-    notes = draw_bars(ax, states, series) if series else ["no counter measured"]
-    for m in ("allocated", "nvml_process"):
-        cell = pick(r, "steady", m, "value")
+        cells = [pick(r, state, m, "value") for state in STATES]
+        series[m] = [c if isinstance(c, Missing) else (c, 0.0, 0.0) for c in cells]
+    notes = draw_bars(ax, list(STATES), series) if series else ["no counter measured"]
+    for m in (ALLOCATED, NVML_PROCESS):
+        cell = pick(r, STEADY, m, "value")
         if m not in counters and isinstance(cell, Missing):
             notes.append(f"{m}: {cell}")
     ax.set_ylabel("MiB: " + ", ".join(counters))
@@ -67,15 +80,28 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     return fig
 
 
-@claim("C29", "E12", "del lowers allocated, not reserved; empty_cache lowers reserved, not allocated",
+# ------------------------------------------------------------------ claims
+
+#: C29: a counter that moves moves by more than this ...
+MOVED_MIN_MIB = 50
+#: ... and one that stays moves by less than this
+STILL_MAX_MIB = 1
+
+
+@claim("C29", "E12",
+       "del lowers allocated, not reserved; empty_cache lowers reserved, not allocated",
        chapter="874 -> 474 allocated (reserved 1064 kept); empty_cache: reserved 1064 -> 542",
-       tolerance="each counter moves by > 50 MiB or by < 1 MiB as stated")
+       tolerance=f"each counter moves by > {MOVED_MIN_MIB} MiB or by < {STILL_MAX_MIB} MiB "
+                 "as stated")
 def _three_counters(ev):
-    a = {v: ev.value("E12", v, "allocated", "value") for v in ("after_alloc", "after_del", "after_empty_cache")}
-    r = {v: ev.value("E12", v, "reserved", "value") for v in ("after_alloc", "after_del", "after_empty_cache")}
-    ok = (a["after_alloc"] - a["after_del"] > 50 and abs(r["after_alloc"] - r["after_del"]) < 1
-          and abs(a["after_del"] - a["after_empty_cache"]) < 1
-          and r["after_del"] - r["after_empty_cache"] > 50)
-    return holds(ok, f"allocated {a['after_alloc']:.0f}/{a['after_del']:.0f}/{a['after_empty_cache']:.0f}; "
-                 f"reserved {r['after_alloc']:.0f}/{r['after_del']:.0f}/{r['after_empty_cache']:.0f} MiB",
+    after = (AFTER_ALLOC, AFTER_DEL, AFTER_EMPTY_CACHE)
+    a = {v: ev.value("E12", v, ALLOCATED, "value") for v in after}
+    r = {v: ev.value("E12", v, RESERVED, "value") for v in after}
+    ok = (a[AFTER_ALLOC] - a[AFTER_DEL] > MOVED_MIN_MIB
+          and abs(r[AFTER_ALLOC] - r[AFTER_DEL]) < STILL_MAX_MIB
+          and abs(a[AFTER_DEL] - a[AFTER_EMPTY_CACHE]) < STILL_MAX_MIB
+          and r[AFTER_DEL] - r[AFTER_EMPTY_CACHE] > MOVED_MIN_MIB)
+    return holds(ok, f"allocated {a[AFTER_ALLOC]:.0f}/{a[AFTER_DEL]:.0f}/"
+                 f"{a[AFTER_EMPTY_CACHE]:.0f}; reserved {r[AFTER_ALLOC]:.0f}/"
+                 f"{r[AFTER_DEL]:.0f}/{r[AFTER_EMPTY_CACHE]:.0f} MiB",
                  mechanism="the caching allocator behaved differently on this device")
