@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from perflab import calibration, io
+from perflab import ab, calibration, io
+from perflab.experiments import e13_sync_tax
 from perflab.rows import Missing, Rows
 
 #: input wait + host-to-device share of the phase sum above which the step is starved
@@ -175,8 +176,8 @@ def _input_pipeline(r: _Rows) -> Finding:
 
 
 def _synchronization(r: _Rows) -> Finding:
-    tax = r.get("E13", "controlled/tax", "tax_rel", "value", "%")
-    resolved = r.get("E13", "controlled/tax", "difference_resolved", "value", "bool")
+    tax = r.get("E13", e13_sync_tax.CONTROLLED_TAX, e13_sync_tax.TAX_REL, "value", "%")
+    resolved = r.get("E13", e13_sync_tax.CONTROLLED_TAX, ab.RESOLVED, "value", "bool")
     if tax.value is None:
         return Finding("synchronization", NOT_MEASURED, "needs E13's sync tax on the controlled step")
     ok = tax.value >= SYNC_TAX_PCT and bool(resolved.value)

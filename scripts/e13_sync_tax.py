@@ -27,15 +27,33 @@ import math
 import torch
 
 from perflab import profiling, steps, timing
+from perflab.experiments.e13_sync_tax import (
+    AGREE,
+    CONTROLLED,
+    ITEM_EVERY,
+    MAX_ABS_DIFF,
+    MEAN_LOSS,
+    NONE,
+    PAIRS,
+    READ_EVERY_STEP,
+    READ_ONCE,
+    RUNNING_MEAN,
+    SMALL,
+    STEP_LATENCY,
+    TAX,
+    THROUGHPUT,
+    THROUGHPUT_PCT_OF_NONE,
+    read_every,
+    running_mean_variant,
+    side_variant,
+    tax_variant,
+)
 from perflab.runner import run
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
 STRETCH = 10
-
-SETS = (  # (variant prefix, workload name or None for the controlled one, label)
-    ("controlled", None, "controlled step"),
-    ("small", "small_mlp", "small fast step"),
-)
+#: the workload of each pair (None: the configured controlled one)
+WORKLOADS = {CONTROLLED: None, SMALL: "small_mlp"}
 
 
 def _stretch(inner: int) -> tuple[int, int]:
@@ -45,8 +63,9 @@ def _stretch(inner: int) -> tuple[int, int]:
 
 
 def sync_tax(ctx, prefix, name, label):
+    """One interleaved A/B: the step with no host read against the step and loss.item()."""
     p, t = ctx.params, ctx.timing
-    parts = ctx.trainable(name, variants=(f"{prefix}/none",), metric="step_latency")
+    parts = ctx.trainable(name, variants=(side_variant(prefix, NONE),), metric=STEP_LATENCY)
     if parts is None:
         return
     w, opt = parts
@@ -73,22 +92,22 @@ def sync_tax(ctx, prefix, name, label):
               f"{warm_calls * k} warmup steps per side{cpu}")
     stretch_sync = f"{ctx.sync_name} at both ends of each {k}-step stretch only"
     pc = profiling.record_pair(
-        ctx, metric="step_latency", window=window,
-        sides=[(f"{prefix}/none", per_step[0], block_of, blocks[0],
+        ctx, metric=STEP_LATENCY, window=window,
+        sides=[(side_variant(prefix, NONE), per_step[0], block_of, blocks[0],
                 stretch_sync + "; no host read of any device value"),
-               (f"{prefix}/item_every", per_step[1], block_of, blocks[1],
+               (side_variant(prefix, ITEM_EVERY), per_step[1], block_of, blocks[1],
                 stretch_sync + "; loss.item() after every step (a host read: waits for "
                 "the step's work)")],
-        diff_variant=f"{prefix}/tax", diff_metric="tax",
+        diff_variant=tax_variant(prefix), diff_metric=TAX,
     )
     thr = {}
-    for side, med in (("none", pc.a_median), ("item_every", pc.b_median)):
+    for side, med in ((NONE, pc.a_median), (ITEM_EVERY, pc.b_median)):
         thr[side] = w.batch_size * 1e3 / med
-        ctx.row(variant=f"{prefix}/{side}", metric="throughput", value=thr[side], unit="ex/s",
-                window=window + f"; batch {w.batch_size} / median ms per step",
+        ctx.row(variant=side_variant(prefix, side), metric=THROUGHPUT, value=thr[side],
+                unit="ex/s", window=window + f"; batch {w.batch_size} / median ms per step",
                 sync_boundary=stretch_sync, n=len(per_step[0]))
-        ctx.row(variant=f"{prefix}/{side}", metric="throughput_pct_of_none",
-                value=100 * thr[side] / thr["none"], unit="%", window=window,
+        ctx.row(variant=side_variant(prefix, side), metric=THROUGHPUT_PCT_OF_NONE,
+                value=100 * thr[side] / thr[NONE], unit="%", window=window,
                 sync_boundary="relative to no host read", n=len(per_step[0]))
     ctx.log(f"{label} ({w.description}, batch {w.batch_size}): none {pc.a_median:.3f} ms, "
             f"item_every {pc.b_median:.3f} ms, tax {pc.diff:+.3f} ms ({100 * pc.rel:+.1f}%), "
@@ -96,11 +115,12 @@ def sync_tax(ctx, prefix, name, label):
 
 
 def running_mean_check(ctx):
+    """The logged running-mean loss read every step, every ``log_every`` steps and once."""
     p = ctx.params
     n, every = p["running_mean_steps"], p["log_every"]
     w = ctx.workload()  # the controlled workload; row defaults follow it
     if w.make_optimizer is None:
-        ctx.unsupported(variant="running_mean", metric="max_abs_diff", unit="loss",
+        ctx.unsupported(variant=RUNNING_MEAN, metric=MAX_ABS_DIFF, unit="loss",
                         reason=f"workload {w.name!r} has no optimizer: no training step")
         return
     x, y = w.batch_on(ctx.device)
@@ -135,19 +155,20 @@ def running_mean_check(ctx):
 
     window = (f"mean training loss over {n} steps from the same initial weights (a deep copy) "
               "with a fresh optimizer, same batch")
-    for variant, value, how in (
-        ("running_mean/item_every_step", host, "loss.item() every step, summed on the host"),
-        (f"running_mean/every_{every}", every_k,
+    for read, value, how in (
+        (READ_EVERY_STEP, host, "loss.item() every step, summed on the host"),
+        (read_every(every), every_k,
          f"device-side running sum read with .item() every {every} steps"),
-        ("running_mean/once", once, "device-side sum read with .item() once, at the end"),
+        (READ_ONCE, once, "device-side sum read with .item() once, at the end"),
     ):
-        ctx.row(variant=variant, metric="mean_loss", value=value, unit="loss", window=window,
-                sync_boundary=how, n=n)
+        ctx.row(variant=running_mean_variant(read), metric=MEAN_LOSS, value=value, unit="loss",
+                window=window, sync_boundary=how, n=n)
     values = (host, every_k, once)
     diff = max(values) - min(values)
-    ctx.row(variant="running_mean", metric="max_abs_diff", value=diff, unit="loss",
+    ctx.row(variant=RUNNING_MEAN, metric=MAX_ABS_DIFF, value=diff, unit="loss",
             window=window, sync_boundary="largest difference between the three readings", n=3)
-    ctx.row(variant="running_mean", metric="agree_5_decimals", value=float(diff < 5e-6),
+    # half a unit of the 5th decimal: the readings agree to AGREE_DECIMALS decimals
+    ctx.row(variant=RUNNING_MEAN, metric=AGREE, value=float(diff < 5e-6),
             unit="bool", window=window,
             sync_boundary="1 when the three readings differ by less than 5e-6", n=3)
     ctx.log(f"running mean over {n} steps: every step {host:.6f}, every {every} "
@@ -155,8 +176,8 @@ def running_mean_check(ctx):
 
 
 def measure(ctx):
-    for prefix, name, label in SETS:
-        sync_tax(ctx, prefix, name, label)
+    for prefix, label in PAIRS:
+        sync_tax(ctx, prefix, WORKLOADS[prefix], label)
     running_mean_check(ctx)
 
 

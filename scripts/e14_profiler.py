@@ -14,76 +14,102 @@ chrome trace of the active steps is written gzipped beside the CSV.
 """
 
 from perflab import profiling, steps, timing
+from perflab.experiments.e14_profiler import (
+    OP_SELF_CPU_TIME,
+    OP_SELF_DEVICE_TIME,
+    OVERHEAD,
+    OVERHEAD_REL,
+    PROFILED,
+    PROFILER_OVERHEAD,
+    RANGE_CPU_TIME,
+    RANGE_DEVICE_TIME,
+    STEP_LATENCY,
+    UNPROFILED,
+    op_variant,
+    range_variant,
+)
 from perflab.runner import run
 
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 
 
-def measure(ctx):
-    p, t = ctx.params, ctx.timing
-    parts = ctx.trainable()
-    if parts is None:
-        return
-    w, opt = parts
-    x, y = w.batch_on(ctx.device)
-    step = steps.ranged_train_step(w.model, w, opt, x, y)
-    sched = f"schedule(wait={p['wait']}, warmup={p['warmup']}, active={p['active']}, repeat=1)"
-    synced = f"{ctx.sync_name} at both ends of each step"
+def _overhead(ctx, step, synced: str):
+    """The same step unprofiled, then profiled; rows of both and of the difference.
 
+    Returns the profiling session and its window (what the range and op rows share).
+    """
+    p, t = ctx.params, ctx.timing
+    sched = f"schedule(wait={p['wait']}, warmup={p['warmup']}, active={p['active']}, repeat=1)"
     # the real step first: the same callable, no profiler attached
     plain = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
-    un = ctx.summary(plain, variant="unprofiled", metric="step_latency",
+    un = ctx.summary(plain, variant=UNPROFILED, metric=STEP_LATENCY,
                      window=f"steady state after warmup {t['warmup']}, no profiler (the "
                      "record_function ranges present but inert)",
                      sync_boundary=synced, statistics=STATS)
-
     prof_run = profiling.profile_steps(step, device=ctx.device, sync=ctx.sync, wait=p["wait"],
                                        warmup=p["warmup"], active=p["active"],
                                        profile_memory=True)
     acts = "CPU + CUDA" if prof_run.device_activity else "CPU"
     window = f"the {p['active']} active steps of {sched}, activities {acts}, profile_memory=True"
-    pr = ctx.summary(prof_run.active_ms, variant="profiled", metric="step_latency",
+    pr = ctx.summary(prof_run.active_ms, variant=PROFILED, metric=STEP_LATENCY,
                      window=window + "; run right after the unprofiled series",
                      sync_boundary=synced + "; prof.step() outside the timed region",
                      statistics=STATS)
     over = pr["median"] - un["median"]
     how = "profiled median minus unprofiled median (not a cost of the code: of the instrument)"
-    ctx.row(variant="profiler_overhead", metric="overhead", value=over, unit="ms",
-            window=window, sync_boundary=how, n=len(prof_run.active_ms) + len(plain))
-    ctx.row(variant="profiler_overhead", metric="overhead_rel", value=100 * over / un["median"],
-            unit="%", window=window, sync_boundary=how + ", relative to unprofiled",
-            n=len(prof_run.active_ms) + len(plain))
+    n = len(prof_run.active_ms) + len(plain)
+    ctx.row(variant=PROFILER_OVERHEAD, metric=OVERHEAD, value=over, unit="ms",
+            window=window, sync_boundary=how, n=n)
+    ctx.row(variant=PROFILER_OVERHEAD, metric=OVERHEAD_REL, value=100 * over / un["median"],
+            unit="%", window=window, sync_boundary=how + ", relative to unprofiled", n=n)
     ctx.log(f"profiled {pr['median']:.3f} ms vs unprofiled {un['median']:.3f} ms: "
             f"overhead {over:+.3f} ms ({100 * over / un['median']:+.1f}%)")
+    return prof_run, window
 
-    # where the time goes, in proportion (over the active steps)
+
+def _range_rows(ctx, prof_run, window: str) -> None:
+    """Where the time goes, in proportion: each phase range over the active steps."""
     ranges = profiling.range_times(prof_run.prof, profiling.PHASE_RANGES,
                                    device_activity=prof_run.device_activity)
     for name, rt in ranges.items():
-        variant = f"range:{name}"
+        variant = range_variant(name)
         if prof_run.device_activity:
-            ctx.row(variant=variant, metric="range_device_time", value=rt.device_ms, unit="ms",
+            ctx.row(variant=variant, metric=RANGE_DEVICE_TIME, value=rt.device_ms, unit="ms",
                     window=window + "; device time summed over the active steps",
                     sync_boundary="kernels launched while the range was open on the host "
                     "(any thread), their device durations summed", n=rt.count)
-        ctx.row(variant=variant, metric="range_cpu_time", value=rt.cpu_ms, unit="ms",
+        ctx.row(variant=variant, metric=RANGE_CPU_TIME, value=rt.cpu_ms, unit="ms",
                 window=window + "; host (CPU) time summed over the active steps"
                 + ("" if prof_run.device_activity else " (on a CPU the CPU is the device)"),
                 sync_boundary="the range's host duration (cpu_time_total)", n=rt.count)
         ctx.log(f"range {name}: {rt.count}x, host {rt.cpu_ms:.3f} ms"
                 + (f", device {rt.device_ms:.3f} ms" if rt.device_ms is not None else ""))
 
+
+def _op_rows(ctx, prof_run, window: str, top: int) -> None:
+    """The ``top`` operators by self time (device time where the profiler saw the device)."""
     by_device = prof_run.device_activity
-    metric = "op_self_device_time" if by_device else "op_self_cpu_time"
+    metric = OP_SELF_DEVICE_TIME if by_device else OP_SELF_CPU_TIME
     what = ("self device time: the kernels the operator launched itself" if by_device
             else "self CPU time: host time inside the operator, its children excluded")
-    for rank, op in enumerate(profiling.top_ops(prof_run.prof, p["top_ops"], by_device=by_device),
+    for rank, op in enumerate(profiling.top_ops(prof_run.prof, top, by_device=by_device),
                               start=1):
-        ctx.row(variant=f"op:{op.name}", metric=metric, value=op.self_ms, unit="ms",
-                window=window + f"; rank {rank} of the top {p['top_ops']} operators by "
+        ctx.row(variant=op_variant(op.name), metric=metric, value=op.self_ms, unit="ms",
+                window=window + f"; rank {rank} of the top {top} operators by "
                 "self time, summed over the active steps; ranges and annotations excluded",
                 sync_boundary=what + "; n = calls", n=op.calls)
 
+
+def measure(ctx):
+    parts = ctx.trainable()
+    if parts is None:
+        return
+    w, opt = parts
+    x, y = w.batch_on(ctx.device)
+    step = steps.ranged_train_step(w.model, w, opt, x, y)
+    prof_run, window = _overhead(ctx, step, f"{ctx.sync_name} at both ends of each step")
+    _range_rows(ctx, prof_run, window)
+    _op_rows(ctx, prof_run, window, ctx.params["top_ops"])
     trace = ctx.outputs.get("trace")
     if trace:
         profiling.export_trace_gz(prof_run.prof, trace)

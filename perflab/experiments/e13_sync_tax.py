@@ -1,4 +1,7 @@
-"""E13: the read side of scripts/e13_sync_tax.py (its entry, table, figure and claims)."""
+"""E13, the synchronization tax: how much slower is a training loop that reads the loss on the
+host every step (``loss.item()``), on the controlled step and on a small fast one, and does
+the logged running mean change with how often it is read? Measured by scripts/e13_sync_tax.py.
+"""
 
 from __future__ import annotations
 
@@ -13,65 +16,123 @@ from perflab.tables import Missing, make_table, pick, rows_of
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "E13",
-        "sync_tax",
-        "The synchronization tax of a per-step host read",
-        "localize",
-        workloads=("controlled", "small_mlp"),
-        cpu_behaviour="same (no device queue, so the tax is expected to be ~0)",
-    report_section='12 · The synchronization tax',
+    "E13",
+    "sync_tax",
+    "The synchronization tax of a per-step host read",
+    "localize",
+    workloads=("controlled", "small_mlp"),
+    cpu_behaviour="same (no device queue, so the tax is expected to be ~0)",
+    report_section="12 · The synchronization tax",
 )
 
+# ------------------------------------------------------------------ the names its script writes
 
-#: E13's two A/B pairs: variant prefix -> label
-E13_SETS = (("controlled", "controlled step"), ("small", "small fast step"))
+#: the two A/B pairs: variant prefix -> label
+CONTROLLED, SMALL = "controlled", "small"
+PAIRS = ((CONTROLLED, "controlled step"), (SMALL, "small fast step"))
+#: the two sides of each pair: A, no host read; B, loss.item() after every step
+NONE, ITEM_EVERY = "none", "item_every"
+
+STEP_LATENCY = "step_latency"  # each side's ms per step, from free-running stretches
+#: each side's examples/s, and as % of the side with no host read (100 = no change)
+THROUGHPUT, THROUGHPUT_PCT_OF_NONE = "throughput", "throughput_pct_of_none"
+#: the pair's difference B - A, under "<prefix>/tax", as perflab.profiling.record_pair
+#: names it from its diff metric
+TAX = "tax"
+TAX_REL, TAX_RESOLVED, BLOCK_SPREAD = f"{TAX}_rel", f"{TAX}_resolved", "block_spread"
+
+#: the running-mean check: the loss read every step, every k steps, once
+RUNNING_MEAN = "running_mean"
+READ_EVERY_STEP, READ_EVERY_PREFIX, READ_ONCE = "item_every_step", "every_", "once"
+MEAN_LOSS, MAX_ABS_DIFF = "mean_loss", "max_abs_diff"
+AGREE_DECIMALS = 5
+AGREE = f"agree_{AGREE_DECIMALS}_decimals"  # 1 when the three readings agree to 5 decimals
+
+
+def side_variant(prefix: str, side: str) -> str:
+    return f"{prefix}/{side}"
+
+
+def tax_variant(prefix: str) -> str:
+    return f"{prefix}/{TAX}"
+
+
+def read_every(k: int) -> str:
+    """How the running mean was read when a device-side sum is read every ``k`` steps."""
+    return f"{READ_EVERY_PREFIX}{k}"
+
+
+def running_mean_variant(how: str) -> str:
+    return f"{RUNNING_MEAN}/{how}"
+
+
+def _running_means(r: pd.DataFrame) -> list[str]:
+    """The running-mean variants in ``r``, one per way of reading it, in row order."""
+    return [v for v in r.variant.unique() if v.startswith(f"{RUNNING_MEAN}/")]
+
+
+#: the tax on the controlled step: what the diagnosis weighs
+CONTROLLED_TAX = tax_variant(CONTROLLED)
+
+
+# ------------------------------------------------------------------ table
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Sync tax: none vs item_every per step, then the running mean read three ways."""
     r = rows_of("E13", frame)
-    records = []
-    for prefix, label in E13_SETS:
-        a, b, d = f"{prefix}/none", f"{prefix}/item_every", f"{prefix}/tax"
-        sel = r[r.variant == a]
-        records.append({
-            "measurement": label,
-            "model": sel.iloc[0]["model"] if not sel.empty else "",
-            "none_median_ms": pick(r, a, "step_latency"),
-            "item_every_median_ms": pick(r, b, "step_latency"),
-            "difference_ms": pick(r, d, "tax", "value"),
-            "change_pct": pick(r, d, "tax_rel", "value"),
-            "none_examples_per_s": pick(r, a, "throughput", "value"),
-            "item_every_examples_per_s": pick(r, b, "throughput", "value"),
-            "item_every_rel_pct": pick(r, b, "throughput_pct_of_none", "value"),
-            "block_spread_ms": pick(r, d, "block_spread", "value"),
-            "resolved": pick(r, d, "difference_resolved", "value"),
-        })
-    means = [v for v in r.variant.unique() if v.startswith("running_mean/")]
+    records = [_pair_record(r, prefix, label) for prefix, label in PAIRS]
+    means = _running_means(r)
     for v in means:
-        value = pick(r, v, "mean_loss", "value")
-        how = v.removeprefix("running_mean/")
-        if how == "item_every_step":
-            how = "every step (.item(), summed on the host)"
-        elif how.startswith("every_"):
-            how = f"every {how.removeprefix('every_')} steps (device-side running sum)"
-        elif how == "once":
-            how = "once at the end (device-side sum)"
+        value = pick(r, v, MEAN_LOSS, "value")
         records.append({
-            "measurement": f"running mean loss, read {how}",
+            "measurement": f"running mean loss, read {_how_read(v)}",
             "mean_loss": value if isinstance(value, Missing) else f"{value:.6f}",
         })
-    if means or not r[r.variant == "running_mean"].empty:
+    if means or not r[r.variant == RUNNING_MEAN].empty:
         records.append({
             "measurement": "running mean: max |difference| of the readings",
-            "mean_loss": pick(r, "running_mean", "max_abs_diff", "value"),
+            "mean_loss": pick(r, RUNNING_MEAN, MAX_ABS_DIFF, "value"),
         })
     return make_table(records, ["measurement", "model", "none_median_ms", "item_every_median_ms",
-                            "difference_ms", "change_pct", "none_examples_per_s",
-                            "item_every_examples_per_s", "item_every_rel_pct",
-                            "block_spread_ms", "resolved", "mean_loss"])
+                                "difference_ms", "change_pct", "none_examples_per_s",
+                                "item_every_examples_per_s", "item_every_rel_pct",
+                                "block_spread_ms", "resolved", "mean_loss"])
+
+
+def _pair_record(r: pd.DataFrame, prefix: str, label: str) -> dict:
+    """The table's line of one A/B pair."""
+    a, b, d = side_variant(prefix, NONE), side_variant(prefix, ITEM_EVERY), tax_variant(prefix)
+    sel = r[r.variant == a]
+    return {
+        "measurement": label,
+        "model": sel.iloc[0]["model"] if not sel.empty else "",
+        "none_median_ms": pick(r, a, STEP_LATENCY),
+        "item_every_median_ms": pick(r, b, STEP_LATENCY),
+        "difference_ms": pick(r, d, TAX, "value"),
+        "change_pct": pick(r, d, TAX_REL, "value"),
+        "none_examples_per_s": pick(r, a, THROUGHPUT, "value"),
+        "item_every_examples_per_s": pick(r, b, THROUGHPUT, "value"),
+        "item_every_rel_pct": pick(r, b, THROUGHPUT_PCT_OF_NONE, "value"),
+        "block_spread_ms": pick(r, d, BLOCK_SPREAD, "value"),
+        "resolved": pick(r, d, TAX_RESOLVED, "value"),
+    }
+
+
+def _how_read(variant: str) -> str:
+    """The running-mean variant's reading, in words."""
+    how = variant.removeprefix(f"{RUNNING_MEAN}/")
+    if how == READ_EVERY_STEP:
+        return "every step (.item(), summed on the host)"
+    if how.startswith(READ_EVERY_PREFIX):
+        return f"every {how.removeprefix(READ_EVERY_PREFIX)} steps (device-side running sum)"
+    if how == READ_ONCE:
+        return "once at the end (device-side sum)"
+    return how
+
+
+# ------------------------------------------------------------------ figure
 
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
@@ -84,87 +145,105 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     zero.
     """
     # plotting is imported here, not above: timing jobs import this module
-    import seaborn as sns
-    from matplotlib.ticker import FixedLocator, FuncFormatter
+    from perflab.figures import new_figure
 
-    from perflab.figures import add_note, block_series, new_figure
     r = rows[rows.experiment == "E13"]
     fig, axes = new_figure("E13", r, ncols=2, width=12.0)
-    colours = sns.color_palette(n_colors=2)
-    for ax, (prefix, label) in zip(axes, (("controlled", "controlled step"),
-                                          ("small", "small fast step"))):
-        notes, drawn = [], False
-        for i, (side, side_label, marker) in enumerate((("none", "A: no host read", "o"),
-                                                        ("item_every", "B: loss.item() every step",
-                                                         "s"))):
-            v = f"{prefix}/{side}"
-            blocks = block_series(samples, "E13", v)
-            if blocks.empty:
-                cell = pick(r, v, "step_latency")
-                notes.append(f"{side_label}: {cell if isinstance(cell, Missing) else 'no samples'}")
-                continue
-            each = block_series(samples, "E13", v, "step_latency")
-            offset = -0.12 if i == 0 else 0.12
-            ax.scatter(each.block + offset, each.value, s=10, alpha=0.35, color=colours[i],
-                       zorder=1)
-            ax.plot(blocks.block + offset, blocks.value, marker=marker, color=colours[i],
-                    label=f"{side_label} (block median)", zorder=2)
-            drawn = True
-        if drawn:
-            ticks = sorted(block_series(samples, "E13", f"{prefix}/none").block.unique())
-            ax.xaxis.set_major_locator(FixedLocator(ticks))
-            ax.xaxis.set_major_formatter(FuncFormatter(
-                lambda b, _: f"{int(b)}\n{'AB' if int(b) % 2 == 0 else 'BA'}"))
-            ax.legend(loc="best", fontsize=8)
-        tax = pick(r, f"{prefix}/tax", "tax", "value")
-        rel = pick(r, f"{prefix}/tax", "tax_rel", "value")
-        res = pick(r, f"{prefix}/tax", "difference_resolved", "value")
-        model = r[r.variant == f"{prefix}/none"].model
-        head = f"{label}" + (f" ({model.iloc[0]})" if not model.empty else "")
-        if isinstance(tax, Missing) or isinstance(rel, Missing):
-            ax.set_title(f"{head}\ntax: {tax}", fontsize=9)
-        else:
-            verdict = "" if isinstance(res, Missing) else (
-                ", exceeds the block spread" if res else ", inside the block spread")
-            ax.set_title(f"{head}\nB - A = {tax:+.3f} ms/step ({rel:+.1f}%){verdict}",
-                         fontsize=9)
-        ax.set_xlabel("block (order within the pair)")
-        ax.set_ylabel("ms per step (dots: each timed stretch)")
-        add_note(ax, notes, loc="upper left")
-    diff = pick(r, "running_mean", "max_abs_diff", "value")
+    for ax, (prefix, label) in zip(axes, PAIRS):
+        _draw_pair(ax, r, samples, prefix, label)
+    diff = pick(r, RUNNING_MEAN, MAX_ABS_DIFF, "value")
     if not isinstance(diff, Missing):
         fig.supxlabel(f"running-mean loss read every step, every k steps and once: "
                       f"max |difference| = {diff:.2e}", fontsize=9)
     return fig
 
 
+#: the figure's two sides: (side, label, marker)
+_SIDES = ((NONE, "A: no host read", "o"), (ITEM_EVERY, "B: loss.item() every step", "s"))
+
+
+def _draw_pair(ax, r: pd.DataFrame, samples: pd.DataFrame, prefix: str, label: str) -> None:
+    """One panel: both sides' block medians and stretches; the tax in the title."""
+    import seaborn as sns
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    from perflab.figures import add_note, block_series
+
+    colours = sns.color_palette(n_colors=2)
+    notes, drawn = [], False
+    for i, (side, side_label, marker) in enumerate(_SIDES):
+        v = side_variant(prefix, side)
+        blocks = block_series(samples, "E13", v)
+        if blocks.empty:
+            cell = pick(r, v, STEP_LATENCY)
+            notes.append(f"{side_label}: {cell if isinstance(cell, Missing) else 'no samples'}")
+            continue
+        each = block_series(samples, "E13", v, STEP_LATENCY)
+        offset = -0.12 if i == 0 else 0.12
+        ax.scatter(each.block + offset, each.value, s=10, alpha=0.35, color=colours[i],
+                   zorder=1)
+        ax.plot(blocks.block + offset, blocks.value, marker=marker, color=colours[i],
+                label=f"{side_label} (block median)", zorder=2)
+        drawn = True
+    if drawn:
+        ticks = sorted(block_series(samples, "E13", side_variant(prefix, NONE)).block.unique())
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(FuncFormatter(
+            lambda b, _: f"{int(b)}\n{'AB' if int(b) % 2 == 0 else 'BA'}"))
+        ax.legend(loc="best", fontsize=8)
+    ax.set_title(_pair_title(r, prefix, label), fontsize=9)
+    ax.set_xlabel("block (order within the pair)")
+    ax.set_ylabel("ms per step (dots: each timed stretch)")
+    add_note(ax, notes, loc="upper left")
+
+
+def _pair_title(r: pd.DataFrame, prefix: str, label: str) -> str:
+    tax = pick(r, tax_variant(prefix), TAX, "value")
+    rel = pick(r, tax_variant(prefix), TAX_REL, "value")
+    res = pick(r, tax_variant(prefix), TAX_RESOLVED, "value")
+    model = r[r.variant == side_variant(prefix, NONE)].model
+    head = f"{label}" + (f" ({model.iloc[0]})" if not model.empty else "")
+    if isinstance(tax, Missing) or isinstance(rel, Missing):
+        return f"{head}\ntax: {tax}"
+    verdict = "" if isinstance(res, Missing) else (
+        ", exceeds the block spread" if res else ", inside the block spread")
+    return f"{head}\nB - A = {tax:+.3f} ms/step ({rel:+.1f}%){verdict}"
+
+
+# ------------------------------------------------------------------ claims
+
+#: C30, C31: the tax is positive and below this share of the step
+TAX_MAX_PCT = 5
+TAX_TOLERANCE = f"0 < tax < {TAX_MAX_PCT}%, outside the block-to-block noise"
+
+
 def _tax_claim(ev: Evidence, prefix: str) -> Verdict:
-    tax = ev.value("E13", f"{prefix}/tax", "tax", "value")
-    rel = ev.value("E13", f"{prefix}/tax", "tax_rel", "value")
-    return judge(0 < rel < 5, f"{tax:+.3f} ms ({pct(rel)})",
-                 is_resolved=resolved(ev, "E13", f"{prefix}/tax", tax),
-                 mechanism="a per-step host read costs more than 5% here: the host could run "
-                           "ahead of the device" if rel >= 5 else ".item() was not slower here")
+    tax = ev.value("E13", tax_variant(prefix), TAX, "value")
+    rel = ev.value("E13", tax_variant(prefix), TAX_REL, "value")
+    return judge(0 < rel < TAX_MAX_PCT, f"{tax:+.3f} ms ({pct(rel)})",
+                 is_resolved=resolved(ev, "E13", tax_variant(prefix), tax),
+                 mechanism=f"a per-step host read costs more than {TAX_MAX_PCT}% here: the host "
+                           "could run ahead of the device" if rel >= TAX_MAX_PCT
+                 else ".item() was not slower here")
 
 
 @claim("C30", "E13", "a per-step .item() costs a small but real amount on the device-bound step",
-       chapter="+0.432 ms (+2.7%), resolved only by interleaving",
-       tolerance="0 < tax < 5%, outside the block-to-block noise")
+       chapter="+0.432 ms (+2.7%), resolved only by interleaving", tolerance=TAX_TOLERANCE)
 def _tax_controlled(ev):
-    return _tax_claim(ev, "controlled")
+    return _tax_claim(ev, CONTROLLED)
 
 
 @claim("C31", "E13", "the .item() tax is also small on a small fast step",
-       chapter="2.262 -> 2.314 ms (97.8% throughput)",
-       tolerance="0 < tax < 5%, outside the block-to-block noise")
+       chapter="2.262 -> 2.314 ms (97.8% throughput)", tolerance=TAX_TOLERANCE)
 def _tax_small(ev):
-    return _tax_claim(ev, "small")
+    return _tax_claim(ev, SMALL)
 
 
-@claim("C32", "E13", "the logged running mean is identical whether read every step, every N steps, or once",
-       chapter="identical to five decimal places", tolerance="agree to 5 decimals")
+@claim("C32", "E13",
+       "the logged running mean is identical whether read every step, every N steps, or once",
+       chapter="identical to five decimal places", tolerance=f"agree to {AGREE_DECIMALS} decimals")
 def _running_mean_same(ev):
-    agree = ev.value("E13", "running_mean", "agree_5_decimals", "value")
-    diff = ev.maybe("E13", "running_mean", "max_abs_diff", "value")
+    agree = ev.value("E13", RUNNING_MEAN, AGREE, "value")
+    diff = ev.maybe("E13", RUNNING_MEAN, MAX_ABS_DIFF, "value")
     return holds(agree >= 0.5, "agree" + (f" (max |diff| {diff:.2e})" if diff is not None else ""),
-                 mechanism="the readings differ beyond 5 decimals")
+                 mechanism=f"the readings differ beyond {AGREE_DECIMALS} decimals")

@@ -1,4 +1,7 @@
-"""E14: the read side of scripts/e14_profiler.py (its entry, table, figure and claims)."""
+"""E14, the profiler localizes; it does not measure: where the profiled steps spend their time
+(each phase's ``record_function`` range, the top operators), and how much slower the profiled
+step is than the same step unprofiled. Measured by scripts/e14_profiler.py.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +10,49 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import Absent, claim, holds, judge, pct, phase_shares, resolved
+from perflab.claims import Absent, Evidence, claim, holds, judge, pct, phase_shares, resolved
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "E14",
-        "profiler",
-        "The profiler localizes; it does not measure",
-        "localize",
-        cpu_behaviour="CPU activity only: times per range and operator are host times",
-        extra_outputs=(("trace", "_trace.json.gz"),),
-    report_section='13 · The profiler localizes',
+    "E14",
+    "profiler",
+    "The profiler localizes; it does not measure",
+    "localize",
+    cpu_behaviour="CPU activity only: times per range and operator are host times",
+    extra_outputs=(("trace", "_trace.json.gz"),),
+    report_section="13 · The profiler localizes",
 )
+
+# ------------------------------------------------------------------ the names its script writes
+
+#: the same step timed unprofiled, then over the profiler's active steps, and the difference
+UNPROFILED, PROFILED, PROFILER_OVERHEAD = "unprofiled", "profiled", "profiler_overhead"
+STEP_LATENCY = "step_latency"
+OVERHEAD, OVERHEAD_REL = "overhead", "overhead_rel"  # ms, and % of the unprofiled median
+#: one variant per record_function range ("range:<phase>") and per top operator ("op:<name>")
+RANGE_PREFIX, OP_PREFIX = "range:", "op:"
+RANGE_DEVICE_TIME, RANGE_CPU_TIME = "range_device_time", "range_cpu_time"
+OP_SELF_DEVICE_TIME, OP_SELF_CPU_TIME = "op_self_device_time", "op_self_cpu_time"
+
+
+def range_variant(name: str) -> str:
+    return f"{RANGE_PREFIX}{name}"
+
+
+def op_variant(name: str) -> str:
+    return f"{OP_PREFIX}{name}"
+
+
+def _ranges(r: pd.DataFrame) -> list[str]:
+    """The range variants in ``r``, in row order (the step's phase order)."""
+    return [v for v in r.variant.unique() if v.startswith(RANGE_PREFIX)]
+
+
+# ------------------------------------------------------------------ table
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -35,39 +64,41 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     """
     r = rows_of("E14", frame)
     records = []
-    ranges = [v for v in r.variant.unique() if v.startswith("range:")]
-    for v in ranges:
-        device = pick(r, v, "range_device_time", "value")
+    for v in _ranges(r):
+        device = pick(r, v, RANGE_DEVICE_TIME, "value")
         on_device = not isinstance(device, Missing)
         records.append({
-            "measurement": f"range {v.removeprefix('range:')}",
+            "measurement": f"range {v.removeprefix(RANGE_PREFIX)}",
             "what": "device time, all active steps" if on_device else
                     "CPU time, all active steps",
-            "n": pick(r, v, "range_cpu_time", "value", field="n"),
-            "time_ms": device if on_device else pick(r, v, "range_cpu_time", "value"),
-            "host_ms": pick(r, v, "range_cpu_time", "value") if on_device else None,
+            "n": pick(r, v, RANGE_CPU_TIME, "value", field="n"),
+            "time_ms": device if on_device else pick(r, v, RANGE_CPU_TIME, "value"),
+            "host_ms": pick(r, v, RANGE_CPU_TIME, "value") if on_device else None,
         })
-    for v in (v for v in r.variant.unique() if v.startswith("op:")):
+    for v in (v for v in r.variant.unique() if v.startswith(OP_PREFIX)):
         sel = r[(r.variant == v) & (r.status == "ok")]
         if sel.empty:
             continue
         row = sel.iloc[0]
         records.append({
-            "measurement": f"op {v.removeprefix('op:')}",
-            "what": "self device time" if row["metric"] == "op_self_device_time"
+            "measurement": f"op {v.removeprefix(OP_PREFIX)}",
+            "what": "self device time" if row["metric"] == OP_SELF_DEVICE_TIME
                     else "self CPU time",
             "n": row["n"],
             "time_ms": row["value"],
         })
-    for label, v in (("profiled step (median)", "profiled"),
-                     ("unprofiled step (median)", "unprofiled")):
+    for label, v in (("profiled step (median)", PROFILED),
+                     ("unprofiled step (median)", UNPROFILED)):
         records.append({"measurement": label, "what": "synchronized wall clock",
-                        "n": pick(r, v, "step_latency", field="n"),
-                        "time_ms": pick(r, v, "step_latency")})
+                        "n": pick(r, v, STEP_LATENCY, field="n"),
+                        "time_ms": pick(r, v, STEP_LATENCY)})
     records.append({"measurement": "profiler overhead", "what": "profiled - unprofiled",
-                    "time_ms": pick(r, "profiler_overhead", "overhead", "value"),
-                    "overhead_pct": pick(r, "profiler_overhead", "overhead_rel", "value")})
+                    "time_ms": pick(r, PROFILER_OVERHEAD, OVERHEAD, "value"),
+                    "overhead_pct": pick(r, PROFILER_OVERHEAD, OVERHEAD_REL, "value")})
     return make_table(records, ["measurement", "what", "n", "time_ms", "host_ms", "overhead_pct"])
+
+
+# ------------------------------------------------------------------ figure
 
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
@@ -78,20 +109,37 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     and never time the real step.
     """
     # plotting is imported here, not above: timing jobs import this module
-    import seaborn as sns
+    from perflab.figures import new_figure
 
-    from perflab.figures import add_note, new_figure
     r = rows[rows.experiment == "E14"]
     fig, (left, right) = new_figure("E14", r, ncols=2, width=12.5,
                                      gridspec_kw={"width_ratios": [1, 1.4]})
-    ranges = [v for v in r.variant.unique() if v.startswith("range:")]
-    names = [v.removeprefix("range:") for v in ranges]
-    on_device = any(not isinstance(pick(r, v, "range_device_time", "value"), Missing)
+    _draw_ranges(left, r)
+    _draw_ops(right, r)
+    over = pick(r, PROFILER_OVERHEAD, OVERHEAD, "value")
+    rel = pick(r, PROFILER_OVERHEAD, OVERHEAD_REL, "value")
+    prof, plain = pick(r, PROFILED, STEP_LATENCY), pick(r, UNPROFILED, STEP_LATENCY)
+    if not any(isinstance(c, Missing) for c in (over, rel, prof, plain)):
+        fig.supxlabel(f"profiled step {prof:.3f} ms vs unprofiled {plain:.3f} ms (medians): "
+                      f"the profiler adds {over:+.3f} ms ({rel:+.1f}%); the bars localize, "
+                      "they do not time the real step", fontsize=9)
+    return fig
+
+
+def _draw_ranges(ax, r: pd.DataFrame) -> None:
+    """Left panel: each range's device and host time, side by side."""
+    import seaborn as sns
+
+    from perflab.figures import add_note
+
+    ranges = _ranges(r)
+    names = [v.removeprefix(RANGE_PREFIX) for v in ranges]
+    on_device = any(not isinstance(pick(r, v, RANGE_DEVICE_TIME, "value"), Missing)
                     for v in ranges)
     series = {}
     if on_device:
-        series["device time"] = [pick(r, v, "range_device_time", "value") for v in ranges]
-    series["host (CPU) time"] = [pick(r, v, "range_cpu_time", "value") for v in ranges]
+        series["device time"] = [pick(r, v, RANGE_DEVICE_TIME, "value") for v in ranges]
+    series["host (CPU) time"] = [pick(r, v, RANGE_CPU_TIME, "value") for v in ranges]
     colours = sns.color_palette(n_colors=len(series))
     width = 0.8 / len(series)
     notes = []
@@ -101,62 +149,68 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
             if isinstance(cell, Missing):
                 notes.append(f"{name} ({label}): {cell}")
                 continue
-            left.bar(x, float(cell), width * 0.95, color=colours[i],
-                     label=label if label not in left.get_legend_handles_labels()[1] else None)
-    left.set_xticks(np.arange(len(names)), names)
-    n = pick(r, ranges[0], "range_cpu_time", "value", field="n") if ranges else None
+            ax.bar(x, float(cell), width * 0.95, color=colours[i],
+                   label=label if label not in ax.get_legend_handles_labels()[1] else None)
+    ax.set_xticks(np.arange(len(names)), names)
+    n = pick(r, ranges[0], RANGE_CPU_TIME, "value", field="n") if ranges else None
     steps = "" if n is None or isinstance(n, Missing) else f" over {int(n)} profiled steps"
-    left.set_ylabel(f"ms{steps}")
-    left.set_title("record_function ranges" + (" (CPU: the CPU is the device)"
-                                               if not on_device else ""), fontsize=9)
-    if left.get_legend_handles_labels()[0]:
-        left.legend(loc="upper left", fontsize=8)
-    add_note(left, notes)
+    ax.set_ylabel(f"ms{steps}")
+    ax.set_title("record_function ranges" + (" (CPU: the CPU is the device)"
+                                             if not on_device else ""), fontsize=9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)
+    add_note(ax, notes)
 
-    ops = r[r.variant.str.startswith("op:") & (r.status == "ok")]
+
+def _draw_ops(ax, r: pd.DataFrame) -> None:
+    """Right panel: the top operators by self time."""
+    import seaborn as sns
+
+    from perflab.figures import add_note
+
+    ops = r[r.variant.str.startswith(OP_PREFIX) & (r.status == "ok")]
     if ops.empty:
-        add_note(right, ["no operator rows"], loc="upper left")
-    else:
-        metric = ops.metric.iloc[0]
-        right.barh([v.removeprefix("op:") for v in ops.variant], ops.value,
-                   color=sns.color_palette()[2])
-        right.invert_yaxis()
-        right.tick_params(axis="y", labelsize=8)
-        right.set_xlabel("self device time, ms" if metric == "op_self_device_time"
-                         else "self CPU time, ms")
-        right.set_title(f"top {len(ops)} operators by self time", fontsize=9)
-    over = pick(r, "profiler_overhead", "overhead", "value")
-    rel = pick(r, "profiler_overhead", "overhead_rel", "value")
-    prof, plain = pick(r, "profiled"), pick(r, "unprofiled")
-    if not any(isinstance(c, Missing) for c in (over, rel, prof, plain)):
-        fig.supxlabel(f"profiled step {prof:.3f} ms vs unprofiled {plain:.3f} ms (medians): "
-                      f"the profiler adds {over:+.3f} ms ({rel:+.1f}%); the bars localize, "
-                      "they do not time the real step", fontsize=9)
-    return fig
+        add_note(ax, ["no operator rows"], loc="upper left")
+        return
+    metric = ops.metric.iloc[0]
+    ax.barh([v.removeprefix(OP_PREFIX) for v in ops.variant], ops.value,
+            color=sns.color_palette()[2])
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlabel("self device time, ms" if metric == OP_SELF_DEVICE_TIME
+                  else "self CPU time, ms")
+    ax.set_title(f"top {len(ops)} operators by self time", fontsize=9)
+
+
+# ------------------------------------------------------------------ claims
 
 
 @claim("C33", "E14", "the profiler inflates the step it profiles",
-       chapter="26.121 vs 16.532 ms (+58%)", tolerance="profiled - unprofiled > 0, beyond the unprofiled IQR")
+       chapter="26.121 vs 16.532 ms (+58%)",
+       tolerance="profiled - unprofiled > 0, beyond the unprofiled IQR")
 def _profiler_inflates(ev):
-    over = ev.value("E14", "profiler_overhead", "overhead", "value")
-    rel = ev.value("E14", "profiler_overhead", "overhead_rel", "value")
-    iqr = ev.maybe("E14", "unprofiled", "step_latency", "iqr")
+    over = ev.value("E14", PROFILER_OVERHEAD, OVERHEAD, "value")
+    rel = ev.value("E14", PROFILER_OVERHEAD, OVERHEAD_REL, "value")
+    iqr = ev.maybe("E14", UNPROFILED, STEP_LATENCY, "iqr")
     return judge(over > 0, f"{over:+.3f} ms ({pct(rel)})",
-                 is_resolved=resolved(ev, "E14", "profiler_overhead", over, noise=iqr),
+                 is_resolved=resolved(ev, "E14", PROFILER_OVERHEAD, over, noise=iqr),
                  mechanism="the profiled step was not slower")
+
+
+def _range_times(ev: Evidence) -> tuple[dict[str, float], str]:
+    """({range: ms}, "device" or "CPU"): device time where it was measured, else CPU time."""
+    for metric, what in ((RANGE_DEVICE_TIME, "device"), (RANGE_CPU_TIME, "CPU")):
+        got = ev.variants("E14", RANGE_PREFIX, metric, "value")
+        if got:
+            return {v.removeprefix(RANGE_PREFIX): x for v, x in got.items()}, what
+    raise Absent("no profiler ranges" + ("" if ev.has("E14") else " (E14 not run)"))
 
 
 @claim("C34", "E14", "the profiler's proportions still localize the dominant phase",
        chapter="optimizer is the largest range (114.7 ms of device time) as in the phase split",
        tolerance="largest profiler range == largest synchronized phase of E05")
 def _profiler_localizes(ev):
-    ranges = {v.removeprefix("range:"): x for v, x in ev.variants("E14", "range:", "range_device_time", "value").items()}
-    what = "device"
-    if not ranges:
-        ranges = {v.removeprefix("range:"): x for v, x in ev.variants("E14", "range:", "range_cpu_time", "value").items()}
-        what = "CPU"
-    if not ranges:
-        raise Absent("no profiler ranges" + ("" if ev.has("E14") else " (E14 not run)"))
+    ranges, what = _range_times(ev)
     top = max(ranges, key=ranges.get)
     try:
         s = phase_shares(ev, "E05", "sync/")
