@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from perflab import io, tables
-from perflab.experiments import e09_memory_by_phase
+from perflab.experiments import e09_memory_by_phase, e25_worked_pass
 from perflab.rows import Rows
 from perflab.steps import PHASES
 
@@ -142,7 +142,7 @@ def _benchmark_rows(frame: pd.DataFrame, run: _Run, add) -> bool:
         ("E01", "synchronized_warmed", "E01 synchronized_warmed"),
         ("E04", "helper", "E04 helper"),
         ("E06", "wall_clock", "E06 wall_clock"),
-        ("E25", "baseline_adamw_foreach", "E25 baseline_adamw_foreach"),
+        ("E25", e25_worked_pass.BASELINE, f"E25 {e25_worked_pass.BASELINE}"),
     ):
         med = _get(frame, eid, variant, "step_latency", "median")
         if med is not None:

@@ -27,18 +27,25 @@ import math
 import statistics
 
 from perflab import profiling, steps, timing
+from perflab.experiments.e23_instrument_cost import (
+    BRACKET_DRIFT,
+    COST,
+    INSTRUMENTS,
+    ITEM,
+    PHASE_SYNC,
+    PROFILER,
+    STEP_LATENCY,
+    baseline_variant,
+    cost_variant,
+    instrumented_variant,
+)
 from perflab.runner import run
+from perflab.steps import PHASES
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
 STRETCH = 10
 #: the profiler's schedule before its active steps, in each session
 PROFILER_WAIT, PROFILER_WARMUP = 1, 1
-
-INSTRUMENTS = {  # key -> label (tables and figures take the label from here)
-    "phase_sync": "per-phase synchronize (x7)",
-    "item": ".item() every step",
-    "profiler": "torch.profiler with a schedule",
-}
 
 
 def _ab(ctx, key, fa, fb, a_sync, b_sync, what):
@@ -55,12 +62,12 @@ def _ab(ctx, key, fa, fb, a_sync, b_sync, what):
               f"{k} free-running steps (ms per step = stretch time / {k})")
     stretch = f"{ctx.sync_name} at both ends of each {k}-step stretch; "
     return profiling.record_pair(
-        ctx, metric="step_latency", window=window,
-        sides=[(f"{key}/baseline", [v / k for v in res.a_samples], block_of,
+        ctx, metric=STEP_LATENCY, window=window,
+        sides=[(baseline_variant(key), [v / k for v in res.a_samples], block_of,
                 [v / k for v in res.a_blocks], stretch + a_sync),
-               (f"{key}/instrumented", [v / k for v in res.b_samples], block_of,
+               (instrumented_variant(key), [v / k for v in res.b_samples], block_of,
                 [v / k for v in res.b_blocks], stretch + b_sync)],
-        diff_variant=f"{key}/cost", diff_metric="cost",
+        diff_variant=cost_variant(key), diff_metric=COST,
     )
 
 
@@ -87,7 +94,7 @@ def _profiler(ctx, base, ranged):
         del r
     unprofiled(2 * p["blocks"])
     acts = "CPU + CUDA" if ctx.is_cuda else "CPU"
-    window = (f"{INSTRUMENTS['profiler']}: {p['blocks']} sessions of schedule(wait="
+    window = (f"{INSTRUMENTS[PROFILER]}: {p['blocks']} sessions of schedule(wait="
               f"{PROFILER_WAIT}, warmup={PROFILER_WARMUP}, active={n}, repeat=1), activities "
               f"{acts}, profile_memory=True, over the step with record_function ranges; each "
               f"session bracketed by {n} unprofiled steps of the plain step right before and "
@@ -95,22 +102,23 @@ def _profiler(ctx, base, ranged):
     synced = f"{ctx.sync_name} at both ends of each step"
     between = [pb - (base_blocks[i] + base_blocks[i + 1]) / 2 for i, pb in enumerate(prof_blocks)]
     pc = profiling.record_pair(
-        ctx, metric="step_latency", window=window,
-        sides=[("profiler/baseline", base_s, base_of, base_blocks, synced + "; no profiler"),
-               ("profiler/instrumented", prof_s, prof_of, prof_blocks,
+        ctx, metric=STEP_LATENCY, window=window,
+        sides=[(baseline_variant(PROFILER), base_s, base_of, base_blocks,
+                synced + "; no profiler"),
+               (instrumented_variant(PROFILER), prof_s, prof_of, prof_blocks,
                 synced + "; the profiler's active steps (prof.step() outside the timed region)")],
-        diff_variant="profiler/cost", diff_metric="cost",
+        diff_variant=cost_variant(PROFILER), diff_metric=COST,
         block_ids=(list(range(0, 2 * p["blocks"] + 1, 2)), list(range(1, 2 * p["blocks"], 2))),
         block_diffs=between,
     )
-    ctx.row(variant="profiler/baseline", metric="bracket_drift",
+    ctx.row(variant=baseline_variant(PROFILER), metric=BRACKET_DRIFT,
             value=base_blocks[-1] - base_blocks[0], unit="ms", window=window,
             sync_boundary="last unprofiled block median minus the first", n=len(base_blocks))
     return pc
 
 
 def measure(ctx):
-    parts = ctx.trainable(variants=tuple(f"{key}/cost" for key in INSTRUMENTS), metric="cost")
+    parts = ctx.trainable(variants=tuple(cost_variant(key) for key in INSTRUMENTS), metric=COST)
     if parts is None:
         return
     w, opt = parts
@@ -131,16 +139,16 @@ def measure(ctx):
     cpu = "" if ctx.is_cuda else " (CPU: synchronize is a no-op, so only the clock reads remain)"
 
     results = {
-        "phase_sync": _ab(ctx, "phase_sync", plain, phased,
+        PHASE_SYNC: _ab(ctx, PHASE_SYNC, plain, phased,
                           "plain_train_step: batch copy, step, one loss read",
                           "phased_train_step: the same, with a sync and a clock read at each "
                           "phase boundary",
-                          "7 synchronization points a step against 1" + cpu),
-        "item": _ab(ctx, "item", base, base_and_read, "no host read",
+                          f"{len(PHASES)} synchronization points a step against 1" + cpu),
+        ITEM: _ab(ctx, ITEM, base, base_and_read, "no host read",
                     "loss.item() after every step",
                     "a host read of the loss every step against none"
                     + ("" if ctx.is_cuda else " (CPU: no device queue, so expected ~0)")),
-        "profiler": _profiler(ctx, base, ranged),
+        PROFILER: _profiler(ctx, base, ranged),
     }
     for key, pc in results.items():
         ctx.log(f"{INSTRUMENTS[key]}: baseline {pc.a_median:.3f} ms, instrumented "

@@ -17,6 +17,22 @@ import gc
 import torch
 
 from perflab import memory, optim, stats, steps, timing
+from perflab.experiments.e25_worked_pass import (
+    BASELINE,
+    DIFFERENCE,
+    FOREACH,
+    FUSED,
+    FUSED_VS_FOREACH,
+    MAX_ABS_DIFF,
+    PARAMETER_SCALE,
+    PEAK_ALLOCATED,
+    PEAK_RESERVED,
+    PHASE_SHARE,
+    STEP_LATENCY,
+    THROUGHPUT,
+    THROUGHPUT_REL,
+    localize_variant,
+)
 from perflab.runner import run
 
 
@@ -37,88 +53,113 @@ def isolated_peak(ctx, fresh, w, x, y, opt_name, lr, calls):
     return c.max_allocated_mib, c.max_reserved_mib
 
 
-def measure(ctx):
-    p, t = ctx.params, ctx.timing
-    w = ctx.workload()
-    lr = w.params.get("lr", 1e-3)
-    fresh = copy.deepcopy(w.model).cpu()  # the initial state, off the device
-    x, y = w.batch_on(ctx.device)
-    window = f"steady state after warmup {t['warmup']}"
-
-    # 1. measure: the baseline under the contract
-    base_opt = optim.factory("adamw_foreach", lr)(w.model.parameters())
-    base_step = steps.train_step(w.model, w, base_opt, x, y)
+def _measure(ctx, w, base_step, window: str) -> dict[str, float]:
+    """1. measure: the baseline under the contract."""
+    t = ctx.timing
     base = ctx.summary(timing.time_calls(base_step, warmup=t["warmup"], repeats=t["repeats"],
                                          sync=ctx.sync),
-                       variant="baseline_adamw_foreach", metric="step_latency", window=window,
+                       variant=BASELINE, metric=STEP_LATENCY, window=window,
                        sync_boundary="synchronized at both ends of each call")
-    ctx.row(variant="baseline_adamw_foreach", metric="throughput", statistic="median",
+    ctx.row(variant=BASELINE, metric=THROUGHPUT, statistic="median",
             value=w.batch_size / base["median"] * 1e3, unit="examples/s", n=t["repeats"],
             window=window, sync_boundary="batch / median step")
+    return base
 
-    # 2. localize: per-phase synchronization on the same model and optimizer
+
+def _localize(ctx, w, base_opt, window: str, base_median: float):
+    """2. localize: per-phase synchronization on the same model and optimizer."""
+    repeats = ctx.timing["repeats"]
     x_host, y_host = w.make_batch(w.batch_size)
     phased = steps.phased_train_step(w.model, w, base_opt, lambda: (x_host, y_host), ctx.device,
                                      ctx.sync)
-    per_phase = steps.phase_samples(phased, t["repeats"])
+    per_phase = steps.phase_samples(phased, repeats)
     medians = {ph: stats.summarize(v)["median"] for ph, v in per_phase.items()}
     total = sum(medians.values())
     for ph, med in medians.items():
-        ctx.row(variant=f"localize/{ph}", metric="phase_share", value=100 * med / total, unit="%",
-                n=t["repeats"], window=window,
+        ctx.row(variant=localize_variant(ph), metric=PHASE_SHARE, value=100 * med / total,
+                unit="%", n=repeats, window=window,
                 sync_boundary=f"sync ({ctx.sync_name}) at every phase boundary")
     largest = max(medians, key=medians.get)
-    ctx.log(f"baseline {base['median']:.3f} ms; largest phase {largest} "
+    ctx.log(f"baseline {base_median:.3f} ms; largest phase {largest} "
             f"({100 * medians[largest] / total:.0f}%)")
+    return phased
 
-    # 3. intervene on one mechanism, and check it computes the same update
+
+def _intervene(ctx, w, fresh, x, y, lr) -> bool:
+    """3. intervene on one mechanism, and check it computes the same update.
+
+    False (and an unsupported row) when fused AdamW is unavailable here.
+    """
     try:
         agree = optim.one_step_agreement(fresh.to(ctx.device), w.loss_fn, x, y,
-                                         optim.factory("adamw_foreach", lr),
-                                         optim.factory("adamw_fused", lr))
+                                         optim.factory(FOREACH, lr), optim.factory(FUSED, lr))
     except (RuntimeError, TypeError, ValueError) as exc:
-        ctx.unsupported(variant="fused_vs_foreach", metric="max_abs_diff", unit="abs",
+        ctx.unsupported(variant=FUSED_VS_FOREACH, metric=MAX_ABS_DIFF, unit="abs",
                         reason=f"fused AdamW unavailable, no intervention: {exc}")
-        return
-    fresh = fresh.cpu()
-    one = dict(variant="fused_vs_foreach", n=1, window="one step from identical state and gradients",
+        return False
+    one = dict(variant=FUSED_VS_FOREACH, n=1,
+               window="one step from identical state and gradients",
                sync_boundary="values compared after both steps")
-    ctx.row(metric="max_abs_diff", value=agree["max_abs_diff"], unit="abs", **one)
-    ctx.row(metric="parameter_scale", value=agree["parameter_scale"], unit="mean |p|", **one)
+    ctx.row(metric=MAX_ABS_DIFF, value=agree["max_abs_diff"], unit="abs", **one)
+    ctx.row(metric=PARAMETER_SCALE, value=agree["parameter_scale"], unit="mean |p|", **one)
+    return True
 
-    # 4. remeasure under the same contract: the pair, back to back
-    del base_step, base_opt, phased
+
+def _remeasure(ctx, w, fresh, x, y, lr) -> None:
+    """4. remeasure under the same contract: the pair, back to back."""
+    p, t = ctx.params, ctx.timing
     model_a, model_b = copy.deepcopy(fresh).to(ctx.device), copy.deepcopy(fresh).to(ctx.device)
-    step_a = steps.train_step(model_a, w, optim.factory("adamw_foreach", lr)(model_a.parameters()),
+    step_a = steps.train_step(model_a, w, optim.factory(FOREACH, lr)(model_a.parameters()),
                               x, y)
-    step_b = steps.train_step(model_b, w, optim.factory("adamw_fused", lr)(model_b.parameters()),
+    step_b = steps.train_step(model_b, w, optim.factory(FUSED, lr)(model_b.parameters()),
                               x, y)
     res = timing.interleaved_ab(step_a, step_b, blocks=p["blocks"], inner=p["inner"],
                                 warmup=t["warmup"], sync=ctx.sync)
-    d = ctx.ab(res, a="adamw_foreach", b="adamw_fused", batch_size=w.batch_size,
+    d = ctx.ab(res, a=FOREACH, b=FUSED, batch_size=w.batch_size,
                window=f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}")
     thr = 100 * (d["a"] / d["b"] - 1)
-    ctx.row(variant="adamw_fused_minus_adamw_foreach", metric="throughput_rel", value=thr,
+    ctx.row(variant=DIFFERENCE, metric=THROUGHPUT_REL, value=thr,
             unit="%", n=p["blocks"], window="from the pair's medians",
             sync_boundary="synchronized at both ends of each call; blocks interleaved AB/BA")
     ctx.log(f"remeasured: foreach {d['a']:.3f} ms, fused {d['b']:.3f} ms: latency "
             f"{100 * d['diff'] / d['a']:+.1f}%, throughput {thr:+.1f}% (Wilcoxon p {d['p']:.3g})")
     del step_a, step_b, model_a, model_b
 
-    # 5. the other dimensions: peak memory of each variant alone
-    for name in ("adamw_foreach", "adamw_fused"):
+
+def _peak_rows(ctx, w, fresh, x, y, lr) -> None:
+    """5. the other dimensions: peak memory of each variant alone."""
+    warmup = ctx.timing["warmup"]
+    for name in (FOREACH, FUSED):
         if not ctx.is_cuda:
-            ctx.unsupported(variant=name, metric="peak_allocated", unit="MiB",
+            ctx.unsupported(variant=name, metric=PEAK_ALLOCATED, unit="MiB",
                             reason="CPU: an in-process RSS peak cannot separate two variants "
                                    "(freed memory stays resident); E08 measures peak RSS per process")
             continue
-        alloc, resv = isolated_peak(ctx, fresh, w, x, y, name, lr, calls=t["warmup"])
-        kw = dict(variant=name, n=t["warmup"], statistic="max",
-                  window=f"{t['warmup']} steps of this variant alone, peaks reset before",
+        alloc, resv = isolated_peak(ctx, fresh, w, x, y, name, lr, calls=warmup)
+        kw = dict(variant=name, n=warmup, statistic="max",
+                  window=f"{warmup} steps of this variant alone, peaks reset before",
                   sync_boundary="allocator peak counters after a final sync")
-        ctx.row(metric="peak_allocated", value=alloc, unit="MiB", **kw)
-        ctx.row(metric="peak_reserved", value=resv, unit="MiB", **kw)
+        ctx.row(metric=PEAK_ALLOCATED, value=alloc, unit="MiB", **kw)
+        ctx.row(metric=PEAK_RESERVED, value=resv, unit="MiB", **kw)
         ctx.log(f"{name}: peak allocated {alloc:.1f} MiB, reserved {resv:.1f} MiB")
+
+
+def measure(ctx):
+    w = ctx.workload()
+    lr = w.params.get("lr", 1e-3)
+    fresh = copy.deepcopy(w.model).cpu()  # the initial state, off the device
+    x, y = w.batch_on(ctx.device)
+    window = f"steady state after warmup {ctx.timing['warmup']}"
+    base_opt = optim.factory(FOREACH, lr)(w.model.parameters())
+    base_step = steps.train_step(w.model, w, base_opt, x, y)
+    base = _measure(ctx, w, base_step, window)
+    phased = _localize(ctx, w, base_opt, window, base["median"])
+    if not _intervene(ctx, w, fresh, x, y, lr):
+        return
+    fresh = fresh.cpu()
+    del base_step, base_opt, phased
+    _remeasure(ctx, w, fresh, x, y, lr)
+    _peak_rows(ctx, w, fresh, x, y, lr)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""E25: the read side of scripts/e25_worked_pass.py (its entry, table, figure and claims)."""
+"""E25, a worked pass on one job: measure the baseline step (AdamW foreach), localize its time
+by phase, intervene on one mechanism (AdamW fused), check the update is the same, and
+remeasure under the same contract. Measured by scripts/e25_worked_pass.py.
+"""
 
 from __future__ import annotations
 
@@ -6,62 +9,82 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from perflab import ab
 from perflab.claims import Absent, claim, judge, pct, phase_shares, resolved
 from perflab.experiments import Experiment
+from perflab.steps import PHASES
 from perflab.tables import NOT_RUN, Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "E25",
-        "worked_pass",
-        "A worked pass: measure, localize, intervene (AdamW foreach to fused), remeasure",
-        "localize",
-    report_section='19 · A worked pass',
+    "E25",
+    "worked_pass",
+    "A worked pass: measure, localize, intervene (AdamW foreach to fused), remeasure",
+    "localize",
+    report_section="19 · A worked pass",
 )
+
+# ------------------------------------------------------------------ the names its script writes
+
+#: the two optimizers (perflab.optim factory names), each also the variant of its side
+FOREACH, FUSED = "adamw_foreach", "adamw_fused"
+BASELINE = f"baseline_{FOREACH}"  # step 1: the baseline under the contract
+LOCALIZE_PREFIX = "localize/"  # step 2: one variant per phase of steps.PHASES
+FUSED_VS_FOREACH = "fused_vs_foreach"  # step 3: one step from identical state
+DIFFERENCE = f"{FUSED}_minus_{FOREACH}"  # step 4: the pair's difference (runner.Context.ab)
+
+STEP_LATENCY, THROUGHPUT, PHASE_SHARE = "step_latency", "throughput", "phase_share"
+MAX_ABS_DIFF, PARAMETER_SCALE = "max_abs_diff", "parameter_scale"
+#: the difference's rows in perflab.ab's names (STEP_LATENCY_REL, ab.RESOLVED), and the
+#: throughput change the script writes beside them
+STEP_LATENCY_REL = f"{STEP_LATENCY}{ab.REL}"
+THROUGHPUT_REL = f"{THROUGHPUT}{ab.REL}"
+PEAK_ALLOCATED, PEAK_RESERVED = "peak_allocated", "peak_reserved"  # step 5: each side alone
+
+
+def localize_variant(phase: str) -> str:
+    return f"{LOCALIZE_PREFIX}{phase}"
+
+
+# ------------------------------------------------------------------ table
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """The worked pass, one line per step of measure / localize / intervene / remeasure."""
     r = rows_of("E25", frame)
-    shares = {ph: pick(r, f"localize/{ph}", "phase_share", "value") for ph in
-              ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
-               "logging")}
+    shares = {ph: pick(r, localize_variant(ph), PHASE_SHARE, "value") for ph in PHASES}
     measured = {k: v for k, v in shares.items() if not isinstance(v, Missing)}
     largest = max(measured, key=measured.get) if measured else Missing(NOT_RUN)
-    records = [
-        {"step": "measure", "quantity": "baseline step, AdamW foreach (median ms)",
-         "value": pick(r, "baseline_adamw_foreach")},
-        {"step": "measure", "quantity": "baseline IQR (ms)",
-         "value": pick(r, "baseline_adamw_foreach", statistic="iqr")},
-        {"step": "measure", "quantity": "baseline throughput (examples/s)",
-         "value": pick(r, "baseline_adamw_foreach", "throughput")},
-        {"step": "localize", "quantity": "largest phase", "value": largest},
-        {"step": "localize", "quantity": "optimizer share (%)", "value": shares["optimizer"]},
-        {"step": "localize", "quantity": "backward share (%)", "value": shares["backward"]},
-        {"step": "localize", "quantity": "forward share (%)", "value": shares["forward"]},
-        {"step": "correctness", "quantity": "one step fused vs foreach, max |diff|",
-         "value": pick(r, "fused_vs_foreach", "max_abs_diff", "value")},
-        {"step": "correctness", "quantity": "parameter scale (mean |p|)",
-         "value": pick(r, "fused_vs_foreach", "parameter_scale", "value")},
-        {"step": "remeasure", "quantity": "pair: AdamW foreach (median ms)",
-         "value": pick(r, "adamw_foreach")},
-        {"step": "remeasure", "quantity": "pair: AdamW fused (median ms)",
-         "value": pick(r, "adamw_fused")},
-        {"step": "remeasure", "quantity": "latency change (%)",
-         "value": pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_rel", "value")},
-        {"step": "remeasure", "quantity": "throughput change (%)",
-         "value": pick(r, "adamw_fused_minus_adamw_foreach", "throughput_rel", "value")},
-        {"step": "remeasure", "quantity": "difference resolved (Wilcoxon p < 0.05)",
-         "value": pick(r, "adamw_fused_minus_adamw_foreach", "difference_resolved", "value")},
-        {"step": "tradeoff", "quantity": "peak allocated, foreach alone (MiB)",
-         "value": pick(r, "adamw_foreach", "peak_allocated", "max")},
-        {"step": "tradeoff", "quantity": "peak allocated, fused alone (MiB)",
-         "value": pick(r, "adamw_fused", "peak_allocated", "max")},
+    lines = [
+        ("measure", "baseline step, AdamW foreach (median ms)", pick(r, BASELINE)),
+        ("measure", "baseline IQR (ms)", pick(r, BASELINE, statistic="iqr")),
+        ("measure", "baseline throughput (examples/s)", pick(r, BASELINE, THROUGHPUT)),
+        ("localize", "largest phase", largest),
+        ("localize", "optimizer share (%)", shares["optimizer"]),
+        ("localize", "backward share (%)", shares["backward"]),
+        ("localize", "forward share (%)", shares["forward"]),
+        ("correctness", "one step fused vs foreach, max |diff|",
+         pick(r, FUSED_VS_FOREACH, MAX_ABS_DIFF, "value")),
+        ("correctness", "parameter scale (mean |p|)",
+         pick(r, FUSED_VS_FOREACH, PARAMETER_SCALE, "value")),
+        ("remeasure", "pair: AdamW foreach (median ms)", pick(r, FOREACH)),
+        ("remeasure", "pair: AdamW fused (median ms)", pick(r, FUSED)),
+        ("remeasure", "latency change (%)",
+         pick(r, DIFFERENCE, STEP_LATENCY_REL, "value")),
+        ("remeasure", "throughput change (%)", pick(r, DIFFERENCE, THROUGHPUT_REL, "value")),
+        ("remeasure", "difference resolved (Wilcoxon p < 0.05)",
+         pick(r, DIFFERENCE, ab.RESOLVED, "value")),
+        ("tradeoff", "peak allocated, foreach alone (MiB)", pick(r, FOREACH, PEAK_ALLOCATED, "max")),
+        ("tradeoff", "peak allocated, fused alone (MiB)", pick(r, FUSED, PEAK_ALLOCATED, "max")),
     ]
+    records = [{"step": step, "quantity": quantity, "value": value}
+               for step, quantity, value in lines]
     return make_table(records, ["step", "quantity", "value"])
+
+
+# ------------------------------------------------------------------ figure
 
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
@@ -72,38 +95,40 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     import seaborn as sns
 
     from perflab.figures import new_figure, num, pair_blocks
+
     r = rows[rows.experiment == "E25"]
     fig, (ax, ax2) = new_figure("E25", r, ncols=2, width=12.0)
-    phases = ["input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
-              "logging"]
-    shares = [num(pick(r, f"localize/{ph}", "phase_share", "value")) for ph in phases]
-    ax.barh([ph for ph, v in zip(phases, shares) if v is not None],
+    shares = [num(pick(r, localize_variant(ph), PHASE_SHARE, "value")) for ph in PHASES]
+    ax.barh([ph for ph, v in zip(PHASES, shares) if v is not None],
             [v for v in shares if v is not None], color=sns.color_palette()[0])
     ax.invert_yaxis()
     ax.set_xlabel("share of the step, % (per-phase sync)")
     ax.set_title("localize: the baseline step (AdamW foreach)", fontsize=9)
-    pair_blocks(ax2, samples, "E25", "adamw_foreach", "adamw_fused",
-                 ("AdamW foreach", "AdamW fused"))
-    change = pick(r, "adamw_fused_minus_adamw_foreach", "step_latency_rel", "value")
+    pair_blocks(ax2, samples, "E25", FOREACH, FUSED, ("AdamW foreach", "AdamW fused"))
+    change = pick(r, DIFFERENCE, STEP_LATENCY_REL, "value")
     if not isinstance(change, Missing):
         ax2.set_title(f"remeasure: fused changes the step by {change:+.1f}%", fontsize=9)
     return fig
 
 
-@claim("C43", "E25", "the worked pass: fused AdamW lowers latency and raises throughput, same contract",
+# ------------------------------------------------------------------ claims
+
+
+@claim("C43", "E25",
+       "the worked pass: fused AdamW lowers latency and raises throughput, same contract",
        chapter="19.1 -> 14.4 ms (-24%), throughput +32%",
        tolerance="latency change < 0, resolved by the pair's significance test")
 def _worked_pass(ev):
-    d = "adamw_fused_minus_adamw_foreach"
-    rel = ev.value("E25", d, "step_latency_rel", "value")
-    thr = ev.maybe("E25", d, "throughput_rel", "value", float("nan"))
-    diff = ev.maybe("E25", d, "step_latency", "value", rel)
+    rel = ev.value("E25", DIFFERENCE, STEP_LATENCY_REL, "value")
+    thr = ev.maybe("E25", DIFFERENCE, THROUGHPUT_REL, "value", float("nan"))
+    diff = ev.maybe("E25", DIFFERENCE, STEP_LATENCY, "value", rel)
     try:
-        s = phase_shares(ev, "E25", "localize/")
+        s = phase_shares(ev, "E25", LOCALIZE_PREFIX)
         top = max(s, key=s.get)
-        where = f"; largest phase {top} ({s[top]:.0f}%), optimizer {s.get('optimizer', float('nan')):.0f}%"
+        where = (f"; largest phase {top} ({s[top]:.0f}%), "
+                 f"optimizer {s.get('optimizer', float('nan')):.0f}%")
     except Absent:
         where = ""
     return judge(rel < 0, f"latency {pct(rel)}, throughput {pct(thr)}",
-                 is_resolved=resolved(ev, "E25", d, diff),
+                 is_resolved=resolved(ev, "E25", DIFFERENCE, diff),
                  mechanism="the fused step is not faster here" + where)
