@@ -14,7 +14,7 @@ from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows,
 
 from perflab import figures, memory, tables
 
-BRANCHES = (*memory.OOM_BRANCHES, "inconclusive")
+BRANCHES = memory.OOM_VERDICTS
 
 
 @pytest.fixture(scope="module")
