@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from perflab import ab
 from perflab.claims import Evidence, Verdict, claim, holds, judge, pct, resolved
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, pick, rows_of
@@ -37,10 +38,10 @@ NONE, ITEM_EVERY = "none", "item_every"
 STEP_LATENCY = "step_latency"  # each side's ms per step, from free-running stretches
 #: each side's examples/s, and as % of the side with no host read (100 = no change)
 THROUGHPUT, THROUGHPUT_PCT_OF_NONE = "throughput", "throughput_pct_of_none"
-#: the pair's difference B - A, under "<prefix>/tax", as perflab.profiling.record_pair
-#: names it from its diff metric
+#: the pair's difference B - A under "<prefix>/tax", in perflab.ab's names: TAX (ms), TAX_REL
+#: (%), ab.BLOCK_SPREAD, ab.RESOLVED
 TAX = "tax"
-TAX_REL, TAX_RESOLVED, BLOCK_SPREAD = f"{TAX}_rel", f"{TAX}_resolved", "block_spread"
+TAX_REL = f"{TAX}{ab.REL}"
 
 #: the running-mean check: the loss read every step, every k steps, once
 RUNNING_MEAN = "running_mean"
@@ -115,8 +116,8 @@ def _pair_record(r: pd.DataFrame, prefix: str, label: str) -> dict:
         "none_examples_per_s": pick(r, a, THROUGHPUT, "value"),
         "item_every_examples_per_s": pick(r, b, THROUGHPUT, "value"),
         "item_every_rel_pct": pick(r, b, THROUGHPUT_PCT_OF_NONE, "value"),
-        "block_spread_ms": pick(r, d, BLOCK_SPREAD, "value"),
-        "resolved": pick(r, d, TAX_RESOLVED, "value"),
+        "block_spread_ms": pick(r, d, ab.BLOCK_SPREAD, "value"),
+        "resolved": pick(r, d, ab.RESOLVED, "value"),
     }
 
 
@@ -200,7 +201,7 @@ def _draw_pair(ax, r: pd.DataFrame, samples: pd.DataFrame, prefix: str, label: s
 def _pair_title(r: pd.DataFrame, prefix: str, label: str) -> str:
     tax = pick(r, tax_variant(prefix), TAX, "value")
     rel = pick(r, tax_variant(prefix), TAX_REL, "value")
-    res = pick(r, tax_variant(prefix), TAX_RESOLVED, "value")
+    res = pick(r, tax_variant(prefix), ab.RESOLVED, "value")
     model = r[r.variant == side_variant(prefix, NONE)].model
     head = f"{label}" + (f" ({model.iloc[0]})" if not model.empty else "")
     if isinstance(tax, Missing) or isinstance(rel, Missing):
