@@ -2,8 +2,10 @@
 
 Every timing in a run sits above floors the harness itself imposes: the
 synchronize at each end of a sample, the clock, the process a job runs in.
-C00 measures them on the machine at hand, with the A/A noise floor (how far
-two identical sides drift apart) that every A/B comparison is held to. This
+C00 measures them on the machine at hand, with the A/A floor that every A/B
+comparison is held to: the 95% upper bound of the statistic an A/B is judged
+by (the median paired block difference, % of A) when both sides are
+independent copies of the same step. This
 module reads those rows back: :func:`floors` as numbers, :func:`floor_note`
 as the sentence a timing table carries, :func:`ab_comparisons` as the list of
 every A/B in a run re-judged against the A/A floor by :func:`perflab.stats.decide`.
@@ -16,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from perflab import stats, tables
+from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR
 
 CALIBRATION = "C00"
 
@@ -30,7 +33,8 @@ FLOOR_ROWS = (
     ("process_import_torch_ms", "process/import_torch", "process_wall", "median"),
     ("process_device_init_ms", "process/device_init", "process_wall", "median"),
     ("profiler_overhead_pct", "profiler/overhead", "overhead_rel", "value"),
-    ("aa_noise_floor_pct", "aa", "aa_noise_floor", "value"),
+    ("aa_floor_pct", *AA_FLOOR, "value"),
+    ("aa_block_ms", *AA_BLOCK, "value"),
     ("timer_over_helper", "peer/timer_over_helper", "ratio", "value"),
     ("do_bench_over_helper", "peer/do_bench_over_helper", "ratio", "value"),
 )
@@ -47,8 +51,13 @@ def floors(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 def noise_floor_pct(frame: pd.DataFrame) -> float | None:
-    """The A/A noise floor (%) of this run, or None when C00 did not measure it."""
-    v = floors(frame)["aa_noise_floor_pct"]
+    """The A/A floor (%) of this run, or None when C00 did not measure it.
+
+    A run from before the floor bounded the judged statistic (its C00 wrote
+    ``aa_noise_floor``, the 95th percentile of single block-pair gaps) has none:
+    that number gated another statistic and is not read as this one.
+    """
+    v = floors(frame)["aa_floor_pct"]
     return None if isinstance(v, tables.Missing) else v
 
 
@@ -64,9 +73,12 @@ def floor_note(frame: pd.DataFrame) -> str:
     if not isinstance(f["event_pair_ms"], tables.Missing):
         parts.append(f"an empty CUDA-event pair {f['event_pair_ms'] * 1e3:.2f} µs")
     tail = ""
-    if not isinstance(f["aa_noise_floor_pct"], tables.Missing):
-        tail = (f" A/B differences below the A/A noise floor of "
-                f"{f['aa_noise_floor_pct']:.2f}% are inconclusive.")
+    if not isinstance(f["aa_floor_pct"], tables.Missing):
+        blocks = ("" if isinstance(f["aa_block_ms"], tables.Missing)
+                  else f", measured on blocks of {f['aa_block_ms']:.0f} ms")
+        tail = (f" A/B effects (median paired block difference) below the A/A floor of "
+                f"{f['aa_floor_pct']:.2f}% (its 95% bound between two copies of the step"
+                f"{blocks}) are inconclusive.")
     return "Timings sit above the harness floor measured by C00: " + ", ".join(parts) + "." + tail
 
 

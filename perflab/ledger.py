@@ -181,11 +181,15 @@ def _hygiene_rows(frame: pd.DataFrame, add) -> None:
 
 
 def _instrument_rows(frame: pd.DataFrame, add) -> None:
-    """The step as each instrument saw it: wall clock, CUDA events, host submission, Timer."""
-    for variant in ("wall_clock", "cuda_events", "host_submission", "wall_minus_events"):
-        r = _get(frame, "E06", variant, "step_latency", "median")
+    """The step as each instrument saw it: wall clock, device time, idle-stream events, host
+    submission, host-exposed time (E06) and Timer (E04)."""
+    from perflab.experiments import e06_events_vs_wall as e06
+
+    for _, (variant, metric) in e06.SERIES:
+        r = _get(frame, "E06", variant, metric, "median")
         if r is not None:
-            add("instruments", variant, r.value, "ms", f"E06 {variant} median")
+            add("instruments", metric if variant == "wall_minus_device" else variant, r.value,
+                "ms", f"E06 {variant} {metric} median")
     timer = _get(frame, "E04", "timer_blocked_autorange", "step_latency", "median")
     if timer is not None:
         add("instruments", "timer_blocked_autorange", timer.value, "ms", "E04 median")
@@ -333,9 +337,11 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     if hyg:
         lines.append("hygiene     " + " | ".join(hyg))
     ins = []
-    for f, label in (("wall_clock", "wall"), ("cuda_events", "events"),
+    for f, label in (("wall_clock", "wall"),
+                     ("cuda_events_device_ahead", "device (events, device ahead)"),
+                     ("cuda_events_idle_stream", "events on an idle stream"),
                      ("host_submission", "host submission"),
-                     ("wall_minus_events", "wall - events"),
+                     ("host_exposed", "host-exposed (wall - device)"),
                      ("timer_blocked_autorange", "Timer")):
         v = val("instruments", f)
         if v:
@@ -407,9 +413,11 @@ def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
         prof = val("harness", "profiler_overhead_pct", 1)
         if prof:
             parts.append(f"profiler {prof}%")
-        aa = val("harness", "aa_noise_floor_pct", 2)
+        aa = val("harness", "aa_floor_pct", 2)
         if aa:
-            parts.append(f"A/A noise floor {aa}%")
+            block = val("harness", "aa_block_ms", 0)
+            parts.append(f"A/A floor {aa}% (95% bound of |median paired block difference|, "
+                         "two copies of the step" + (f", {block} ms blocks)" if block else ")"))
         for key, label in (("timer_over_helper", "Timer/helper"),
                            ("do_bench_over_helper", "do_bench/helper")):
             v = val("harness", key, 3)

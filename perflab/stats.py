@@ -118,22 +118,27 @@ class Judgement:
 
 def _bootstrap_ci(data: tuple, statistic, confidence: float, n_resamples: int,
                   paired: bool, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic(*data, axis=-1)`` (vectorised, seeded)."""
     from scipy.stats import bootstrap
 
     if min(len(d) for d in data) < 2:
-        point = float(statistic(*data))
+        point = float(statistic(*data, axis=-1))
         return point, point
     kw = dict(confidence_level=confidence, n_resamples=n_resamples, method="percentile",
-              paired=paired, vectorized=False)
+              paired=paired, vectorized=True)
     try:
         res = bootstrap(data, statistic, rng=np.random.default_rng(seed), **kw)
     except TypeError:  # scipy < 1.15 names the generator random_state
         res = bootstrap(data, statistic, random_state=np.random.default_rng(seed), **kw)
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (np.isfinite(lo) and np.isfinite(hi)):  # every resample alike
-        point = float(statistic(*data))
+        point = float(statistic(*data, axis=-1))
         return point, point
     return lo, hi
+
+
+def _median_diff(x, y, axis=-1):
+    return np.median(y, axis=axis) - np.median(x, axis=axis)
 
 
 def judge(
@@ -160,7 +165,7 @@ def judge(
         Paired differences to use instead of ``b[i] - a[i]`` (e.g. a profiled
         block against the mean of the unprofiled blocks around it).
     noise_floor_pct
-        The A/A noise floor of this machine in % (see :func:`aa_noise_floor_pct`),
+        The A/A noise floor of this machine in % (see :func:`aa_floor_pct`),
         or None when no A/A experiment ran; an effect must exceed it to be resolved.
 
     Returns a :class:`Judgement`: resolved when ``p < alpha``, the bootstrap
@@ -185,8 +190,8 @@ def judge(
         test, n = "wilcoxon signed-rank on paired differences", int(d.size)
     else:
         effect = float(np.median(b_arr) - base)
-        lo, hi = _bootstrap_ci((a_arr, b_arr), lambda x, y: np.median(y) - np.median(x),
-                               confidence, n_resamples, False, seed)
+        lo, hi = _bootstrap_ci((a_arr, b_arr), _median_diff, confidence, n_resamples, False,
+                               seed)
         p = (float(mannwhitneyu(b_arr, a_arr, alternative="two-sided").pvalue)
              if min(a_arr.size, b_arr.size) >= 2 else 1.0)
         test, n = "mann-whitney U on independent samples", int(min(a_arr.size, b_arr.size))
@@ -213,20 +218,32 @@ def decide(*, p: float, ci_low: float, ci_high: float, relative_pct: float,
     return significant, exceeds, significant and exceeds is not False
 
 
-def aa_noise_floor_pct(a_blocks: Sequence[float], b_blocks: Sequence[float],
-                       quantile: float = 0.95) -> float:
-    """The A/A noise floor in %: how far two identical sides' blocks drift apart here.
+#: confidence of the A/A floor: the share of A/A comparisons whose effect stays below it
+AA_FLOOR_CONFIDENCE = 0.95
 
-    ``quantile`` of ``|b_i - a_i| / median(a)`` over the paired blocks of an
-    A/A run (the same step on both sides, interleaved), times 100. A
-    comparison on this machine whose relative effect is not above it cannot
-    be told from running the same code twice.
+
+def aa_floor_pct(a_blocks: Sequence[float], b_blocks: Sequence[float], *,
+                 confidence: float = AA_FLOOR_CONFIDENCE, n_resamples: int = 2000,
+                 seed: int = 0) -> float:
+    """The A/A noise floor in %: how large the A/B statistic gets when nothing differs.
+
+    The statistic is the one :func:`judge` gates: the median of the paired
+    block differences ``b_i - a_i`` relative to ``median(a)``, in %. Given the
+    blocks of an A/A run (the same step on both sides, two independent copies,
+    interleaved), the floor is the ``confidence`` quantile of ``|statistic|``
+    over bootstrap resamples of the block pairs (pairs drawn with replacement,
+    seeded): a one-sided upper bound on how far an A/A comparison's effect
+    reaches on this machine. An A/B whose ``|relative_pct|`` is not above it
+    cannot be told from running two copies of the same code.
     """
     a_arr, b_arr = np.asarray(a_blocks, dtype=float), np.asarray(b_blocks, dtype=float)
     if a_arr.size == 0 or a_arr.size != b_arr.size:
         raise ValueError("an A/A floor needs as many blocks of A as of B (at least one)")
-    rel = np.abs(b_arr - a_arr) / float(np.median(a_arr))
-    return float(100 * np.quantile(rel, quantile))
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    idx = np.random.default_rng(seed).integers(0, a_arr.size, (n_resamples, a_arr.size))
+    rel = 100 * np.median((b_arr - a_arr)[idx], axis=1) / np.median(a_arr[idx], axis=1)
+    return float(np.quantile(np.abs(rel), confidence))
 
 
 #: metrics of the rows :func:`judgement_rows` writes under an A/B's difference variant

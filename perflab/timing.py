@@ -144,21 +144,22 @@ def host_submission_samples(fn: Step, *, warmup: int, repeats: int, sync: Sync) 
     return samples
 
 
-def time_cuda_events(fn: Step, *, warmup: int, repeats: int, device: torch.device | str) -> list[float]:
-    """Device-side duration of each call, from CUDA events recorded around it.
+def time_events_idle_stream(fn: Step, *, warmup: int, repeats: int,
+                            device: torch.device | str) -> list[float]:
+    """CUDA-event ms around each call, the start event recorded into an idle stream.
 
-    Raises :class:`Unsupported` on a non-CUDA device.
+    The queue is drained before each call, so the start event fires as soon as
+    it is submitted: the reading spans the host's submission of the call (every
+    gap it leaves between launches) as well as the device's execution. It is
+    device time only for a call whose launches outrun the device; for that use
+    :func:`time_wall_and_device`. Raises :class:`Unsupported` on a non-CUDA device.
     """
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise Unsupported("CUDA events need a CUDA device")
-    sync = synchronizer(device)
-    warm(fn, warmup, sync)
+    clock = CudaClock(device)
+    warm(fn, warmup, clock.sync)
     samples = []
     for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        sync()
+        start, end = clock.event(), clock.event()
+        clock.sync()
         start.record()
         fn()
         end.record()
@@ -167,34 +168,150 @@ def time_cuda_events(fn: Step, *, warmup: int, repeats: int, device: torch.devic
     return samples
 
 
-def time_wall_and_events(
-    fn: Step, *, warmup: int, repeats: int, device: torch.device | str
-) -> tuple[list[float], list[float]]:
-    """Both instruments on the same calls: (synchronized wall ms, CUDA-event ms).
+# --------------------------------------------------------------------------- device time
 
-    Each call is bracketed by the host clock (queue drained before, synchronized
-    after) and by two events recorded into the stream, so ``wall - events`` is a
-    paired per-call difference, not a difference of two separate series'
-    medians that drift apart on a shared device.
+#: torch.cuda._sleep cycles per millisecond, by device index (measured once per process)
+_SLEEP_CYCLES_PER_MS: dict[int, float] = {}
+
+
+def sleep_cycles_per_ms(device: torch.device | str) -> float:
+    """How many ``torch.cuda._sleep`` cycles last 1 ms on ``device``: measured once per process.
+
+    The median of three event-timed sleeps of 2**22 cycles (about 2 ms at 2 GHz).
     """
     device = torch.device(device)
-    if device.type != "cuda":
-        raise Unsupported("CUDA events need a CUDA device")
-    sync = synchronizer(device)
-    warm(fn, warmup, sync)
-    wall, events = [], []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SLEEP_CYCLES_PER_MS:
+        cycles = 1 << 22
+        with torch.cuda.device(index):
+            torch.cuda._sleep(1000)  # the sleep kernel's first launch loads it
+            torch.cuda.synchronize(index)
+            ms = []
+            for _ in range(3):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                torch.cuda._sleep(cycles)
+                end.record()
+                end.synchronize()
+                ms.append(float(start.elapsed_time(end)))
+        _SLEEP_CYCLES_PER_MS[index] = cycles / sorted(ms)[1]
+    return _SLEEP_CYCLES_PER_MS[index]
+
+
+class CudaClock:
+    """What the device-time instruments ask of CUDA: events, a device-side sleep, a drain.
+
+    Tests pass a fake with the same three methods (tests/fake_cuda.py).
+    """
+
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        if self.device.type != "cuda":
+            raise Unsupported("CUDA events need a CUDA device")
+        self.sync = synchronizer(self.device)
+
+    def event(self):
+        return torch.cuda.Event(enable_timing=True)
+
+    def sleep(self, ms: float) -> None:
+        """Keep the device busy for about ``ms`` ms (the host returns at once)."""
+        torch.cuda._sleep(max(1, int(ms * sleep_cycles_per_ms(self.device))))
+
+
+@dataclass
+class DeviceTiming:
+    """Wall clock and device time of one step, measured on neighbouring calls."""
+
+    wall_ms: list[float]  # drained before, synchronized after: the helper's boundary
+    idle_events_ms: list[float]  # CUDA events around those same calls, on an idle stream
+    device_ms: list[float]  # CUDA events around the neighbouring call, the device kept ahead
+    lead_ms: float  # the device-side sleep put ahead of each start event
+    behind: int = 0  # device-ahead calls redone: the device caught up before submission ended
+
+
+#: a device-ahead call is retried this many times, each with a longer lead, before giving up
+AHEAD_RETRIES = 5
+
+
+def _submission_ms(fn: Step, sync: Sync, n: int = 10) -> float:
+    """The longest host submission of ``n`` calls from a drained queue (warm calls)."""
+    longest = 0.0
+    for _ in range(n):
         sync()
+        t0 = _clock()
+        fn()
+        longest = max(longest, (_clock() - t0) * 1e3)
+    sync()
+    return longest
+
+
+def _ahead_call(fn: Step, clock, lead_ms: float) -> tuple[float | None, float]:
+    """One call with the device asleep ahead of it: (device ms or None if caught up, host ms)."""
+    start, end = clock.event(), clock.event()
+    clock.sync()
+    t0 = _clock()
+    clock.sleep(lead_ms)
+    start.record()
+    fn()
+    end.record()
+    # the start event has not fired yet: the whole call was queued while the device slept,
+    # so it then runs back to back and the events span its execution alone
+    ahead = not start.query()
+    host_ms = (_clock() - t0) * 1e3
+    end.synchronize()
+    return (float(start.elapsed_time(end)) if ahead else None), host_ms
+
+
+def time_wall_and_device(fn: Step, *, warmup: int, repeats: int,
+                         device: torch.device | str = "cuda", clock=None) -> DeviceTiming:
+    """The synchronized wall clock and the device time of ``fn``, ``repeats`` pairs of calls.
+
+    Events recorded into an idle stream start counting at submission, so on a
+    host-bound step they include every launch gap. Device time is measured
+    instead with the device kept ahead of the host: a device-side sleep
+    (``torch.cuda._sleep``, twice the longest host submission of ten warm calls)
+    is queued before the start event, so the host submits the whole call while
+    the device sleeps and the device then runs it back to back. A call whose
+    start event had already fired when the host finished submitting is redone
+    with a lead twice that call's submission (counted in ``behind``); a step that
+    waits for the device inside the call (a host read) can never be ahead and
+    raises :class:`Unsupported`. Each pair is a wall-clock call (events on an
+    idle stream recorded around it too) and a device-ahead call, alternating
+    which runs first, so ``wall - device`` is paired call by call.
+    """
+    clock = clock or CudaClock(device)
+    warm(fn, warmup, clock.sync)
+    res = DeviceTiming([], [], [], lead_ms=max(2 * _submission_ms(fn, clock.sync), 0.1))
+
+    def wall_call() -> None:
+        start, end = clock.event(), clock.event()
+        clock.sync()
         t0 = _clock()
         start.record()
         fn()
         end.record()
-        sync()
-        wall.append((_clock() - t0) * 1e3)
-        events.append(float(start.elapsed_time(end)))
-    return wall, events
+        clock.sync()
+        res.wall_ms.append((_clock() - t0) * 1e3)
+        res.idle_events_ms.append(float(start.elapsed_time(end)))
+
+    def device_call() -> None:
+        lead = res.lead_ms
+        for _ in range(1 + AHEAD_RETRIES):
+            ms, host_ms = _ahead_call(fn, clock, lead)
+            if ms is not None:
+                res.device_ms.append(ms)
+                return
+            res.behind += 1
+            last, lead = lead, 2 * max(host_ms, lead)
+        raise Unsupported(f"the device caught up with the host {1 + AHEAD_RETRIES} times in a "
+                          f"row (last lead {last:.1f} ms): the step waits for the device "
+                          "inside the call, so events cannot isolate its device time")
+
+    for i in range(repeats):
+        for call in ((wall_call, device_call) if i % 2 == 0 else (device_call, wall_call)):
+            call()
+    return res
 
 
 @dataclass
@@ -249,14 +366,39 @@ class RoundRobinResult:
     block_medians: dict[str, list[float]] = field(default_factory=dict)
 
 
+def williams_orders(n: int) -> list[list[int]]:
+    """Balanced run orders of ``n`` variants (a Williams design), as lists of indices.
+
+    Over the returned orders every variant runs in every position, and right
+    after every other variant, equally often: ``n`` orders for an even ``n``,
+    ``2n`` (each order and its reverse) for an odd one. For two variants they
+    are AB, BA. A cyclic rotation (ABC, BCA, CAB) instead always puts the same
+    neighbour before each variant, so a carry-over from one variant to the
+    next would bias them unequally.
+    """
+    if n < 1:
+        raise ValueError("a round robin needs at least one variant")
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:  # 0, 1, n-1, 2, n-2, ...
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    orders = [[(x + i) % n for x in first] for i in range(n)]
+    return orders + [o[::-1] for o in orders] if n % 2 and n > 1 else orders
+
+
 def interleaved_round_robin(
     steps: dict[str, Step], *, blocks: int, inner: int, warmup: int, sync: Sync
 ) -> RoundRobinResult:
     """:func:`interleaved_ab` for N variants: each block runs every variant once.
 
-    The order rotates from block to block (ABC, BCA, CAB, ...) so no variant
-    always runs first or after the same neighbour; drift on a shared machine
-    then hits every variant alike. Each call is synchronized at both ends.
+    Block ``i`` runs the variants in the ``i``-th balanced order of
+    :func:`williams_orders` (cycling), so over a whole number of cycles every
+    variant runs first, last and after each neighbour equally often; drift and
+    carry-over on a shared machine then hit every variant alike. Each call is
+    synchronized at both ends.
     """
     import statistics
 
@@ -265,15 +407,43 @@ def interleaved_round_robin(
         for name in names:
             steps[name]()
     sync()
+    orders = williams_orders(len(names))
     res = RoundRobinResult({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
     for i in range(blocks):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
+        for k in orders[i % len(orders)]:
+            name = names[k]
             block = time_calls(steps[name], warmup=0, repeats=inner, sync=sync)
             res.samples[name].extend(block)
             res.blocks[name].extend([i] * len(block))
             res.block_medians[name].append(statistics.median(block))
     return res
+
+
+#: how the round robin's order reads in a row's sync_boundary
+ROUND_ROBIN_ORDER = "variants interleaved in balanced (Williams) order, block by block"
+
+#: the sync boundary of a throughput derived from per-call samples (not a free-running stretch)
+DRAINED_THROUGHPUT = ("batch / drained latency: examples per step over the median per-call "
+                      "latency, each call synchronized at both ends (not a free-running rate: "
+                      "the host never runs ahead of the device)")
+
+
+def free_running_ms_per_step(fn: Step, *, steps: int, stretches: int, sync: Sync) -> list[float]:
+    """ms per step of ``stretches`` free-running stretches of ``steps`` calls each.
+
+    Each stretch starts from a drained queue and ends with one sync: the rate
+    of a training loop, where the host may run ahead of the device (what a
+    per-call synchronized sample forbids). Warm the step first.
+    """
+    if steps < 1 or stretches < 1:
+        raise ValueError("a free-running stretch needs steps >= 1 and stretches >= 1")
+    return [time_unsynchronized_loop(fn, steps, sync).real_ms_per_step for _ in range(stretches)]
+
+
+#: the sync boundary of a throughput from :func:`free_running_ms_per_step`
+FREE_RUNNING_THROUGHPUT = ("free-running: examples per step over the median ms per step of "
+                           "stretches of steps with one sync at each stretch's end (queue "
+                           "drained before)")
 
 
 def timer_blocked_autorange(fn: Step, *, min_run_time: float) -> dict[str, object]:

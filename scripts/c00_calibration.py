@@ -12,9 +12,12 @@ measured in one job that runs first:
   ``import torch``, and with the device initialised — so a job's fixed cost
   is known;
 * the profiler's overhead on the reference step (the controlled training step);
-* the A/A noise floor: the same step as A and as B, interleaved, gives the
-  block-to-block noise every A/B of the run is held to; a planted 2x step
-  (the step called twice) judged against that floor checks the judgement;
+* the A/A floor: two independent copies of the step (model, optimizer, batch)
+  as A and as B, interleaved; the floor is the 95% upper bound (bootstrap over
+  the block pairs) of the statistic every A/B is judged by, the median paired
+  block difference in % of A, for blocks as long as these (and, for
+  comparison, for blocks of their first calls only). A planted 2x step (the
+  second copy called twice) judged against that floor checks the judgement;
 * peer agreement: the helper's median against ``torch.utils.benchmark.Timer``
   and, on CUDA, ``triton.testing.do_bench`` on the same step.
 """
@@ -28,6 +31,7 @@ import time
 import torch
 
 from perflab import profiling, stats, timing
+from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR, AA_FLOOR_SHORT, AA_SHORT_INNER
 from perflab.runner import run
 
 #: the fresh-process variants: (variant, what the child does, code)
@@ -88,8 +92,8 @@ def _events(ctx):
             ctx.unsupported(variant=variant, metric=metric, unit="ms",
                             reason="CUDA events need a CUDA device")
         return
-    ev = timing.time_cuda_events(lambda: None, warmup=ctx.timing["warmup"], repeats=n,
-                                 device=ctx.device)
+    ev = timing.time_events_idle_stream(lambda: None, warmup=ctx.timing["warmup"], repeats=n,
+                                        device=ctx.device)
     ctx.summary(ev, variant="events/empty_pair", metric="event_elapsed",
                 window=f"{n} pairs of events recorded back to back (nothing between them)",
                 sync_boundary="start.elapsed_time(end) after end.synchronize()")
@@ -171,29 +175,46 @@ def _profiler_overhead(ctx, step):
             f"({j.verdict}, p={j.p:.3g})")
 
 
-def _noise_floor(ctx, step):
+def _short_block_medians(samples, inner, k):
+    """Median of the first ``k`` calls of each block of ``inner`` calls."""
+    return [statistics.median(samples[i:i + k]) for i in range(0, len(samples), inner)]
+
+
+def _noise_floor(ctx, step_a, step_b):
+    """The A/A floor from two independent copies of the step, then a planted 2x judged by it."""
     p, t = ctx.params, ctx.timing
     blocks, inner = p["aa_blocks"], p["aa_inner"]
     common = dict(blocks=blocks, inner=inner, warmup=t["warmup"], sync=ctx.sync)
     window = (f"{blocks} blocks per side of {inner} synchronized calls, alternating AB/BA, "
               f"after {t['warmup']} warmup calls per side")
-    aa = timing.interleaved_ab(step, step, **common)
-    d = ctx.ab(aa, a="aa_a", b="aa_b", window="A/A: the same step on both sides; " + window,
-               noise_floor_pct=None)
-    floor = stats.aa_noise_floor_pct(aa.a_blocks, aa.b_blocks)
-    ctx.row(variant="aa", metric="aa_noise_floor", value=floor, unit="%", n=blocks,
-            window="A/A: the same step on both sides; " + window,
-            sync_boundary="95th percentile of |B - A| / median(A) over the paired blocks")
+    copies = "A/A: two independent copies of the step (model, optimizer, batch); "
+    aa = timing.interleaved_ab(step_a, step_b, **common)
+    d = ctx.ab(aa, a="aa_a", b="aa_b", window=copies + window, noise_floor_pct=None)
+    bound = (f"{stats.AA_FLOOR_CONFIDENCE:.0%} upper bound of |median paired block difference "
+             "(B - A)| / median(A): bootstrap over the block pairs (2000 resamples, seeded)")
+    floor = stats.aa_floor_pct(aa.a_blocks, aa.b_blocks)
+    ctx.row(variant=AA_FLOOR[0], metric=AA_FLOOR[1], value=floor, unit="%", n=blocks,
+            window=copies + window, sync_boundary=bound)
+    block_ms = inner * statistics.median(aa.a_samples)
+    ctx.row(variant=AA_BLOCK[0], metric=AA_BLOCK[1], value=block_ms, unit="ms", n=blocks,
+            window=copies + window, sync_boundary=f"{inner} calls x A's median call")
+    k = min(AA_SHORT_INNER, inner)
+    short = stats.aa_floor_pct(_short_block_medians(aa.a_samples, inner, k),
+                               _short_block_medians(aa.b_samples, inner, k))
+    ctx.row(variant=AA_FLOOR_SHORT[0], metric=AA_FLOOR_SHORT[1], value=short, unit="%",
+            n=blocks, window=copies + window + f"; each block's first {k} calls only",
+            sync_boundary=bound)
     ctx.noise_floor_pct = floor
-    ctx.log(f"A/A: B - A {d['diff']:+.4f} ms (p={d['p']:.3g}); noise floor {floor:.2f}%")
+    ctx.log(f"A/A: B - A {d['diff']:+.4f} ms (p={d['p']:.3g}); floor {floor:.2f}% for blocks of "
+            f"{block_ms:.1f} ms ({short:.2f}% for blocks of {k} calls)")
 
     def twice():
-        step()
-        step()
+        step_b()
+        step_b()
 
-    planted = timing.interleaved_ab(step, twice, **common)
+    planted = timing.interleaved_ab(step_a, twice, **common)
     d2 = ctx.ab(planted, a="planted_a", b="planted_2x",
-                window="planted slowdown: B calls the step twice; " + window,
+                window="planted slowdown: B calls the second copy twice; " + window,
                 noise_floor_pct=floor)
     ctx.log(f"planted 2x: B - A {d2['diff']:+.4f} ms (p={d2['p']:.3g}) -> "
             f"{'resolved' if d2['resolved'] else 'inconclusive'} against the A/A floor")
@@ -261,7 +282,7 @@ def measure(ctx):
     step = ctx.training_step()
     if step is None:  # no optimizer: the step-based calibrations wrote unsupported rows
         return
-    _noise_floor(ctx, step)
+    _noise_floor(ctx, step, ctx.training_step())  # the A/A's second side: another copy
     _profiler_overhead(ctx, step)
     _peers(ctx, step)
 

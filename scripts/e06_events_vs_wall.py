@@ -1,14 +1,81 @@
-"""E06 — two instruments: synchronized wall clock vs CUDA events.
+"""E06 — two instruments: synchronized wall clock vs device time.
 
 The wall clock around a synchronized call answers "how long does my step
-take"; CUDA events recorded into the stream answer "how long does the device
-spend". Their gap, and the host's own time per step in a free-running loop,
-say how much of the step is the host. CUDA events need a CUDA device: on CPU
-those rows are written as unsupported, with the reason.
+take"; device time answers "how long does the device spend". Device time comes
+from CUDA events with the device kept ahead of the host: a device-side sleep
+is queued before the start event, so the whole step is queued while the device
+sleeps and then runs back to back (perflab.timing.time_wall_and_device).
+Events recorded into an idle stream, the chapter's way, start counting at
+submission and include every launch gap; they are kept, named as such, to show
+what they include. Their difference from the wall clock, host-exposed time
+(wall - device), and the host's own time per step in a free-running loop say
+how much of the step is the host. CUDA events need a CUDA device: on CPU those
+rows are written as unsupported, with the reason.
 """
 
 from perflab import timing
+from perflab.experiments.e06_events_vs_wall import (
+    CALLS_REDONE,
+    DEVICE,
+    DEVICE_LEAD,
+    HOST_EXPOSED,
+    HOST_EXPOSED_SHARE,
+    IDLE_EVENTS,
+    SUBMISSION,
+    WALL,
+)
 from perflab.runner import run
+
+STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
+SYNCED = "synchronized at both ends of each call"
+AHEAD = ("CUDA events around the call with the device kept ahead of the host: a device-side "
+         "sleep (torch.cuda._sleep) queued before the start event, so the whole call is queued "
+         "before the device starts it; calls whose start event had fired before submission "
+         "ended were redone with a longer sleep")
+IDLE = ("CUDA events recorded into an idle stream (queue drained before): the start event fires "
+        "at submission, so launch gaps count")
+
+
+def _cuda_rows(ctx, step, window):
+    t = ctx.timing
+    res = timing.time_wall_and_device(step, warmup=t["warmup"], repeats=t["repeats"],
+                                      device=ctx.device)
+    pairs = f"; pairs of neighbouring calls, {t['repeats']} pairs, alternating which runs first"
+    wall = ctx.summary(res.wall_ms, variant=WALL[0], metric=WALL[1], window=window + pairs,
+                       sync_boundary=SYNCED, statistics=STATS)
+    dev = ctx.summary(res.device_ms, variant=DEVICE[0], metric=DEVICE[1], window=window + pairs,
+                      sync_boundary=AHEAD, statistics=STATS)
+    ctx.summary(res.idle_events_ms, variant=IDLE_EVENTS[0], metric=IDLE_EVENTS[1],
+                window=window + "; around the wall-clock calls", sync_boundary=IDLE,
+                statistics=STATS)
+    gap = ctx.summary([w - d for w, d in zip(res.wall_ms, res.device_ms)],
+                      variant=HOST_EXPOSED[0], metric=HOST_EXPOSED[1], window=window + pairs,
+                      sync_boundary="wall clock minus device time, pair by pair",
+                      statistics=STATS)
+    ctx.row(variant=HOST_EXPOSED_SHARE[0], metric=HOST_EXPOSED_SHARE[1],
+            value=100 * gap["median"] / wall["median"], unit="%", n=t["repeats"],
+            window=window + pairs, sync_boundary="median host-exposed / median wall clock")
+    ctx.row(variant=DEVICE_LEAD[0], metric=DEVICE_LEAD[1], value=res.lead_ms, unit="ms",
+            window="twice the longest host submission of ten warm calls",
+            sync_boundary="device-side sleep before each start event")
+    ctx.row(variant=CALLS_REDONE[0], metric=CALLS_REDONE[1], value=res.behind, unit="count",
+            n=t["repeats"], window=window, sync_boundary="calls whose start event fired "
+            "before the host finished submitting them (redone with a longer sleep)")
+    ctx.log(f"wall {wall['median']:.3f} ms, device {dev['median']:.3f} ms, host-exposed "
+            f"{gap['median']:+.3f} ms (IQR {gap['iqr']:.3f}); lead {res.lead_ms:.2f} ms, "
+            f"{res.behind} calls redone")
+
+
+def _wall_only(ctx, step, window, why):
+    t = ctx.timing
+    wall = ctx.summary(timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"],
+                                         sync=ctx.sync),
+                       variant=WALL[0], metric=WALL[1], window=window, sync_boundary=SYNCED,
+                       statistics=STATS)
+    ctx.log(f"wall clock median {wall['median']:.3f} ms; {why}")
+    for variant, metric in (DEVICE, IDLE_EVENTS, HOST_EXPOSED, HOST_EXPOSED_SHARE):
+        ctx.unsupported(variant=variant, metric=metric,
+                        unit="%" if metric == HOST_EXPOSED_SHARE[1] else "ms", reason=why)
 
 
 def measure(ctx):
@@ -17,40 +84,22 @@ def measure(ctx):
     if step is None:
         return
     window = f"steady state after warmup {t['warmup']}"
-    stats = ("median", "iqr", "p25", "p75", "mean", "min", "max")
-    synced = "synchronized at both ends of each call"
-
     if not ctx.is_cuda:
-        wall = ctx.summary(timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"],
-                                             sync=ctx.sync),
-                           variant="wall_clock", metric="step_latency", window=window,
-                           sync_boundary=synced, statistics=stats)
-        ctx.log(f"wall clock median {wall['median']:.3f} ms")
-        why = "CUDA events need a CUDA device; CPU execution is synchronous"
-        for variant in ("cuda_events", "host_submission", "wall_minus_events"):
-            ctx.unsupported(variant=variant, metric="step_latency", unit="ms", reason=why)
+        _wall_only(ctx, step, window, "CUDA events need a CUDA device; CPU execution is "
+                                      "synchronous")
+        ctx.unsupported(variant=SUBMISSION[0], metric=SUBMISSION[1], unit="ms",
+                        reason="CUDA events need a CUDA device; CPU execution is synchronous")
         return
-
-    # both instruments on the same calls, so their difference is paired per call
-    wall_s, events_s = timing.time_wall_and_events(step, warmup=t["warmup"],
-                                                   repeats=t["repeats"], device=ctx.device)
-    paired = "; wall clock and two CUDA events around the same calls"
-    wall = ctx.summary(wall_s, variant="wall_clock", metric="step_latency", window=window,
-                       sync_boundary=synced + paired, statistics=stats)
-    ev = ctx.summary(events_s, variant="cuda_events", metric="step_latency", window=window,
-                     sync_boundary="device time between two events recorded around the call"
-                     + paired, statistics=stats)
-    gap = ctx.summary([w - e for w, e in zip(wall_s, events_s)], variant="wall_minus_events",
-                      metric="step_latency", window=window,
-                      sync_boundary="per-call difference" + paired, statistics=stats)
+    try:
+        _cuda_rows(ctx, step, window)
+    except timing.Unsupported as exc:  # the step waits for the device inside the call
+        _wall_only(ctx, step, window, str(exc))
     host = ctx.summary(timing.host_submission_samples(step, warmup=t["warmup"],
                                                       repeats=t["repeats"], sync=ctx.sync),
-                       variant="host_submission", metric="step_latency", window=window,
+                       variant=SUBMISSION[0], metric=SUBMISSION[1], window=window,
                        sync_boundary="host clock per call in a free-running loop (no sync)",
-                       statistics=stats)
-    ctx.log(f"wall {wall['median']:.3f} ms, events {ev['median']:.3f} ms, wall - events "
-            f"{gap['median']:+.3f} ms (IQR {gap['iqr']:.3f}), host submission "
-            f"{host['median']:.3f} ms")
+                       statistics=STATS)
+    ctx.log(f"host submission {host['median']:.3f} ms")
 
 
 if __name__ == "__main__":

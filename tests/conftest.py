@@ -40,6 +40,10 @@ class FakeAsyncDevice:
             if seconds is None:
                 self._q.task_done()
                 return
+            if callable(seconds):  # a marker (a fake CUDA event): no work, just its moment
+                seconds()
+                self._q.task_done()
+                continue
             deadline = time.perf_counter() + seconds
             while (left := deadline - time.perf_counter()) > 0:
                 time.sleep(left)
@@ -49,6 +53,10 @@ class FakeAsyncDevice:
     def submit(self, seconds: float) -> None:
         self.submitted += 1
         self._q.put(seconds)
+
+    def mark(self, fire) -> None:
+        """Enqueue ``fire()``: the worker calls it when it reaches this point of the queue."""
+        self._q.put(fire)
 
     def synchronize(self) -> None:
         self.sync_calls += 1

@@ -1,15 +1,21 @@
-"""A fake CUDA allocator for exercising the CUDA branches of the memory experiments on a CPU.
+"""Fakes of CUDA for exercising the CUDA branches on a CPU.
 
-It does not measure anything: ``allocated`` is the bytes of the tensors the
-step's objects hold according to a caller-supplied function, or a counter.
-Tests built on it assert that the CUDA code paths run, write rows that obey
-the contract and record what they must (e.g. an OOM as a row) — never a
-memory number.
+:class:`FakeAllocator` does not measure anything: ``allocated`` is the bytes of
+the tensors the step's objects hold according to a caller-supplied function,
+or a counter. Tests built on it assert that the CUDA code paths run, write
+rows that obey the contract and record what they must (e.g. an OOM as a row)
+— never a memory number.
+
+:class:`FakeCudaClock` gives the device-time instruments events and a
+device-side sleep on the fake asynchronous device of tests/conftest.py: an
+event fires when the device's in-order queue reaches it, so events around a
+call on an idle queue span the host's launch gaps exactly as CUDA's do.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 
 import torch
 
@@ -61,3 +67,45 @@ def as_cuda(measure):
         return measure(ctx)
 
     return wrapped
+
+
+class FakeEvent:
+    """A CUDA event on the fake device: it fires (takes the time) when the queue reaches it."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.t: float | None = None
+
+    def record(self) -> None:
+        self.t = None
+        self.device.mark(self._fire)
+
+    def _fire(self) -> None:
+        self.t = time.perf_counter()
+
+    def query(self) -> bool:
+        return self.t is not None
+
+    def synchronize(self) -> None:
+        self.device.synchronize()
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+class FakeCudaClock:
+    """What :func:`perflab.timing.time_wall_and_device` asks of CUDA, on a FakeAsyncDevice."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.sleeps_ms: list[float] = []
+
+    def event(self) -> FakeEvent:
+        return FakeEvent(self.device)
+
+    def sleep(self, ms: float) -> None:
+        self.sleeps_ms.append(ms)
+        self.device.submit(ms / 1e3)
+
+    def sync(self) -> None:
+        self.device.synchronize()

@@ -17,6 +17,7 @@ import pytest
 from experiments import one_value, run_tiny
 
 from perflab import calibration, env, figures, io, ledger, stats, tables, timing
+from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR, AA_FLOOR_SHORT
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +73,14 @@ def test_aa_floor_and_planted_slowdown(c00):
     a = samples[(samples.variant == "aa_a")].groupby("block").value.median()
     b = samples[(samples.variant == "aa_b")].groupby("block").value.median()
     assert len(a) == len(b) == blocks
-    floor = one_value(rows, "aa", "aa_noise_floor")
-    assert floor == pytest.approx(stats.aa_noise_floor_pct(a.tolist(), b.tolist()))
+    floor = one_value(rows, *AA_FLOOR)
+    # the floor bounds the statistic the A/Bs are judged by, from these very blocks
+    assert floor == pytest.approx(stats.aa_floor_pct(a.tolist(), b.tolist()))
+    assert floor >= abs(one_value(rows, "aa_b_minus_aa_a", "ab_effect_rel"))
+    assert one_value(rows, *AA_FLOOR_SHORT) >= 0
+    inner = contract["params"]["aa_inner"]
+    a_calls = samples[samples.variant == "aa_a"].value
+    assert one_value(rows, *AA_BLOCK) == pytest.approx(inner * a_calls.median())
     # the planted 2x: significant on the real step, and its verdict follows the floor rule
     dv = "planted_2x_minus_planted_a"
     assert one_value(rows, dv, "ab_effect") > 0
@@ -107,18 +114,24 @@ def test_profiler_overhead_row_matches_its_samples(c00):
 def test_table_figure_ledger_and_note(c00, tmp_path):
     rows, _, _, out = c00
     t = tables.table("C00", rows)
-    assert "A/A noise floor" in t.measurement.tolist()
-    floor_cell = t[t.measurement == "A/A noise floor"].value.iloc[0]
-    assert floor_cell == pytest.approx(one_value(rows, "aa", "aa_noise_floor"))
+    label = "A/A floor: 95% bound of |median paired block difference|"
+    assert label in t.measurement.tolist()
+    floor_cell = t[t.measurement == label].value.iloc[0]
+    assert floor_cell == pytest.approx(one_value(rows, *AA_FLOOR))
     assert not tables.format_table(t).empty
     png = figures.make_figure("C00", out["csv"], out["samples"], tmp_path / "c00.png")
     assert png.stat().st_size > 1000
     led, md = ledger.build([out["csv"]])
-    assert "harness     timer floor" in md and "A/A noise floor" in md
-    f = led[(led.section == "harness") & (led.field == "aa_noise_floor_pct")]
-    assert float(f.value.iloc[0]) == pytest.approx(one_value(rows, "aa", "aa_noise_floor"))
+    assert "harness     timer floor" in md
+    assert "A/A floor" in md and "95% bound of |median paired block difference|" in md
+    f = led[(led.section == "harness") & (led.field == "aa_floor_pct")]
+    assert float(f.value.iloc[0]) == pytest.approx(one_value(rows, *AA_FLOOR))
     note = calibration.floor_note(rows)
-    assert "empty call through the helper" in note and "A/A noise floor" in note
+    assert "empty call through the helper" in note and "A/A floor" in note
+    # a run from before this floor (C00 wrote the old statistic) has no floor: not a default
+    old = rows.copy()
+    old.loc[old.metric == AA_FLOOR[1], "metric"] = "aa_noise_floor"
+    assert calibration.noise_floor_pct(old) is None
     assert "did not run" in calibration.floor_note(rows[rows.experiment == "none"])
     comp = calibration.ab_comparisons(rows)
     assert {"aa_b_minus_aa_a", "planted_2x_minus_planted_a"} <= set(comp.comparison)
@@ -158,7 +171,7 @@ def test_aa_not_significant_and_planted_2x_significant_in_one_run(monkeypatch):
     kw = dict(blocks=12, inner=10, warmup=2, sync=lambda: None)
     aa = timing.interleaved_ab(step, step, **kw)
     planted = timing.interleaved_ab(step, twice, **kw)
-    floor = stats.aa_noise_floor_pct(aa.a_blocks, aa.b_blocks)
+    floor = stats.aa_floor_pct(aa.a_blocks, aa.b_blocks)
     j_aa = stats.judge(aa.a_blocks, aa.b_blocks)
     j_2x = stats.judge(planted.a_blocks, planted.b_blocks, noise_floor_pct=floor)
     assert not j_aa.significant and not j_aa.resolved and j_aa.verdict == "inconclusive"
@@ -193,11 +206,28 @@ def test_judge_rules():
                         noise_floor_pct=None)[2] is False
 
 
-def test_aa_noise_floor_by_hand():
-    # |b - a| / median(a) = 0, 0.1, 0.2 -> 95th percentile (linear) 0.19 -> 19%
-    assert stats.aa_noise_floor_pct([1.0, 1.0, 1.0], [1.0, 1.1, 0.8]) == pytest.approx(19.0)
-    with pytest.raises(ValueError):
-        stats.aa_noise_floor_pct([1.0], [1.0, 2.0])
+def test_aa_runs_on_two_independent_copies(tiny_contract, monkeypatch):
+    """The A/A's sides are two copies of the step (model, optimizer, batch), not one object."""
+    from experiments import load_script
+
+    from perflab import runner
+
+    sides = []
+
+    def capture(fa, fb, **kw):
+        sides.append((fa, fb))
+        raise StopIteration  # stop after the first A/B: only its sides are looked at
+
+    mod = load_script("c00_calibration")
+    monkeypatch.setattr(mod.timing, "interleaved_ab", capture)
+    ctx = runner.Context("C00", tiny_contract("C00"), lambda m: None)
+    step = ctx.training_step()
+    with pytest.raises(StopIteration):
+        mod._noise_floor(ctx, step, ctx.training_step())
+    (fa, fb), = sides
+    assert fa is not fb
+    models = [{id(c.cell_contents) for c in f.__closure__} for f in (fa, fb)]
+    assert not models[0] & models[1]  # no object (model, optimizer, batch) is shared
 
 
 # ------------------------------------------------------------------ GPU-state validity gate

@@ -10,6 +10,8 @@ import pytest
 
 from perflab import claims, io, reference
 from perflab.catalogue import EXPERIMENTS
+from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments.c00_calibration import AA_FLOOR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,8 +35,8 @@ def rows(*specs: tuple) -> pd.DataFrame:
 
 
 def with_floor(floor: float | None, *specs: tuple) -> pd.DataFrame:
-    """Rows, plus C00's A/A noise floor (%) when ``floor`` is given."""
-    extra = [("C00", "aa", "aa_noise_floor", "value", floor)] if floor is not None else []
+    """Rows, plus C00's A/A floor (%) when ``floor`` is given."""
+    extra = [("C00", *AA_FLOOR, "value", floor)] if floor is not None else []
     return rows(*specs, *extra)
 
 
@@ -112,10 +114,10 @@ def test_not_run_and_unsupported():
     empty = rows(("E01", "first_step", "step_latency", "value", 1.0))
     v = verdict("C23", empty)
     assert v.verdict == claims.NOT_RUN and "E09 not run" in v.measured
-    cpu = rows(("E06", "wall_clock", "step_latency", "median", 16.0),
-               ("E06", "cuda_events", "step_latency", "value", None, "unsupported",
+    cpu = rows(("E06", *e06.WALL, "median", 16.0),
+               ("E06", *e06.DEVICE, "value", None, "unsupported",
                 "CUDA events need a CUDA device"),
-               ("E06", "wall_minus_events", "step_latency", "value", None, "unsupported",
+               ("E06", *e06.HOST_EXPOSED, "value", None, "unsupported",
                 "CUDA events need a CUDA device"))
     v = verdict("C14", cpu)
     assert v.verdict == claims.UNSUPPORTED and "CUDA" in v.measured

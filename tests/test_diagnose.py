@@ -6,6 +6,8 @@ import pandas as pd
 import pytest
 
 from perflab import diagnose, io, ledger
+from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments.c00_calibration import AA_FLOOR
 
 PHASES = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer", "logging")
 
@@ -36,9 +38,10 @@ def sync_tax(pct, resolved=True):
 
 
 def events(wall, submit, gap, device="cuda:0"):
-    return [_row("E06", v, "step_latency", x, "median", device)
-            for v, x in (("wall_clock", wall), ("host_submission", submit),
-                         ("wall_minus_events", gap))]
+    """E06 medians: wall clock, host submission and host-exposed (wall - device time)."""
+    return [_row("E06", v, m, x, "median", device)
+            for (v, m), x in ((e06.WALL, wall), (e06.SUBMISSION, submit),
+                              (e06.HOST_EXPOSED, gap))]
 
 
 def backlog(n, backlog_ms, real_ms, device="cuda:0"):
@@ -171,25 +174,25 @@ def test_a_deciding_number_near_its_threshold_is_flagged():
     """The H200 MLP twice: sync tax 9.9% (floor 8.3%) then 14.5% (floor 12.8%) sit within the
     A/A floor of the 10% threshold, so each diagnosis says another run may decide it the
     other way and names what else fits; 40% against a 5% floor is not near."""
-    floor = [_row("C00", "aa", "aa_noise_floor", 8.3, unit="%")]
+    floor = [_row("C00", *AA_FLOOR, 8.3, unit="%")]
     host = events(wall=10.0, submit=9.5, gap=0.2)
 
     near = diagnose.diagnose(frame(phases(), sync_tax(9.9), host, floor))
     assert near.verdict == "host_overhead"
     sync = next(f for f in near.findings if f.bottleneck == "synchronization")
-    assert "within this run's A/A noise floor (8.3%" in sync.borderline
+    assert "within this run's A/A floor (8.3%" in sync.borderline
     md = diagnose.render_markdown(near)
     assert "**Near a threshold**" in md and "synchronization — the tax (+9.9%)" in md
     assert diagnose.to_frame(near).query("candidate == 'synchronization'").borderline.iloc[0]
 
     other = diagnose.diagnose(frame(phases(), sync_tax(14.5), host,
-                                    [_row("C00", "aa", "aa_noise_floor", 12.8, unit="%")]))
+                                    [_row("C00", *AA_FLOOR, 12.8, unit="%")]))
     assert other.verdict == "synchronization"
     assert "Also fits, later in the order: host launch & Python overhead" in \
         diagnose.render_markdown(other)
 
     far = diagnose.diagnose(frame(phases(), sync_tax(40.0), host,
-                                  [_row("C00", "aa", "aa_noise_floor", 5.0, unit="%")]))
+                                  [_row("C00", *AA_FLOOR, 5.0, unit="%")]))
     assert not any(f.borderline for f in far.findings)
     assert "Near a threshold" not in diagnose.render_markdown(far)
     # without C00 nothing is flagged: no floor to judge the margin by

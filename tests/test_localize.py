@@ -1,15 +1,19 @@
-"""E05, E07, E25 (localize, intervene, remeasure): contract rows and one-run properties."""
+"""E05, E06, E07, E25 (localize, intervene, remeasure): contract rows and one-run properties."""
 
 from __future__ import annotations
 
 import copy
 
+import fake_cuda
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from experiments import run_tiny
+from experiments import load_script, run_tiny
 
-from perflab import io, optim, steps, workloads
+from perflab import io, optim, steps, tables, timing, workloads
+from perflab.experiments import e06_events_vs_wall as e06
 
 
 def _run(eid, tiny_cfg, tmp_path):
@@ -74,6 +78,47 @@ def test_phase_brackets_measure_completion_only_with_sync(fake_device):
     assert free["forward"] < ms  # without sync the bracket saw only the submission
     assert free["logging"] >= ms * 0.9  # the first host read waited for the backlog
     assert max(free, key=free.get) == "logging"
+
+
+# ------------------------------------------------------------------ E06
+
+
+def test_e06_on_cpu_measures_the_wall_and_says_why_not_the_rest(tiny_cfg, tmp_path):
+    rows = _run("E06", tiny_cfg, tmp_path)
+    ok = rows[rows.status == "ok"]
+    assert set(ok.variant) == {e06.WALL[0]}
+    bad = rows[rows.status != "ok"]
+    assert {(v, m) for v, m in zip(bad.variant, bad.metric)} == {
+        e06.DEVICE, e06.IDLE_EVENTS, e06.HOST_EXPOSED, e06.HOST_EXPOSED_SHARE, e06.SUBMISSION}
+    assert bad.reason.str.contains("CUDA").all()
+    t = tables.table("E06", rows)
+    assert len(t) == len(e06.SERIES) + 1
+
+
+def test_e06_cuda_branch_on_fake_events(tiny_cfg, tmp_path, fake_device, monkeypatch):
+    """The CUDA rows on fake events: the step does no device work, so its wall clock is all
+    host-exposed, and every derived row is the arithmetic of the per-pair samples."""
+    monkeypatch.setattr(timing, "CudaClock", lambda device: fake_cuda.FakeCudaClock(fake_device))
+    _, out = run_tiny(tiny_cfg, "E06", tmp_path,
+                      measure=fake_cuda.as_cuda(load_script("e06_events_vs_wall").measure))
+    rows = io.read_results([out["csv"]])
+    samples = pd.read_csv(out["samples"])
+    assert (rows.status == "ok").all(), rows[rows.status != "ok"].reason.tolist()
+
+    def series(key):
+        v, m = key
+        return samples[(samples.variant == v) & (samples.metric == m)].value.to_numpy()
+
+    wall, device, gap = series(e06.WALL), series(e06.DEVICE), series(e06.HOST_EXPOSED)
+    n = tiny_cfg["timing"]["repeats"]
+    assert len(wall) == len(device) == len(gap) == len(series(e06.IDLE_EVENTS)) == n
+    assert gap == pytest.approx(wall - device)
+    med = tables.pick(rows, *e06.HOST_EXPOSED)
+    share = tables.pick(rows, *e06.HOST_EXPOSED_SHARE, "value")
+    assert share == pytest.approx(100 * med / tables.pick(rows, *e06.WALL))
+    # nothing ran on the (fake) device: device time is ~0, the wall clock is host time
+    assert np.median(device) < 0.2 * np.median(wall)
+    assert tables.pick(rows, *e06.DEVICE_LEAD, "value") >= 0.1
 
 
 # ------------------------------------------------------------------ E07 / optim

@@ -14,6 +14,7 @@ import statistics
 import time
 
 import pytest
+from fake_cuda import FakeCudaClock
 
 from perflab import timing
 
@@ -250,11 +251,12 @@ def test_synchronizer_on_cpu_is_a_noop():
 def test_cuda_events_unsupported_on_cpu():
     called = []
     with pytest.raises(timing.Unsupported):
-        timing.time_cuda_events(lambda: called.append(1), warmup=1, repeats=1, device="cpu")
+        timing.time_events_idle_stream(lambda: called.append(1), warmup=1, repeats=1,
+                                       device="cpu")
     assert called == []
     assert issubclass(timing.Unsupported, RuntimeError)
     with pytest.raises(timing.Unsupported):
-        timing.time_wall_and_events(lambda: called.append(1), warmup=1, repeats=1, device="cpu")
+        timing.time_wall_and_device(lambda: called.append(1), warmup=1, repeats=1, device="cpu")
     assert called == []
 
 
@@ -271,3 +273,158 @@ def test_timer_blocked_autorange_on_cheap_callable():
     assert len(r["times_ms"]) == r["runs"]
     assert all(t > 0 for t in r["times_ms"])
     assert min(r["times_ms"]) <= r["median_ms"] <= max(r["times_ms"])
+
+
+# ---------------------------------------------------------------- device time (fake CUDA events)
+
+GAP_S, KERNEL_S = 0.004, 0.001  # host time between launches, device time of each launch
+
+
+def _host_bound_step(dev, kernels=3):
+    """Three short kernels with the host busy for GAP_S between launches: launch-gap bound."""
+
+    def step():
+        for i in range(kernels):
+            if i:
+                time.sleep(GAP_S)
+            dev.submit(KERNEL_S)
+
+    return step
+
+
+def test_device_time_excludes_planted_launch_gaps(fake_device):
+    res = timing.time_wall_and_device(_host_bound_step(fake_device), warmup=1, repeats=6,
+                                      clock=FakeCudaClock(fake_device))
+    assert len(res.wall_ms) == len(res.device_ms) == len(res.idle_events_ms) == 6
+    work_ms, host_ms = 3 * KERNEL_S * 1e3, 2 * GAP_S * 1e3
+    # every sample holds its call's device work; the wall also holds the host's gaps
+    assert min(res.device_ms) >= work_ms - EPS_MS
+    assert min(res.wall_ms) >= host_ms + KERNEL_S * 1e3 - EPS_MS
+    wall, device = statistics.median(res.wall_ms), statistics.median(res.device_ms)
+    assert device < 0.6 * wall, (res.device_ms, res.wall_ms)
+    # the idle-stream events, recorded around the wall calls, include the gaps: they track wall
+    assert statistics.median(res.idle_events_ms) > 0.8 * wall, (res.idle_events_ms, wall)
+    # the lead was sized from the host's submission (two gaps), twice over
+    assert res.lead_ms >= 2 * host_ms
+
+
+def test_device_time_of_a_device_bound_step_is_close_to_wall(fake_device):
+    res = timing.time_wall_and_device(fake_device.step(WORK_S), warmup=1, repeats=6,
+                                      clock=FakeCudaClock(fake_device))
+    assert min(res.device_ms) >= WORK_MS - EPS_MS
+    wall, device = statistics.median(res.wall_ms), statistics.median(res.device_ms)
+    assert device <= wall and device > 0.85 * wall, (res.device_ms, res.wall_ms)
+
+
+def test_a_step_that_waits_for_the_device_cannot_be_ahead(fake_device):
+    """A host read inside the step drains the queue: the device can never stay ahead."""
+
+    def step():
+        fake_device.submit(KERNEL_S)
+        fake_device.synchronize()
+
+    clock = FakeCudaClock(fake_device)
+    with pytest.raises(timing.Unsupported, match="waits for the device"):
+        timing.time_wall_and_device(step, warmup=0, repeats=2, clock=clock)
+    # each retry doubled the lead at least
+    assert len(clock.sleeps_ms) == 1 + timing.AHEAD_RETRIES
+    assert all(b >= 2 * a for a, b in zip(clock.sleeps_ms, clock.sleeps_ms[1:]))
+
+
+class _EventRecorder:
+    """A CUDA clock that logs every call; its start event never fires (the device is ahead)."""
+
+    def __init__(self, rec):
+        self.rec = rec
+
+    def event(self):
+        rec = self.rec
+
+        class Ev:
+            def record(self):
+                rec.events.append("record")
+
+            def query(self):
+                rec.events.append("query")
+                return False
+
+            def synchronize(self):
+                rec.events.append("event_sync")
+
+            def elapsed_time(self, end):
+                return 1.0
+
+        return Ev()
+
+    def sleep(self, ms):
+        self.rec.events.append("sleep")
+
+    def sync(self):
+        self.rec.sync()
+
+
+def test_device_ahead_call_order(monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(timing, "_clock", rec.clock)
+    timing.time_wall_and_device(rec.fn, warmup=0, repeats=2, clock=_EventRecorder(rec))
+    ev = [e for e in rec.events if e != "clock"]
+    lead = ["sync"] + ["sync", "fn"] * 10 + ["sync"]  # warm(0), then ten submissions: the lead
+    wall = ["sync", "record", "fn", "record", "sync"]
+    ahead = ["sync", "sleep", "record", "fn", "record", "query", "event_sync"]
+    # pair 0: wall then device-ahead; pair 1: the other way round
+    assert ev == lead + wall + ahead + ahead + wall
+
+
+# ---------------------------------------------------------------- balanced round robin
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_williams_orders_are_balanced(n):
+    orders = timing.williams_orders(n)
+    assert len(orders) == (2 * n if n % 2 else n)
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    position = {(v, p): 0 for v in range(n) for p in range(n)}
+    follows = {(a, b): 0 for a in range(n) for b in range(n) if a != b}
+    for o in orders:
+        for p, v in enumerate(o):
+            position[v, p] += 1
+        for a, b in zip(o, o[1:]):
+            follows[a, b] += 1
+    assert len(set(position.values())) == 1  # every variant in every position alike
+    assert len(set(follows.values())) == 1  # every variant right after every other alike
+    assert timing.williams_orders(2) == [[0, 1], [1, 0]]  # the A/B's AB, BA
+
+
+def test_round_robin_runs_the_balanced_order(monkeypatch):
+    ran = []
+    steps = {k: (lambda k=k: ran.append(k)) for k in "ABC"}
+    res = timing.interleaved_round_robin(steps, blocks=6, inner=1, warmup=0, sync=_no_sync)
+    seq = "".join(ran)
+    blocks = [seq[i:i + 3] for i in range(0, len(seq), 3)]
+    orders = ["".join("ABC"[k] for k in o) for o in timing.williams_orders(3)]
+    assert blocks == orders
+    # a cyclic rotation would put A after C in every block boundary-free triple; here each
+    # variant follows each other variant twice within the blocks
+    pairs = [b[i:i + 2] for b in blocks for i in range(2)]
+    assert {p: pairs.count(p) for p in set(pairs)} == {p: 2 for p in
+                                                       ("AB", "AC", "BA", "BC", "CA", "CB")}
+    assert all(len(v) == 6 for v in res.block_medians.values())
+
+
+# ---------------------------------------------------------------- free-running throughput
+
+
+def test_free_running_overlaps_host_and_device(fake_device):
+    """Host and device work of 3 ms each: drained calls pay both, a free-running loop overlaps them."""
+
+    def step():
+        time.sleep(0.003)
+        fake_device.submit(0.003)
+
+    drained = timing.time_calls(step, warmup=1, repeats=6, sync=fake_device.synchronize)
+    free = timing.free_running_ms_per_step(step, steps=8, stretches=3,
+                                           sync=fake_device.synchronize)
+    assert len(free) == 3 and fake_device.pending == 0
+    assert min(drained) >= 6 - EPS_MS
+    assert min(free) >= 3 - EPS_MS  # every step's device work is inside its stretch
+    assert statistics.median(free) < 0.8 * statistics.median(drained), (free, drained)

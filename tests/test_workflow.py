@@ -65,7 +65,7 @@ def test_every_experiment_wrote_contract_rows(run_dir):
 
 def test_cuda_only_rows_are_honest_on_cpu(run_dir):
     frame = io.read_results([run_dir / "results" / TAG / "e06_events_vs_wall.csv"])
-    events = frame[frame.variant == "cuda_events"]
+    events = frame[frame.variant == "cuda_events_device_ahead"]
     assert not events.empty and set(events.status) == {"unsupported"}
     assert events.reason.str.contains("CUDA").all()
 

@@ -27,6 +27,16 @@ ENTRY = Experiment(
 #: why this experiment has no claim of its own
 NO_CLAIMS = ""
 
+#: the A/A floor's rows (variant, metric): the 95% upper bound of |median paired block
+#: difference| / median(A) in %, the statistic every A/B is judged by (perflab.stats.aa_floor_pct)
+AA_FLOOR = ("aa", "aa_median_diff_bound")
+#: the same bound from blocks of the first calls only: does the floor depend on block length?
+AA_FLOOR_SHORT = ("aa/short_blocks", "aa_median_diff_bound")
+#: ms of one A/A block (calls per block x A's median call): the block length the floor is for
+AA_BLOCK = ("aa", "block_duration")
+#: calls per block of the short-block floor (at most the A/A's own calls per block)
+AA_SHORT_INNER = 10
+
 
 #: C00's table: (measurement, variant, metric, statistic)
 C00_ROWS = (
@@ -43,8 +53,10 @@ C00_ROWS = (
     ("reference step, unprofiled", "profiler/unprofiled", "step_latency", "median"),
     ("reference step, profiled", "profiler/profiled", "step_latency", "median"),
     ("profiler overhead", "profiler/overhead", "overhead_rel", "value"),
-    ("A/A: B - A (same step both sides)", "aa_b_minus_aa_a", "ab_effect", "value"),
-    ("A/A noise floor", "aa", "aa_noise_floor", "value"),
+    ("A/A: B - A (two copies of the step)", "aa_b_minus_aa_a", "ab_effect", "value"),
+    ("A/A floor: 95% bound of |median paired block difference|", *AA_FLOOR, "value"),
+    ("A/A floor, blocks of the first calls only", *AA_FLOOR_SHORT, "value"),
+    ("A/A block duration", *AA_BLOCK, "value"),
     ("planted 2x: B - A", "planted_2x_minus_planted_a", "ab_effect", "value"),
     ("planted 2x: relative", "planted_2x_minus_planted_a", "ab_effect_rel", "value"),
     ("step: project helper", "peer/helper", "step_latency", "median"),
@@ -56,10 +68,14 @@ C00_ROWS = (
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Calibration: the harness's floors, the A/A noise floor, the planted check, peer timers.
+    """Calibration: the harness's floors, the A/A floor, the planted check, peer timers.
 
     One line per measurement with its value and unit; A/B lines add the
-    judgement (bootstrap interval, p, resolved).
+    judgement (bootstrap interval, p, resolved). The A/A floor is the 95% upper
+    bound of the statistic every A/B is judged by (the median paired block
+    difference, % of A) when both sides are copies of the same step; it holds
+    for blocks about as long as the A/A's (its block duration); the short-block
+    line shows how much it grows for shorter blocks.
     """
     r = rows_of("C00", frame)
     records = []
@@ -132,7 +148,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
         ax2.set_ylabel("block median, ms per call")
         ax2.xaxis.set_major_locator(FixedLocator(sorted(blocks.block.unique())))
         ax2.legend(loc="best", fontsize=8)
-    floor = pick(rows, "aa", "aa_noise_floor", "value")
+    floor = pick(rows, *AA_FLOOR, "value")
     ax2.set_title("A/A noise" + ("" if isinstance(floor, Missing)
                                  else f" (floor {float(floor):.2f}%)") + " vs a planted 2x",
                   fontsize=10)

@@ -1,0 +1,112 @@
+"""The A/A floor and the judgement it gates, on seeded synthetic noise.
+
+The floor (:func:`perflab.stats.aa_floor_pct`) bounds the statistic
+:func:`perflab.stats.judge` decides on — the median paired block difference in
+% — under A/A. These tests simulate whole interleaved runs of a 3 ms step:
+lognormal per-call noise, a multiplicative effect per block, a slow drift
+across the run (sides placed AB, BA, ... in time, as :func:`perflab.timing.interleaved_ab`
+runs them) and a fixed offset between the two copies of the step (two
+independent models are never exactly alike). One A/A run gives the floor,
+another run with a fresh pair of copies is judged against it: under A/A it
+must be resolved at most 5% of the time, with a planted effect of twice the
+floor at least 80% of the time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perflab import stats
+
+RUNS = 200  # simulated runs per question; seeded, so the rates below are exact for this seed
+BLOCKS, INNER, STEP_MS = 12, 30, 3.0
+
+
+def simulate(rng, *, effect_pct=0.0, runs=RUNS, call_sd=0.05, block_sd=0.01, drift=0.02,
+             copy_sd=0.005):
+    """Block medians (runs, BLOCKS) of A and of B for ``runs`` interleaved runs.
+
+    ``effect_pct`` (a scalar or one value per run) multiplies every call of B.
+    """
+    slots = np.arange(2 * BLOCKS)
+    trend = 1 + drift * np.sin(2 * np.pi * slots / slots.size
+                               + rng.uniform(0, 2 * np.pi, (runs, 1)))
+    first = np.arange(BLOCKS) % 2 == 0  # AB in even block pairs, BA in odd ones
+    slot_a = 2 * np.arange(BLOCKS) + ~first
+    slot_b = 2 * np.arange(BLOCKS) + first
+    copy = 1 + rng.normal(0, copy_sd, (runs, 1))
+    effect = 1 + np.broadcast_to(np.asarray(effect_pct, float), (runs,))[:, None] / 100
+
+    def side(slot):
+        calls = STEP_MS * rng.lognormal(0, call_sd, (runs, BLOCKS, INNER))
+        return np.median(calls, axis=2) * rng.lognormal(0, block_sd, (runs, BLOCKS)) * trend[:,
+                                                                                            slot]
+
+    return side(slot_a), side(slot_b) * copy * effect
+
+
+def floors_of(a, b):
+    return np.array([stats.aa_floor_pct(x, y) for x, y in zip(a, b)])
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    """Per run: the floor from its own A/A, and an independent A/A judged against it."""
+    rng = np.random.default_rng(2024)
+    floor = floors_of(*simulate(rng))
+    a, b = simulate(rng)
+    return rng, floor, [stats.judge(x, y, noise_floor_pct=f) for x, y, f in zip(a, b, floor)]
+
+
+def test_false_positive_rate_under_aa_is_at_most_5_percent(calibrated):
+    _, floor, judged = calibrated
+    false_positive = np.mean([j.resolved for j in judged])
+    assert false_positive <= 0.05, false_positive
+    # the control: significance alone (no floor) is fooled by the copies' offset more often,
+    # so it is the floor that keeps the rate down here
+    assert np.mean([j.significant for j in judged]) > 0.05
+    assert 0 < np.median(floor) < 10
+
+
+def test_power_at_twice_the_floor_is_at_least_80_percent(calibrated):
+    rng, floor, _ = calibrated
+    a, b = simulate(rng, effect_pct=2 * floor)
+    judged = [stats.judge(x, y, noise_floor_pct=f) for x, y, f in zip(a, b, floor)]
+    power = np.mean([j.resolved and j.effect > 0 for j in judged])
+    assert power >= 0.80, power
+    # and at half the floor the judgement mostly declines (it is the floor that gates)
+    a, b = simulate(rng, effect_pct=0.5 * floor)
+    assert np.mean([stats.judge(x, y, noise_floor_pct=f).resolved
+                    for x, y, f in zip(a, b, floor)]) < 0.5
+
+
+def test_floor_is_the_bound_of_the_judged_statistic():
+    a = [10.0, 10.0, 10.0, 10.0]
+    # every paired difference 0.2 ms: every resample's median is 0.2 ms = 2% of A
+    assert stats.aa_floor_pct(a, [10.2] * 4) == pytest.approx(2.0)
+    assert stats.judge(a, [10.2] * 4).relative_pct == pytest.approx(2.0)
+    # one pair: the floor is that pair's |difference| in %
+    assert stats.aa_floor_pct([5.0], [4.5]) == pytest.approx(10.0)
+    # the sign does not matter, and identical sides have no floor
+    assert stats.aa_floor_pct(a, [9.8] * 4) == pytest.approx(2.0)
+    assert stats.aa_floor_pct(a, a) == 0.0
+
+
+def test_floor_grows_with_confidence_and_is_seeded():
+    rng = np.random.default_rng(5)
+    a, b = 3 + rng.normal(0, 0.05, 12), 3 + rng.normal(0, 0.05, 12)
+    lo, hi = (stats.aa_floor_pct(a, b, confidence=c) for c in (0.5, 0.95))
+    assert 0 < lo < hi
+    assert stats.aa_floor_pct(a, b) == stats.aa_floor_pct(a, b)
+    # above the observed |median difference|: a bound, not an estimate of it
+    assert hi > abs(stats.judge(a, b).relative_pct)
+
+
+def test_floor_rejects_bad_input():
+    with pytest.raises(ValueError, match="as many blocks"):
+        stats.aa_floor_pct([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="as many blocks"):
+        stats.aa_floor_pct([], [])
+    with pytest.raises(ValueError, match="confidence"):
+        stats.aa_floor_pct([1.0], [1.0], confidence=1.5)
