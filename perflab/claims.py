@@ -116,11 +116,20 @@ def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,
     return True, "no noise measure in the rows"
 
 
+#: the noise verdict of a comparison between separate processes (E08's batch sizes, E20's cold
+#: and warm jobs): C00's A/A floor is measured within one process, so no floor of that kind
+#: exists to tell a difference between processes from the processes' own spread
+SEPARATE_PROCESSES = (False, "not resolved: separate processes, no between-process floor")
+
+
 def judge(holds_: bool, measured: str, *, is_resolved: tuple[bool, str] | None = None,
           mechanism: str = "") -> Verdict:
     """The verdict of a predicate, INCONCLUSIVE when its effect is inside the noise."""
     if is_resolved is not None and not is_resolved[0]:
-        return Verdict(INCONCLUSIVE, f"{measured} (inside the noise: {is_resolved[1]})")
+        why = is_resolved[1]
+        return Verdict(INCONCLUSIVE, f"{measured} ("
+                       + (why if why.startswith("not resolved") else f"inside the noise: {why}")
+                       + ")")
     note = f" ({is_resolved[1]})" if is_resolved is not None else ""
     return Verdict(REPRODUCED if holds_ else DIFFERS, measured + note,
                    "" if holds_ else mechanism)

@@ -14,7 +14,8 @@
   candidate's outcome), with whether it changed
   and whether it was decided in both runs (a change then is a flip);
 * ``samples.csv`` — per series with raw samples in both: the medians, their
-  ratio and a Mann-Whitney U test (scipy.stats) of the two sample sets;
+  ratio and a Mann-Whitney U test (scipy.stats) of the two runs' block medians
+  (not the autocorrelated samples), Benjamini-Hochberg-corrected across series;
 * ``summary.md`` and ``compare.png`` (the ratios of time medians by experiment).
 
 Two runs on the same machine should agree on every verdict whose effect is
@@ -197,25 +198,60 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
     return pd.DataFrame(out, columns=cols)
 
 
-def sample_tests(this: pd.DataFrame, ref: pd.DataFrame, min_samples: int = 3) -> pd.DataFrame:
-    """Series with raw samples in both runs: medians, ratio and a Mann-Whitney U p-value."""
-    from scipy.stats import mannwhitneyu
+#: a series recorded as fewer blocks than this is cut into this many runs of consecutive samples
+SAMPLE_CHUNKS = 8
+#: the fewest block values a side needs to be tested
+MIN_BLOCKS = 3
 
-    cols = [*SAMPLE_KEY, "n_this", "n_ref", "median_this", "median_ref", "ratio", "p",
-            "significant"]
+
+def block_values(series: pd.DataFrame, chunks: int = SAMPLE_CHUNKS) -> tuple[np.ndarray, str]:
+    """One value per block of a sample series, and what a block is.
+
+    Consecutive calls of one series are autocorrelated (the machine's state
+    drifts slowly), so testing ~400 samples as independent overstates the
+    evidence. The unit of a test is the block the series was measured in (its
+    median): the interleaved blocks when the series has them, else ``chunks``
+    runs of consecutive samples in call order.
+    """
+    if series.block.nunique() >= MIN_BLOCKS:
+        return series.groupby("block").value.median().to_numpy(float), "blocks"
+    ordered = series.sort_values(["block", "index"]).value.to_numpy(float)
+    parts = np.array_split(ordered, min(chunks, len(ordered)))
+    return np.array([np.median(p) for p in parts]), "runs of consecutive samples"
+
+
+def sample_tests(this: pd.DataFrame, ref: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Series with raw samples in both runs: medians, ratio, and a test of their block values.
+
+    Mann-Whitney U on the two runs' block values (:func:`block_values`), then
+    the Benjamini-Hochberg correction across every series tested
+    (``scipy.stats.false_discovery_control``): ``significant`` is an adjusted
+    p below ``alpha``, so among the series called different at most ``alpha``
+    are expected not to be.
+    """
+    from scipy.stats import false_discovery_control, mannwhitneyu
+
+    cols = [*SAMPLE_KEY, "n_this", "n_ref", "blocks_this", "blocks_ref", "block", "median_this",
+            "median_ref", "ratio", "p", "p_adjusted", "significant"]
     out = []
     gb = dict(list(ref.groupby(SAMPLE_KEY)))
     for key, g in this.groupby(SAMPLE_KEY):
         h = gb.get(key)
-        if h is None or len(g) < min_samples or len(h) < min_samples:
+        if h is None:
             continue
-        a, b = g.value.to_numpy(float), h.value.to_numpy(float)
-        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-        ma, mb = float(np.median(a)), float(np.median(b))
-        out.append({**dict(zip(SAMPLE_KEY, key)), "n_this": len(a), "n_ref": len(b),
-                    "median_this": ma, "median_ref": mb, "ratio": _ratio(ma, mb), "p": p,
-                    "significant": p < 0.05})
-    return pd.DataFrame(out, columns=cols)
+        (a, how), (b, _) = block_values(g), block_values(h)
+        if min(len(a), len(b)) < MIN_BLOCKS:
+            continue
+        ma, mb = float(g.value.median()), float(h.value.median())
+        out.append({**dict(zip(SAMPLE_KEY, key)), "n_this": len(g), "n_ref": len(h),
+                    "blocks_this": len(a), "blocks_ref": len(b), "block": how,
+                    "median_this": ma, "median_ref": mb, "ratio": _ratio(ma, mb),
+                    "p": float(mannwhitneyu(a, b, alternative="two-sided").pvalue)})
+    frame = pd.DataFrame(out, columns=cols)
+    if len(frame):
+        frame["p_adjusted"] = false_discovery_control(frame.p.to_numpy(), method="bh")
+        frame["significant"] = frame.p_adjusted < alpha
+    return frame
 
 
 def _read_table(d: Path, name: str) -> pd.DataFrame | None:
@@ -308,7 +344,8 @@ def compare(this_dir: str | Path, ref_dir: str | Path, out_dir: str | Path) -> d
         f"{int(decided.flipped.astype(bool).sum())}",
         *([f"- diagnosis (what the machine waits for): {diag.this.iloc[0]} here, "
            f"{diag.ref.iloc[0]} in the reference"] if len(diag) else []),
-        f"- sampled series tested (Mann-Whitney U): {len(samp)}, differing at p < 0.05: "
+        f"- sampled series tested (Mann-Whitney U on block medians, Benjamini-Hochberg across "
+        f"series): {len(samp)}, differing at adjusted p < 0.05: "
         f"{int(samp.significant.sum()) if len(samp) else 0}",
     ]
     if len(changed):

@@ -297,7 +297,7 @@ def timed_variants(ctx, variant_steps: Mapping[str, Callable[[], Any]], *, examp
     res = timing.interleaved_round_robin(dict(variant_steps), blocks=p["blocks"], inner=p["inner"],
                                          warmup=t["warmup"], sync=ctx.sync)
     window = f"{p['blocks']} round-robin blocks of {p['inner']} after warmup {t['warmup']}, {what}"
-    sync = "synchronized at both ends of each call; variants interleaved in rotating order"
+    sync = f"synchronized at both ends of each call; {timing.ROUND_ROBIN_ORDER}"
     med = {}
     for v in variant_steps:
         kw = dict(row_kw.get(v, {}))
@@ -310,7 +310,7 @@ def timed_variants(ctx, variant_steps: Mapping[str, Callable[[], Any]], *, examp
                     n=p["blocks"], window=window, sync_boundary=sync, **kw)
         ctx.row(variant=v, metric="throughput", statistic="median",
                 value=examples / s["median"] * 1e3, unit="examples/s", n=len(res.samples[v]),
-                window=window, sync_boundary="examples per step / median step", **kw)
+                window=window, sync_boundary=timing.DRAINED_THROUGHPUT, **kw)
     if baseline in med:
         for v in variant_steps:
             ctx.row(variant=v, metric=pct_metric, value=100 * med[v] / med[baseline], unit="%",

@@ -233,7 +233,7 @@ class Context:
             for variant, med in ((a, pc.a_median), (b, pc.b_median)):
                 self.row(variant=variant, metric="throughput", value=batch_size / med * 1e3,
                          unit="examples/s", statistic="median", n=len(res.a_samples),
-                         window=window, sync_boundary=sync_boundary, **kw)
+                         window=window, sync_boundary=timing.DRAINED_THROUGHPUT, **kw)
         return {"a": pc.a_median, "b": pc.b_median, "diff": pc.diff, "p": pc.judgement.p,
                 "resolved": pc.resolved}
 

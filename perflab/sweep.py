@@ -35,7 +35,8 @@ VARIANT_PREFIX = "batch_"
 #: the answer rows, in the order they are written: variant -> what it answers
 ANSWERS = {
     "lowest_latency": "batch size with the lowest median step latency",
-    "highest_throughput": "batch size with the highest examples/s (B / median step latency)",
+    "highest_throughput": "batch size with the highest examples/s (its throughput row: B / "
+                          "median ms per step of free-running stretches)",
     "largest_that_fits": "largest swept batch size whose step ran (status ok); sizes above "
                          "the sweep were not tried",
 }

@@ -300,8 +300,9 @@ for eid in ORDER:
 # ## Noise floor, A/B verdicts and GPU-state validity
 #
 # Every A/B comparison of this run, judged by one rule (`perflab.stats.judge`): Wilcoxon
-# signed-rank on the paired block medians, a bootstrap interval of the effect, and the A/A
-# noise floor measured by C00 — an effect inside it is inconclusive. Then, for each job, whether
+# signed-rank on the paired block medians, a bootstrap interval of the effect, and C00's A/A
+# floor — the 95% bound of the same statistic (median paired block difference, % of A) between
+# two copies of the step; an effect inside it is inconclusive. Then, for each job, whether
 # the GPU ran throttled or shared (NVML before and after the job).
 
 # %%

@@ -4,7 +4,10 @@ Times one model and one batch four legitimate ways — forward under
 inference_mode, forward with grad enabled, forward + backward, the full
 training step — each warmed and synchronized. With ``compile: true`` the
 same four run on ``torch.compile(model)``, the first compiled call of each
-reported apart from its steady state (the first call is compilation).
+reported apart from its steady state (the first call is compilation). The
+steady states of all of them, eager and compiled, are one interleaved round
+robin (balanced order, block by block), so the answers are compared like with
+like: measured side by side, not one after another.
 """
 
 import torch
@@ -24,27 +27,10 @@ def four_questions(w, model, opt, x, y):
     }
 
 
-def measure(ctx):
-    t = ctx.timing
-    w = ctx.workload()
-    x, y = w.batch_on(ctx.device)
-    opt = w.make_optimizer(w.model.parameters()) if w.make_optimizer else None
-    window = f"steady state after warmup {t['warmup']}"
-
-    for variant, (mode, fn) in four_questions(w, w.model, opt, x, y).items():
-        if fn is None:
-            ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
-                            reason="workload has no optimizer")
-            continue
-        s = ctx.summary(timing.time_calls(fn, warmup=t["warmup"], repeats=t["repeats"],
-                                          sync=ctx.sync),
-                        variant=variant, metric="step_latency", mode=mode, window=window,
-                        sync_boundary=SYNCED)
-        ctx.log(f"eager {variant}: median {s['median']:.3f} ms")
-
-    if not ctx.params["compile"]:
-        return
+def _first_compiled_calls(ctx, w, opt, x, y):
+    """Each compiled question's first call (compilation), alone; the steps that compiled."""
     compiled = torch.compile(w.model)
+    ok = {}
     for variant, (mode, fn) in four_questions(w, compiled, opt, x, y).items():
         if fn is None:
             ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
@@ -63,11 +49,39 @@ def measure(ctx):
                 execution="compiled", sync_boundary=SYNCED,
                 window="first compiled call after torch._dynamo.reset(); Inductor cache "
                        "private to this job (may hold graphs of earlier variants)")
-        s = ctx.summary(timing.time_calls(fn, warmup=t["warmup"], repeats=t["repeats"],
-                                          sync=ctx.sync),
-                        variant=variant, metric="step_latency", mode=mode, execution="compiled",
-                        window=window, sync_boundary=SYNCED)
-        ctx.log(f"compiled {variant}: first call {first / 1e3:.2f} s, median {s['median']:.3f} ms")
+        ctx.log(f"compiled {variant}: first call {first / 1e3:.2f} s")
+        ok[("compiled", variant)] = (mode, fn)
+    return ok
+
+
+def measure(ctx):
+    t, p = ctx.timing, ctx.params
+    w = ctx.workload()
+    x, y = w.batch_on(ctx.device)
+    opt = w.make_optimizer(w.model.parameters()) if w.make_optimizer else None
+    timed = {}
+    for variant, (mode, fn) in four_questions(w, w.model, opt, x, y).items():
+        if fn is None:
+            ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
+                            reason="workload has no optimizer")
+            continue
+        timed[("eager", variant)] = (mode, fn)
+    if p["compile"]:
+        timed.update(_first_compiled_calls(ctx, w, opt, x, y))
+    # every question, eager and compiled, timed as one interleaved round robin: each block
+    # runs every one of them once, in balanced order, so drift on the machine hits all alike
+    inner = max(1, t["repeats"] // p["blocks"])
+    res = timing.interleaved_round_robin({k: fn for k, (_, fn) in timed.items()},
+                                         blocks=p["blocks"], inner=inner, warmup=t["warmup"],
+                                         sync=ctx.sync)
+    window = (f"steady state after warmup {t['warmup']}; {p['blocks']} round-robin blocks of "
+              f"{inner} calls of each question (eager and compiled interleaved)")
+    for (execution, variant), (mode, _) in timed.items():
+        s = ctx.summary(res.samples[(execution, variant)], variant=variant,
+                        metric="step_latency", mode=mode, execution=execution, window=window,
+                        sync_boundary=f"{SYNCED}; {timing.ROUND_ROBIN_ORDER}",
+                        block=res.blocks[(execution, variant)])
+        ctx.log(f"{execution} {variant}: median {s['median']:.3f} ms")
 
 
 if __name__ == "__main__":

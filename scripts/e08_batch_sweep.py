@@ -4,8 +4,10 @@ Holds the controlled training step fixed (model, initialization, optimizer)
 and sweeps the batch size B. For each B, in a fresh process of its own (a
 peak is comparable only between processes that ran the same code up to the
 measured region): ms/step (median, IQR of synchronized warmed calls),
-examples/s (B / median), ms/example, and the peak memory of the warmup and
-timed steps — on CUDA the caching allocator's peak allocated and peak
+ms/example (median / B), examples/s from free-running stretches (a training
+loop's rate, one sync at each stretch's end: the host may run ahead of the
+device, which a synchronized call forbids), and the peak memory of the warmup
+and timed steps — on CUDA the caching allocator's peak allocated and peak
 reserved (counters reset once the model and batch are built), on the CPU the
 process's peak resident set (VmHWM, reset at the same point). A CUDA
 out-of-memory error becomes rows with status ``oom`` and the reason.
@@ -23,6 +25,7 @@ Under Snakemake the same script is two rules: ``e08_batch`` (one job per
 """
 
 import gc
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +34,13 @@ import torch
 
 from perflab import config as cfgmod
 from perflab import memory, steps, sweep, timing, workloads
+from perflab.experiments.e08_batch_sweep import FREE_RUNNING_STEP
 from perflab.runner import base_parser, config_from_args, execute, log_to
 
 SYNCED = "synchronized at both ends of each call"
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
+#: free-running stretches per batch size, each of repeats / FREE_STRETCHES steps
+FREE_STRETCHES = 4
 
 
 def build_step(ctx, batch: int):
@@ -91,7 +97,11 @@ def _run(ctx, batch: int, warmup: int, repeats: int, where: list[str]) -> dict |
         peaks = {"peak_allocated": c.max_allocated_mib, "peak_reserved": c.max_reserved_mib}
     else:
         peaks = {"peak_rss": memory.vmhwm_mib()}
-    return {"samples": samples, "peaks": peaks, "reset": reset}
+    # throughput is a training loop's rate: free-running stretches, one sync at each end
+    where[0] = f"the {FREE_STRETCHES} free-running stretches"
+    free = timing.free_running_ms_per_step(step, steps=max(1, repeats // FREE_STRETCHES),
+                                           stretches=FREE_STRETCHES, sync=ctx.sync)
+    return {"samples": samples, "peaks": peaks, "reset": reset, "free_ms": free}
 
 
 def measure(ctx):
@@ -117,7 +127,7 @@ def measure(ctx):
             torch.cuda.empty_cache()
         ctx.log(f"batch {batch}: OOM ({oom})")
         for metric, unit in (("step_latency", "ms"), ("throughput", "examples/s"),
-                             ("latency_per_example", "ms"),
+                             (FREE_RUNNING_STEP, "ms"), ("latency_per_example", "ms"),
                              *((m, "MiB") for m, _ in _peak_rows(ctx))):
             ctx.unsupported(variant=v, metric=metric, unit=unit, reason=oom, status="oom",
                             window=f"batch {batch}: did not fit", sync_boundary="n/a")
@@ -128,10 +138,15 @@ def measure(ctx):
     window = f"steady state after warmup {warmup}, {repeats} repeats, batch {batch}"
     s = ctx.summary(result["samples"], variant=v, metric="step_latency", window=window,
                     sync_boundary=SYNCED, statistics=STATS)
-    # derived from the median step: statistic "median" (as every throughput row of perflab)
-    ctx.row(variant=v, metric="throughput", value=batch / s["median"] * 1e3, unit="examples/s",
-            statistic="median", window=f"B / median step latency ({window})",
-            sync_boundary=SYNCED, n=repeats)
+    free = statistics.median(result["free_ms"])
+    stretch = (f"{FREE_STRETCHES} free-running stretches of {max(1, repeats // FREE_STRETCHES)} "
+               f"steps after the timed steps, batch {batch}")
+    ctx.row(variant=v, metric=FREE_RUNNING_STEP, value=free, unit="ms", statistic="median",
+            window=stretch, sync_boundary="one sync at each stretch's end (queue drained "
+            "before): the host may run ahead of the device", n=FREE_STRETCHES)
+    ctx.row(variant=v, metric="throughput", value=batch / free * 1e3, unit="examples/s",
+            statistic="median", window=f"B / median ms per step ({stretch})",
+            sync_boundary=timing.FREE_RUNNING_THROUGHPUT, n=FREE_STRETCHES)
     ctx.row(variant=v, metric="latency_per_example", value=s["median"] / batch, unit="ms",
             statistic="median", window=f"median step latency / B ({window})",
             sync_boundary=SYNCED, n=repeats)
@@ -150,8 +165,8 @@ def measure(ctx):
         for metric in ("peak_allocated", "peak_reserved"):
             ctx.unsupported(variant=v, metric=metric, unit="MiB", reason=why)
     peaks = ", ".join(f"{k} {val:.1f} MiB" for k, val in result["peaks"].items())
-    ctx.log(f"batch {batch}: median {s['median']:.3f} ms (IQR {s['iqr']:.3f}), "
-            f"{batch / s['median'] * 1e3:.0f} examples/s, {peaks}")
+    ctx.log(f"batch {batch}: median {s['median']:.3f} ms (IQR {s['iqr']:.3f}), free-running "
+            f"{free:.3f} ms/step, {batch / free * 1e3:.0f} examples/s, {peaks}")
 
 
 # ------------------------------------------------------------------ entry points

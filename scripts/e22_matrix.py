@@ -104,7 +104,8 @@ def measure(ctx):
                         variant=cell, metric="step_latency", window=window, sync_boundary=SYNCED,
                         statistics=("median", "iqr", "p25", "p75", "min", "max"), **kw)
         ctx.row(variant=cell, metric="throughput", value=w.batch_size / s["median"] * 1e3,
-                unit="examples/s", statistic="median", n=p["repeats"], sync_boundary=SYNCED,
+                unit="examples/s", statistic="median", n=p["repeats"],
+                sync_boundary=timing.DRAINED_THROUGHPUT,
                 window=f"B / median step ({window})", **kw)
         if ctx.is_cuda:
             c = memory.cuda_counters(ctx.device)

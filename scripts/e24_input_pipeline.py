@@ -5,31 +5,35 @@ configured CPU cost preparing each example (perflab.pipeline). For each
 worker count (0, 1, 2, ... up to the cores this job may use): per step, the
 wait for the next batch, the host-to-device copy (``non_blocking=True``) and
 the compute, with the device synchronized at each boundary; the input-wait
-share of the step; examples/s; the first batch's wait (worker start-up). The
-correctness column: every configuration trains the same initial state on the
-same batches in the same order, so its losses must equal those of
-``num_workers=0``.
+share of the step; examples/s; the first batch's wait (worker start-up).
+The configurations run interleaved: in blocks whose order across them is
+balanced (Williams), each block a fresh iterator whose first batch (worker
+start-up) and warmup steps are not timed, so drift on the machine hits every
+configuration alike; the most workers are judged against none block by block.
+The correctness column: every configuration trains its own copy of the same
+initial state on the same batches in the same order, so its losses must equal
+those of ``num_workers=0``.
 
 Then pageable vs pinned host memory (CUDA only): the same loop with
-``pin_memory=True``, and the bare copy ``x.to(device, non_blocking=True)`` from
+``pin_memory=True`` (one more configuration of the interleaving), and the bare copy ``x.to(device, non_blocking=True)`` from
 a pageable and from a pinned tensor as an interleaved pair (ms, GB/s). On the
 CPU there is no host-to-device copy to pin for: those rows say so.
 """
 
 import copy
 
-from perflab import pipeline, timing
+from perflab import pipeline, stats, timing
 from perflab.runner import run
 
 SYNCED = "device synchronized at each phase boundary"
+DRAINED = SYNCED + "; " + timing.DRAINED_THROUGHPUT
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 CPU_PIN_REASON = ("CPU device: there is no host-to-device copy, so pinned memory and "
                   "non_blocking copies have nothing to overlap or speed up")
 
 
-def one_config(ctx, w, fresh, ds, workers, pin, reference):
-    p = ctx.params
-    v = f"workers_{workers}" + ("/pinned" if pin else "")
+def trainer(w, fresh):
+    """A training step on its own copy of the initial model, with its own optimizer."""
     model = copy.deepcopy(fresh)
     opt = w.make_optimizer(model.parameters())
 
@@ -40,36 +44,70 @@ def one_config(ctx, w, fresh, ds, workers, pin, reference):
         opt.step()
         return loss
 
-    dl = pipeline.loader(ds, w.batch_size, workers, pin)
-    r = pipeline.fed_steps(dl, step, ctx.device, ctx.sync, warmup=p["warmup"], steps=p["steps"],
-                           has_target=ds.y_pool is not None)
-    del dl
-    window = (f"{p['steps']} DataLoader-fed steps after the first batch and {p['warmup']} "
-              f"warmup steps; num_workers={workers}, pin_memory={pin}, "
-              f"{p['item_ops']} preparation passes per example")
+    return step
+
+
+def interleaved(ctx, w, fresh, ds, configs):
+    """Every configuration's fed steps, in blocks whose order across them is balanced.
+
+    ``configs`` is ``[(variant, num_workers, pin_memory)]``. Block ``b`` runs each
+    configuration once, in the ``b``-th Williams order, each on a fresh iterator
+    (its workers start with it and stop after it), so drift on the machine hits
+    every configuration alike. Returns each configuration's run.
+    """
+    p = ctx.params
+    steps = {v: trainer(w, fresh) for v, _, _ in configs}
+    loaders = {v: pipeline.loader(ds, w.batch_size, k, pin) for v, k, pin in configs}
+    runs = dict.fromkeys(steps)
+    orders = timing.williams_orders(len(configs))
+    for b in range(p["blocks"]):
+        for i in orders[b % len(orders)]:
+            v = configs[i][0]
+            runs[v] = pipeline.fed_steps(loaders[v], steps[v], ctx.device, ctx.sync,
+                                         warmup=p["warmup"], steps=p["steps"],
+                                         has_target=ds.y_pool is not None, run=runs[v], block=b)
+    return runs
+
+
+def config_rows(ctx, w, v, workers, pin, r, reference):
+    """The rows of one configuration's interleaved run ``r``."""
+    p = ctx.params
+    window = (f"{p['blocks']} blocks interleaved with the other configurations (balanced "
+              f"order), each a fresh iterator: its first batch and {p['warmup']} warmup steps "
+              f"untimed, then {p['steps']} timed steps; num_workers={workers}, "
+              f"pin_memory={pin}, {p['item_ops']} preparation passes per example")
     for metric, samples in (("input_wait", r.wait_ms), ("host_to_device", r.h2d_ms),
                             ("compute", r.compute_ms), ("step_latency", r.step_ms)):
         s = ctx.summary(samples, variant=v, metric=metric, window=window, sync_boundary=SYNCED,
-                        statistics=STATS)
+                        statistics=STATS, block=r.block)
         if metric == "step_latency":
             median = s["median"]
-    common = dict(variant=v, n=p["steps"], window=window, sync_boundary=SYNCED)
+    common = dict(variant=v, n=len(r.step_ms), window=window, sync_boundary=SYNCED)
     # summed, not a median: a few long waits (workers falling behind) cost their full time
     ctx.row(metric="input_wait_share", value=r.wait_share, unit="%",
             **{**common, "window": window + "; summed input wait / summed step time"})
     ctx.row(metric="throughput", value=w.batch_size / median * 1e3, unit="examples/s",
-            statistic="median", **common)
+            statistic="median", **{**common, "sync_boundary": DRAINED})
     ctx.row(variant=v, metric="first_batch_wait", value=r.first_wait_ms, unit="ms",
-            window="the first batch of a fresh loader (starts its workers)",
+            window="the first batch of the first block's fresh loader (starts its workers)",
             sync_boundary=SYNCED)
     if reference is not None:
         diff = max(abs(a - b) for a, b in zip(r.losses, reference))
         ctx.row(metric="loss_max_abs_diff_vs_workers_0", value=diff, unit="abs",
                 **{**common, "n": len(r.losses),
-                   "window": "losses of every step (first, warmup, timed) vs num_workers=0"})
+                   "window": "losses of every step (first, warmup, timed; every block) vs "
+                             "num_workers=0"})
     ctx.log(f"{v}: step {median:.3f} ms, input wait {r.wait_share:.1f}% of the step, "
             f"first batch {r.first_wait_ms:.1f} ms")
-    return r.losses
+
+
+def judge_most_workers(ctx, runs, most):
+    """The most workers against none, block by block (the blocks ran next to each other)."""
+    a, b = runs["workers_0"].block_medians(), runs[most].block_medians()
+    j = stats.judge(a, b, paired=True, noise_floor_pct=ctx.noise_floor_pct)
+    ctx.judgement(j, variant=f"pair/{most}_minus_workers_0",
+                  window=f"block medians of the step, {len(a)} interleaved blocks")
+    ctx.log(f"{most} vs workers_0: {j.relative_pct:+.1f}% ({j.verdict}, p={j.p:.3g})")
 
 
 def copy_pair(ctx, x_host):
@@ -105,26 +143,34 @@ def measure(ctx):
     w, _ = parts
     fresh = copy.deepcopy(w.model)
     x_pool, y_pool = w.make_batch(w.batch_size)  # host tensors: the loader's examples
-    length = (1 + p["warmup"] + p["steps"]) * w.batch_size
+    length = (1 + p["warmup"] + p["steps"]) * w.batch_size  # one block's batches
     ds = pipeline.PreparedDataset(x_pool, y_pool, length, p["item_ops"])
     cores = pipeline.available_cores()
-    reference = None
-    for k in p["workers"]:
+    configs = [(f"workers_{k}", k, False) for k in p["workers"] if k <= cores]
+    k_pin = min(p["pin_workers"], cores)
+    if ctx.is_cuda:
+        configs.append((f"workers_{k_pin}/pinned", k_pin, True))
+    runs = interleaved(ctx, w, fresh, ds, configs)
+    reference = runs["workers_0"].losses if "workers_0" in runs else None
+    for k in p["workers"]:  # rows in the configured order, a skipped count in its place
         if k > cores:
             ctx.unsupported(variant=f"workers_{k}", metric="input_wait_share", unit="%",
                             reason=f"{k} workers > the {cores} cores this job may use")
             continue
-        losses = one_config(ctx, w, fresh, ds, k, False, reference)
-        if k == 0:
-            reference = losses
-    k_pin = min(p["pin_workers"], cores)
+        v = f"workers_{k}"
+        config_rows(ctx, w, v, k, False, runs[v], None if k == 0 else reference)
+    if ctx.is_cuda:
+        v = f"workers_{k_pin}/pinned"
+        config_rows(ctx, w, v, k_pin, True, runs[v], reference)
+    unpinned = [(k, v) for v, k, pin in configs if not pin and k > 0]
+    if reference is not None and unpinned:
+        judge_most_workers(ctx, runs, max(unpinned)[1])
     if not ctx.is_cuda:
         for v, metric in ((f"workers_{k_pin}/pinned", "input_wait_share"),
                           ("copy/pageable", "host_to_device"), ("copy/pinned", "host_to_device")):
             ctx.unsupported(variant=v, metric=metric, unit="%" if "share" in metric else "ms",
                             reason=CPU_PIN_REASON)
         return
-    one_config(ctx, w, fresh, ds, k_pin, True, reference)
     copy_pair(ctx, x_pool)
 
 

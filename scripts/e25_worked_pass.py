@@ -62,7 +62,7 @@ def _measure(ctx, w, base_step, window: str) -> dict[str, float]:
                        sync_boundary="synchronized at both ends of each call")
     ctx.row(variant=BASELINE, metric=THROUGHPUT, statistic="median",
             value=w.batch_size / base["median"] * 1e3, unit="examples/s", n=t["repeats"],
-            window=window, sync_boundary="batch / median step")
+            window=window, sync_boundary=timing.DRAINED_THROUGHPUT)
     return base
 
 
@@ -120,7 +120,7 @@ def _remeasure(ctx, w, fresh, x, y, lr) -> None:
     thr = 100 * (d["a"] / d["b"] - 1)
     ctx.row(variant=DIFFERENCE, metric=THROUGHPUT_REL, value=thr,
             unit="%", n=p["blocks"], window="from the pair's medians",
-            sync_boundary="synchronized at both ends of each call; blocks interleaved AB/BA")
+            sync_boundary=timing.DRAINED_THROUGHPUT + "; blocks interleaved AB/BA")
     ctx.log(f"remeasured: foreach {d['a']:.3f} ms, fused {d['b']:.3f} ms: latency "
             f"{100 * d['diff'] / d['a']:+.1f}%, throughput {thr:+.1f}% (Wilcoxon p {d['p']:.3g})")
     del step_a, step_b, model_a, model_b

@@ -135,8 +135,53 @@ def test_sample_significance(two_runs, tmp_path):
     this, ref = two_runs
     s = compare.compare(this, ref, tmp_path / "out")["samples"].set_index("variant")
     assert s.loc["spread", "ratio"] == pytest.approx(1.5, rel=0.02)
-    assert bool(s.loc["spread", "significant"]) and s.loc["spread", "p"] < 1e-6
+    # 40 samples recorded as one block: tested as 8 runs of 5 consecutive samples a side
+    assert (s.blocks_this == compare.SAMPLE_CHUNKS).all()
+    assert (s.block == "runs of consecutive samples").all()
+    assert bool(s.loc["spread", "significant"]) and s.loc["spread", "p"] < 1e-3
+    assert s.loc["spread", "p_adjusted"] >= s.loc["spread", "p"]
     assert not bool(s.loc["fast", "significant"])
+
+
+def _series(values, blocks, variant="x"):
+    return pd.DataFrame({"experiment": "E03", "variant": variant, "execution": "eager",
+                         "metric": "step_latency", "unit": "ms", "block": blocks,
+                         "index": range(len(values)), "value": values})
+
+
+def test_autocorrelated_samples_are_not_many_independent_tests():
+    """Two runs of one slowly drifting machine: 400 samples each would call it a change;
+    the 8 blocks of each run, the unit the drift moves, do not."""
+    rng = np.random.default_rng(11)
+
+    def drift():  # one offset per block of 50 calls
+        return np.repeat(rng.normal(0, 0.02, 8), 50)
+
+    blocks = np.repeat(np.arange(8), 50)
+    this = _series(10 * (1 + drift()) * rng.lognormal(0, 0.01, 400), blocks)
+    ref = _series(10 * (1 + drift()) * rng.lognormal(0, 0.01, 400), blocks)
+    from scipy.stats import mannwhitneyu
+
+    assert mannwhitneyu(this.value, ref.value).pvalue < 0.05  # the samples' verdict: "changed"
+    t = compare.sample_tests(this, ref)
+    assert t.block.iloc[0] == "blocks" and t.blocks_this.iloc[0] == 8
+    assert not t.significant.iloc[0]
+
+
+def test_many_series_are_corrected_for_multiplicity():
+    """Forty unchanged series and one changed: uncorrected, a few of the forty would differ
+    at p < 0.05 by chance; corrected, only the changed one does."""
+    rng = np.random.default_rng(5)
+    blocks = np.repeat(np.arange(8), 5)
+    this, ref = [], []
+    for i in range(40):
+        this.append(_series(rng.normal(10, 0.3, 40), blocks, f"same_{i}"))
+        ref.append(_series(rng.normal(10, 0.3, 40), blocks, f"same_{i}"))
+    this.append(_series(rng.normal(13, 0.3, 40), blocks, "changed"))
+    ref.append(_series(rng.normal(10, 0.3, 40), blocks, "changed"))
+    t = compare.sample_tests(pd.concat(this), pd.concat(ref)).set_index("variant")
+    assert (t.p < 0.05).sum() > 1  # chance alone makes some unchanged series "differ"
+    assert t.significant[t.significant].index.tolist() == ["changed"]
 
 
 def test_outputs_and_command_line(two_runs, tmp_path):

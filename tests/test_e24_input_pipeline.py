@@ -36,13 +36,16 @@ def test_non_ok_rows_are_the_cpu_copy_rows_and_the_skipped_count(e24):
 
 def test_parts_and_share_agree_with_the_samples(e24):
     rows, samples, contract, _ = e24
-    steps = contract["params"]["steps"]
+    blocks, steps = contract["params"]["blocks"], contract["params"]["steps"]
     for k in _run_counts():
         v = f"workers_{k}"
         s = samples[samples.variant == v]
         by = {m: s[s.metric == m].value.to_numpy() for m in
               ("input_wait", "host_to_device", "compute", "step_latency")}
-        assert all(len(x) == steps for x in by.values())
+        assert all(len(x) == blocks * steps for x in by.values())
+        # the configurations ran interleaved: every block holds steps of every one of them
+        assert s[s.metric == "step_latency"].block.value_counts().to_dict() == {
+            b: steps for b in range(blocks)}
         # each step is its three parts, bracketed back to back
         assert by["step_latency"] == pytest.approx(
             by["input_wait"] + by["host_to_device"] + by["compute"], rel=1e-6, abs=1e-6)
@@ -55,6 +58,20 @@ def test_same_batches_same_losses_whatever_the_workers(e24):
     rows, *_ = e24
     for k in _run_counts()[1:]:
         assert one_value(rows, f"workers_{k}", "loss_max_abs_diff_vs_workers_0") == 0
+
+
+def test_most_workers_judged_against_none_block_by_block(e24):
+    rows, samples, contract, _ = e24
+    from perflab import stats
+
+    most = f"workers_{max(_run_counts())}"
+    s = samples[samples.metric == "step_latency"]
+    a = s[s.variant == "workers_0"].groupby("block").value.median().tolist()
+    b = s[s.variant == most].groupby("block").value.median().tolist()
+    j = stats.judge(a, b)
+    d = f"pair/{most}_minus_workers_0"
+    assert one_value(rows, d, "ab_effect") == pytest.approx(j.effect)
+    assert one_value(rows, d, "ab_p") == pytest.approx(j.p)
 
 
 def test_dataset_serves_the_pool_unchanged():

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import claim, holds
+from perflab.claims import SEPARATE_PROCESSES, claim, holds, judge
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, pick, rows_of
 
@@ -100,13 +100,17 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
 
 @claim("C41", "E20", "a warm Inductor cache cuts the first compiled call; steady state is the same",
        chapter="10.945 s cold vs 2.542 s warm; steady 0.892 vs 0.885 ms",
-       tolerance="warm first call < 50% of cold; steady states within 10%")
+       tolerance="warm first call < 50% of cold; steady states within 10%, undecided without a "
+                 "between-process floor (cold and warm are separate processes)")
 def _compile_cache(ev):
     cold = ev.value("E20", "cold/compiled", "first_call", "value")
     warm = ev.value("E20", "warm/compiled", "first_call", "value")
     sc = ev.value("E20", "cold/compiled", "forward_latency")
     sw = ev.value("E20", "warm/compiled", "forward_latency")
-    ok = warm < 0.5 * cold and abs(sw - sc) <= 0.1 * sc
-    return holds(ok, f"first call {cold:.2f} -> {warm:.2f}; steady {sc:.3f} vs {sw:.3f} ms",
-                 mechanism="the warm cache did not shorten the first call much"
-                 if warm >= 0.5 * cold else "steady state differs between cold and warm")
+    measured = f"first call {cold:.2f} -> {warm:.2f}; steady {sc:.3f} vs {sw:.3f} ms"
+    if warm >= 0.5 * cold:
+        return holds(False, measured, mechanism="the warm cache did not shorten the first call "
+                                                 "much")
+    # the steady states are two processes' medians: no floor of that kind to judge them by
+    return judge(abs(sw - sc) <= 0.1 * sc, measured, is_resolved=SEPARATE_PROCESSES,
+                 mechanism="steady state differs between cold and warm")

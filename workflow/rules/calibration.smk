@@ -1,4 +1,4 @@
-# Calibration (runs first): the harness's own floors, the A/A noise floor every A/B is held
+# Calibration (runs first): the harness's own floors, the A/A floor every A/B is held
 # to, the profiler's overhead and peer timers; then the cross-run comparison target.
 
 
@@ -20,7 +20,7 @@ rule c00_calibration:
 
 
 # this run against another result directory (`--config compare_to=results/<tag>`):
-# per-table and per-row ratios, verdicts and claims that changed, Mann-Whitney U on samples.
+# per-table and per-row ratios, verdicts and claims that changed, Mann-Whitney U on block medians.
 # The same machine twice: `snakemake --cores 1 compare --config tag=<tag>-rerun compare_to=results/<tag>`
 rule compare:
     input:

@@ -1,0 +1,32 @@
+"""E02 (four questions): the four answers are measured side by side, in a balanced round robin."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+from experiments import run_tiny
+
+from perflab import io, tables
+
+
+def test_four_questions_are_interleaved(tiny_cfg, tmp_path):
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["E02"]["compile"] = False  # the eager round robin: compiling is slow here
+    contract, out = run_tiny(cfg, "E02", tmp_path)
+    rows = io.read_results([out["csv"]])
+    samples = pd.read_csv(out["samples"])
+    blocks = contract["params"]["blocks"]
+    inner = contract["timing"]["repeats"] // blocks
+    questions = ["forward_inference", "forward_grad", "forward_backward", "train_step"]
+    assert list(dict.fromkeys(samples.variant)) == questions
+    for q in questions:
+        s = samples[samples.variant == q]
+        # every block holds `inner` calls of every question: they ran next to each other
+        assert s.block.value_counts().sort_index().to_dict() == {b: inner for b in range(blocks)}
+        med = rows[(rows.variant == q) & (rows.statistic == "median")].value.iloc[0]
+        assert med == pytest.approx(s.value.median())
+    assert rows.sync_boundary.str.contains("Williams").all()
+    t = tables.table("E02", rows)
+    assert t.question.tolist() == questions
