@@ -188,8 +188,7 @@ def _instrument_rows(frame: pd.DataFrame, add) -> None:
     for _, (variant, metric) in e06.SERIES:
         r = _get(frame, "E06", variant, metric, "median")
         if r is not None:
-            add("instruments", metric if variant == "wall_minus_device" else variant, r.value,
-                "ms", f"E06 {variant} {metric} median")
+            add("instruments", variant, r.value, "ms", f"E06 {variant} {metric} median")
     timer = _get(frame, "E04", "timer_blocked_autorange", "step_latency", "median")
     if timer is not None:
         add("instruments", "timer_blocked_autorange", timer.value, "ms", "E04 median")
@@ -337,11 +336,12 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     if hyg:
         lines.append("hygiene     " + " | ".join(hyg))
     ins = []
-    for f, label in (("wall_clock", "wall"),
-                     ("cuda_events_device_ahead", "device (events, device ahead)"),
-                     ("cuda_events_idle_stream", "events on an idle stream"),
-                     ("host_submission", "host submission"),
-                     ("host_exposed", "host-exposed (wall - device)"),
+    from perflab.experiments import e06_events_vs_wall as e06
+
+    for f, label in ((e06.WALL[0], "wall"), (e06.DEVICE[0], "device (events, device ahead)"),
+                     (e06.IDLE_EVENTS[0], "events on an idle stream"),
+                     (e06.SUBMISSION[0], "host submission"),
+                     (e06.HOST_EXPOSED[0], "host-exposed (wall - device)"),
                      ("timer_blocked_autorange", "Timer")):
         v = val("instruments", f)
         if v:

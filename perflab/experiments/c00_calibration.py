@@ -53,7 +53,7 @@ C00_ROWS = (
     ("reference step, unprofiled", "profiler/unprofiled", "step_latency", "median"),
     ("reference step, profiled", "profiler/profiled", "step_latency", "median"),
     ("profiler overhead", "profiler/overhead", "overhead_rel", "value"),
-    ("A/A: B - A (two copies of the step)", "aa_b_minus_aa_a", "ab_effect", "value"),
+    ("A/A: B - A", "aa_b_minus_aa_a", "ab_effect", "value"),
     ("A/A floor: 95% bound of |median paired block difference|", *AA_FLOOR, "value"),
     ("A/A floor, blocks of the first calls only", *AA_FLOOR_SHORT, "value"),
     ("A/A block duration", *AA_BLOCK, "value"),
