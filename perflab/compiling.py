@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from perflab import memory
+from perflab.experiments import e19_compile_ab as pair
+from perflab.experiments.e20_compile_cache import CACHE_PHASES, WARM
 
 
 def counters() -> dict[str, int]:
@@ -107,10 +109,8 @@ def mark_execution(ctx, variant: str, execution: str) -> None:
 
 
 # ------------------------------------------------------------ E20: cold and warm cache jobs
-
-#: E20's two jobs: ``cold`` wipes the cache directory and compiles into it; ``warm``, a
-#: later fresh process, compiles the same model reusing it and writes E20's outputs
-CACHE_PHASES = ("cold", "warm")
+# (its CACHE_PHASES: cold wipes the shared cache and compiles into it; warm, a later fresh
+# process, reuses it and writes E20's outputs)
 
 
 def e20_dir(result_dir: str | Path) -> Path:
@@ -142,7 +142,7 @@ def e20_contract(contract: dict, phase: str, result_dir: str | Path) -> dict:
     c = copy.deepcopy(dict(contract))
     c["params"] = {**c.get("params", {}), "phase": phase,
                    "inductor_cache_dir": e20_cache_dir(result_dir)}
-    if phase == "warm":
+    if phase == WARM:
         c["params"]["cold_outputs"] = e20_cold_outputs(result_dir)
     return c
 
@@ -166,24 +166,27 @@ def compare_with_eager(ctx, prefix: str, eager: Callable[[], torch.Tensor],
     """Correctness, then the interleaved eager/compiled pair, then the speedup, as rows.
 
     Variants ``<prefix>/eager``, ``<prefix>/compiled`` (its rows and samples
-    marked compiled) and ``<prefix>/compiled_vs_eager`` (max_abs_diff, speedup).
+    marked compiled) and ``<prefix>/compiled_vs_eager`` (max_abs_diff, speedup): the
+    names of :mod:`perflab.experiments.e19_compile_ab`.
     Returns :meth:`Context.ab`'s medians: ``a`` eager, ``b`` compiled (ms).
     """
     from perflab import timing
 
     p, t = ctx.params, ctx.timing
-    v = f"{prefix}/compiled_vs_eager"
-    ctx.row(variant=v, metric="max_abs_diff", value=max_abs_diff(compiled(), eager()),
+    v = pair.comparison_variant(prefix)
+    eager_v = pair.side_variant(prefix, pair.EAGER)
+    compiled_v = pair.side_variant(prefix, pair.COMPILED)
+    ctx.row(variant=v, metric=pair.MAX_ABS_DIFF, value=max_abs_diff(compiled(), eager()),
             unit="abs", n=1, execution="compiled",
             window="one forward of each on the same input and state",
             sync_boundary="outputs compared on the host", **kw)
     res = timing.interleaved_ab(eager, compiled, blocks=p["blocks"], inner=p["inner"],
                                 warmup=t["warmup"], sync=ctx.sync)
     window = f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}"
-    d = ctx.ab(res, a=f"{prefix}/eager", b=f"{prefix}/compiled", batch_size=batch_size,
-               window=window, metric="forward_latency", **kw)
-    mark_execution(ctx, f"{prefix}/compiled", "compiled")
-    ctx.row(variant=v, metric="speedup", value=d["a"] / d["b"], unit="x", statistic="median",
+    d = ctx.ab(res, a=eager_v, b=compiled_v, batch_size=batch_size,
+               window=window, metric=pair.FORWARD_LATENCY, **kw)
+    mark_execution(ctx, compiled_v, "compiled")
+    ctx.row(variant=v, metric=pair.SPEEDUP, value=d["a"] / d["b"], unit="x", statistic="median",
             n=p["blocks"], execution="compiled", window=f"eager median / compiled median "
             f"({window})", sync_boundary="synchronized at both ends of each call; blocks "
             "interleaved AB/BA", **kw)

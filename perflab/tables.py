@@ -84,6 +84,12 @@ def prefixed_numbers(r: pd.DataFrame, prefix: str, sep: str = "/") -> list[int]:
     return sorted(out)
 
 
+def largest(frame: pd.DataFrame, eid: str, metric: str, suffix: str = "") -> float | None:
+    """The largest measured ``metric`` of ``eid`` over its variants ending in ``suffix``
+    (e.g. the worst correctness difference over batch sizes); None when none was measured."""
+    sel = frame[(frame.experiment == eid) & (frame.metric == metric) & (frame.status == "ok")
+                & frame.variant.str.endswith(suffix)]
+    return None if sel.empty else float(sel.value.max())
 
 
 def table(eid: str, frame: pd.DataFrame) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import math
 import torch
 
 from perflab import interventions as iv
+from perflab.experiments import e15_amp as e15
 from perflab.runner import run
 
 
@@ -37,61 +38,72 @@ def _row(ctx, **kw):
                     "the GradScaler would skip", **kw)
 
 
+def _failed(ctx, prec, exc):
+    """Rows saying why ``prec`` cannot run here: its numerics and every batch size's."""
+    reason = (f"autocast {prec} on {ctx.device.type} failed: "
+              f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    ctx.log(reason)
+    ctx.unsupported(variant=e15.numerics_variant(prec), metric=e15.LOSS, unit="loss",
+                    reason=reason, dtype=_dtype_label(prec))
+    for b in ctx.params["batches"]:
+        for metric, unit in (("step_latency", "ms"), ("peak_memory", "MiB")):
+            ctx.unsupported(variant=e15.batch_variant(b, prec), metric=metric, unit=unit,
+                            reason=reason, dtype=_dtype_label(prec))
+
+
+def _one_step_rows(ctx, prec, r, base, batch):
+    """The numerics rows of one precision's step, against fp32's (``base``) when it ran."""
+    kw = dict(variant=e15.numerics_variant(prec), dtype=_dtype_label(prec), n=1,
+              window=f"one step from identical state, batch {batch}",
+              sync_boundary="values read after the step")
+    _row(ctx, metric=e15.LOSS, value=r["loss"], unit="loss", **kw)
+    _row(ctx, metric=e15.GRAD_NORM, value=r["grad_norm"], unit="L2", **kw)
+    if base is not None and prec != e15.FP32:
+        _row(ctx, metric=e15.LOSS_ABS_DIFF, value=abs(r["loss"] - base["loss"]), unit="abs", **kw)
+        _row(ctx, metric=e15.GRAD_NORM_REL_DIFF,
+             value=abs(r["grad_norm"] - base["grad_norm"]) / base["grad_norm"],
+             unit="relative", **kw)
+        _row(ctx, metric=e15.PARAM_MAX_ABS_DIFF,
+             value=iv.max_abs_diff(r["params"], base["params"]), unit="abs", **kw)
+    if prec == e15.FP32:
+        _row(ctx, metric=e15.PARAMETER_SCALE, value=iv.mean_abs(r["params"]), unit="mean |p|",
+             **kw)
+    ctx.log(f"{prec}: loss {r['loss']:.5f} grad-norm {r['grad_norm']:.5f}")
+
+
+def _finite_rows(ctx, w, fresh, x, y, prec, batch):
+    """``finite_steps`` training steps of one precision: how many losses are finite."""
+    steps_n = ctx.params["finite_steps"]
+    model = copy.deepcopy(fresh).to(ctx.device)
+    step = iv.amp_step(model, w, w.make_optimizer(model.parameters()), x, y, prec, ctx.device)
+    losses = torch.stack([step().detach().float() for _ in range(steps_n)]).cpu()
+    kw = dict(variant=e15.finite_variant(prec), dtype=_dtype_label(prec), n=steps_n,
+              window=f"{steps_n} training steps from the initial state, batch {batch}",
+              sync_boundary="losses read once after the last step")
+    ctx.row(metric=e15.FINITE_LOSSES, value=int(torch.isfinite(losses).sum()),
+            unit=f"of {steps_n} steps", **kw)
+    last = float(losses[-1])
+    if math.isfinite(last):
+        ctx.row(metric=e15.FINAL_LOSS, value=last, unit="loss", **kw)
+    else:
+        ctx.unsupported(variant=e15.finite_variant(prec), metric=e15.FINAL_LOSS, unit="loss",
+                        status="error", reason=f"the last loss is {last}", dtype=_dtype_label(prec))
+
+
 def numerics(ctx, w, fresh, batch):
     """One-step numerics and finiteness; returns the precisions that ran."""
-    p = ctx.params
     x, y = w.batch_on(ctx.device)
-    one = dict(n=1, window=f"one step from identical state, batch {batch}",
-               sync_boundary="values read after the step")
     results, ok = {}, []
-    for prec in p["precisions"]:
+    for prec in ctx.params["precisions"]:
         try:
             results[prec] = iv.amp_one_step(fresh, w, x, y, prec, ctx.device, w.make_optimizer)
             ok.append(prec)
         except (RuntimeError, TypeError, ValueError) as exc:
-            reason = (f"autocast {prec} on {ctx.device.type} failed: "
-                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-            ctx.log(reason)
-            ctx.unsupported(variant=f"numerics/{prec}", metric="loss", unit="loss",
-                            reason=reason, dtype=_dtype_label(prec))
-            for b in p["batches"]:
-                for metric, unit in (("step_latency", "ms"), ("peak_memory", "MiB")):
-                    ctx.unsupported(variant=f"b{b}/{prec}", metric=metric, unit=unit,
-                                    reason=reason, dtype=_dtype_label(prec))
-    base = results.get("fp32")
+            _failed(ctx, prec, exc)
     for prec in ok:
-        r, kw = results[prec], dict(variant=f"numerics/{prec}", dtype=_dtype_label(prec), **one)
-        _row(ctx, metric="loss", value=r["loss"], unit="loss", **kw)
-        _row(ctx, metric="grad_norm", value=r["grad_norm"], unit="L2", **kw)
-        if base is not None and prec != "fp32":
-            _row(ctx, metric="loss_abs_diff", value=abs(r["loss"] - base["loss"]), unit="abs", **kw)
-            _row(ctx, metric="grad_norm_rel_diff",
-                 value=abs(r["grad_norm"] - base["grad_norm"]) / base["grad_norm"],
-                 unit="relative", **kw)
-            _row(ctx, metric="param_max_abs_diff",
-                 value=iv.max_abs_diff(r["params"], base["params"]), unit="abs", **kw)
-        if prec == "fp32":
-            _row(ctx, metric="parameter_scale", value=iv.mean_abs(r["params"]), unit="mean |p|",
-                 **kw)
-        ctx.log(f"{prec}: loss {r['loss']:.5f} grad-norm {r['grad_norm']:.5f}")
-
-    steps_n = p["finite_steps"]
+        _one_step_rows(ctx, prec, results[prec], results.get(e15.FP32), batch)
     for prec in ok:
-        model = copy.deepcopy(fresh).to(ctx.device)
-        step = iv.amp_step(model, w, w.make_optimizer(model.parameters()), x, y, prec, ctx.device)
-        losses = torch.stack([step().detach().float() for _ in range(steps_n)]).cpu()
-        kw = dict(variant=f"finite/{prec}", dtype=_dtype_label(prec), n=steps_n,
-                  window=f"{steps_n} training steps from the initial state, batch {batch}",
-                  sync_boundary="losses read once after the last step")
-        ctx.row(metric="finite_losses", value=int(torch.isfinite(losses).sum()),
-                unit=f"of {steps_n} steps", **kw)
-        last = float(losses[-1])
-        if math.isfinite(last):
-            ctx.row(metric="final_loss", value=last, unit="loss", **kw)
-        else:
-            ctx.unsupported(variant=f"finite/{prec}", metric="final_loss", unit="loss",
-                            status="error", reason=f"the last loss is {last}", dtype=_dtype_label(prec))
-        del model, step
+        _finite_rows(ctx, w, fresh, x, y, prec, batch)
     return ok
 
 
@@ -100,12 +112,13 @@ def timed(ctx, w, fresh, batch, precisions):
     variant_steps, row_kw = {}, {}
     for prec in precisions:
         model = copy.deepcopy(fresh).to(ctx.device)
-        v = f"b{batch}/{prec}"
+        v = e15.batch_variant(batch, prec)
         variant_steps[v] = iv.amp_step(model, w, w.make_optimizer(model.parameters()), x, y, prec,
                                        ctx.device)
         row_kw[v] = dict(dtype=_dtype_label(prec), input_shape=w.input_shape(batch))
     iv.timed_variants(ctx, variant_steps, examples=batch, what=f"batch {batch}", row_kw=row_kw,
-                      baseline=f"b{batch}/fp32", pct_metric="time_pct_of_fp32")
+                      baseline=e15.batch_variant(batch, e15.FP32),
+                      pct_metric=e15.TIME_PCT_OF_FP32)
 
 
 def peaks(ctx, w, batch, precisions):
@@ -117,15 +130,17 @@ def peaks(ctx, w, batch, precisions):
     for prec in precisions:
         r = iv.variant_peak(ctx.contract, "amp", {"precision": prec, "batch": batch}, calls)
         got[prec] = r
-        iv.peak_rows(ctx, f"b{batch}/{prec}", r, window, dtype=_dtype_label(prec), input_shape=shape)
+        iv.peak_rows(ctx, e15.batch_variant(batch, prec), r, window, dtype=_dtype_label(prec),
+                     input_shape=shape)
     metric = "peak_allocated" if ctx.is_cuda else "peak_rss"
-    base = got.get("fp32", {}).get(metric)
+    base = got.get(e15.FP32, {}).get(metric)
     for prec in precisions:
         v = got[prec].get(metric)
         if base and v is not None:
-            ctx.row(variant=f"b{batch}/{prec}", metric="memory_pct_of_fp32", value=100 * v / base,
-                    unit="%", n=1, window=window, sync_boundary=f"ratio of {metric}",
-                    dtype=_dtype_label(prec), input_shape=shape)
+            ctx.row(variant=e15.batch_variant(batch, prec), metric=e15.MEMORY_PCT_OF_FP32,
+                    value=100 * v / base, unit="%", n=1, window=window,
+                    sync_boundary=f"ratio of {metric}", dtype=_dtype_label(prec),
+                    input_shape=shape)
 
 
 def measure(ctx):

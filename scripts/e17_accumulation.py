@@ -12,6 +12,7 @@ peaks; CPU: VmHWM of a fresh process per K), and % of K=1.
 import copy
 
 from perflab import interventions as iv
+from perflab.experiments import e17_accumulation as e17
 from perflab.runner import run
 
 
@@ -33,13 +34,13 @@ def equivalence(ctx, w, fresh, batch, ks):
         model = copy.deepcopy(fresh).to(ctx.device)
         iv.accumulate_grads(model, w, x, y, k)
         diff = iv.max_abs_diff(_grads(model), full)
-        kw = dict(variant=f"k{k}", n=1, input_shape=w.input_shape(batch // k),
+        kw = dict(variant=e17.k_variant(k), n=1, input_shape=w.input_shape(batch // k),
                   window=f"one accumulated gradient of {k} micro-batches of {batch // k} vs one "
                          f"pass over the full batch of {batch}, identical state",
                   sync_boundary="gradients compared after both backward passes")
-        ctx.row(metric="grad_max_abs_diff", value=diff, unit="abs", **kw)
-        ctx.row(metric="grad_scale", value=scale, unit="mean |g|", **kw)
-        ctx.row(metric="grad_max", value=largest, unit="max |g|", **kw)
+        ctx.row(metric=e17.GRAD_MAX_ABS_DIFF, value=diff, unit="abs", **kw)
+        ctx.row(metric=e17.GRAD_SCALE, value=scale, unit="mean |g|", **kw)
+        ctx.row(metric=e17.GRAD_MAX, value=largest, unit="max |g|", **kw)
         ctx.log(f"K={k}: max |diff| {diff:.2e} (gradient mean |g| {scale:.2e}, max |g| "
                 f"{largest:.2e})")
         del model
@@ -50,16 +51,16 @@ def timed(ctx, w, fresh, batch, ks):
     variant_steps = {}
     for k in ks:
         model = copy.deepcopy(fresh).to(ctx.device)
-        variant_steps[f"k{k}"] = iv.accumulation_step(model, w,
-                                                      w.make_optimizer(model.parameters()), x, y, k)
-    shapes = {f"k{k}": {"input_shape": w.input_shape(batch // k)} for k in ks}
+        variant_steps[e17.k_variant(k)] = iv.accumulation_step(
+            model, w, w.make_optimizer(model.parameters()), x, y, k)
+    shapes = {e17.k_variant(k): {"input_shape": w.input_shape(batch // k)} for k in ks}
     iv.timed_variants(ctx, variant_steps, examples=batch,
                       what=f"one optimizer step over {batch} examples", row_kw=shapes,
-                      baseline="k1", pct_metric="time_pct_of_k1")
+                      baseline=e17.BASELINE, pct_metric=e17.TIME_PCT_OF_K1)
     for k in ks:
-        ctx.row(variant=f"k{k}", metric="micro_batch", value=batch // k, unit="examples", n=1,
-                window=f"{k} micro-batches of the batch of {batch}", sync_boundary="n/a",
-                **shapes[f"k{k}"])
+        ctx.row(variant=e17.k_variant(k), metric=e17.MICRO_BATCH, value=batch // k,
+                unit="examples", n=1, window=f"{k} micro-batches of the batch of {batch}",
+                sync_boundary="n/a", **shapes[e17.k_variant(k)])
 
 
 def peaks(ctx, w, batch, ks):
@@ -69,13 +70,13 @@ def peaks(ctx, w, batch, ks):
     got = {}
     for k in ks:
         got[k] = iv.variant_peak(ctx.contract, "accumulation", {"k": k, "batch": batch}, calls)
-        iv.peak_rows(ctx, f"k{k}", got[k], window, input_shape=w.input_shape(batch // k))
+        iv.peak_rows(ctx, e17.k_variant(k), got[k], window, input_shape=w.input_shape(batch // k))
     base = got.get(1, {}).get(metric)
     for k in ks:
         v = got[k].get(metric)
         if base and v is not None:
-            ctx.row(variant=f"k{k}", metric="memory_pct_of_k1", value=100 * v / base, unit="%",
-                    n=1, window=window, sync_boundary=f"ratio of {metric}",
+            ctx.row(variant=e17.k_variant(k), metric=e17.MEMORY_PCT_OF_K1, value=100 * v / base,
+                    unit="%", n=1, window=window, sync_boundary=f"ratio of {metric}",
                     input_shape=w.input_shape(batch // k))
 
 
@@ -85,11 +86,11 @@ def measure(ctx):
     ks = []
     for k in p["ks"]:
         if batch % k:
-            ctx.unsupported(variant=f"k{k}", metric="step_latency", unit="ms", status="error",
+            ctx.unsupported(variant=e17.k_variant(k), metric="step_latency", unit="ms", status="error",
                             reason=f"K={k} does not divide the batch of {batch}")
         else:
             ks.append(k)
-    trained = ctx.trainable(batch=batch, variants=tuple(f"k{k}" for k in ks))
+    trained = ctx.trainable(batch=batch, variants=tuple(e17.k_variant(k) for k in ks))
     if trained is None or not ks:
         return
     w = trained[0]

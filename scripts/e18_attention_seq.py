@@ -19,9 +19,8 @@ import torch
 
 from perflab import interventions as iv
 from perflab import memory, timing
+from perflab.experiments import e18_attention_seq as e18
 from perflab.runner import run
-
-IMPLS = ("manual", "sdpa")
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -55,38 +54,38 @@ def guarded(ctx, fn, where):
 def budget(ctx):
     p = ctx.params
     if not ctx.is_cuda:
-        ctx.unsupported(variant="budget", metric="memory_budget", unit="MiB",
+        ctx.unsupported(variant=e18.BUDGET_VARIANT, metric=e18.MEMORY_BUDGET, unit="MiB",
                         reason="CPU: no allocator cap (set_per_process_memory_fraction is CUDA "
                                "only); the manual path runs until the host runs out")
         return contextlib.nullcontext()
     cap = memory.capped_cuda_budget(p["budget_gib"], ctx.device)
-    kw = dict(variant="budget", n=1, window="every measurement of this job",
+    kw = dict(variant=e18.BUDGET_VARIANT, n=1, window="every measurement of this job",
               sync_boundary="torch.cuda.set_per_process_memory_fraction", model="allocator cap")
-    ctx.row(metric="memory_budget", value=p["budget_gib"] * 1024, unit="MiB", **kw)
+    ctx.row(metric=e18.MEMORY_BUDGET, value=p["budget_gib"] * 1024, unit="MiB", **kw)
     total = torch.cuda.get_device_properties(ctx.device).total_memory
-    ctx.row(metric="memory_fraction", value=min(1.0, p["budget_gib"] * 1024**3 / total),
+    ctx.row(metric=e18.MEMORY_FRACTION, value=min(1.0, p["budget_gib"] * 1024**3 / total),
             unit="fraction of device", **kw)
     return cap
 
 
 def correctness(ctx, ws, qkv, T):
     got, reasons = {}, {}
-    for impl in IMPLS:
+    for impl in e18.IMPLS:
         got[impl], reasons[impl] = guarded(ctx, lambda: iv.attention_outputs(ws[impl], qkv),
                                            f"{impl} forward + backward at T={T}")
-    kw = dict(variant=f"T{T}/sdpa_vs_manual", n=1, model=f"attention sdpa vs manual T{T}",
+    kw = dict(variant=e18.comparison_variant(T), n=1, model=f"attention sdpa vs manual T{T}",
               window="one forward + backward on identical q/k/v",
               sync_boundary="tensors compared after both backward passes")
     if any(reasons.values()):
         reason = "; ".join(r for r in reasons.values() if r)
-        for metric in ("out_max_abs_diff", "grad_max_abs_diff"):
+        for metric in (e18.OUT_MAX_ABS_DIFF, e18.GRAD_MAX_ABS_DIFF):
             ctx.unsupported(metric=metric, unit="abs", status="oom", reason=reason,
                             **{k: v for k, v in kw.items() if k not in ("n",)})
         return
-    (om, gm), (os_, gs) = got["manual"], got["sdpa"]
-    ctx.row(metric="out_max_abs_diff", value=float((om - os_).abs().max()), unit="abs", **kw)
-    ctx.row(metric="grad_max_abs_diff", value=float((gm - gs).abs().max()), unit="abs", **kw)
-    ctx.row(metric="output_scale", value=float(om.abs().mean()), unit="mean |out|", **kw)
+    (om, gm), (os_, gs) = got[e18.MANUAL], got[e18.SDPA]
+    ctx.row(metric=e18.OUT_MAX_ABS_DIFF, value=float((om - os_).abs().max()), unit="abs", **kw)
+    ctx.row(metric=e18.GRAD_MAX_ABS_DIFF, value=float((gm - gs).abs().max()), unit="abs", **kw)
+    ctx.row(metric=e18.OUTPUT_SCALE, value=float(om.abs().mean()), unit="mean |out|", **kw)
 
 
 def backends(ctx, w, qkv, T):
@@ -96,19 +95,19 @@ def backends(ctx, w, qkv, T):
     eligible, r2 = guarded(ctx, lambda: iv.sdpa_backend_eligible(step),
                            f"the SDPA eligibility probe at T={T}")
     for name in iv.SDPA_BACKENDS:
-        v = f"T{T}/sdpa_backend/{name}"
+        v = e18.backend_variant(T, name)
         if ran is None:
-            ctx.unsupported(variant=v, metric="backend_ran", unit="bool", status="oom",
+            ctx.unsupported(variant=v, metric=e18.BACKEND_RAN, unit="bool", status="oom",
                             reason=reason, **kw)
         else:
-            ctx.row(variant=v, metric="backend_ran", value=float(name in ran), unit="bool",
+            ctx.row(variant=v, metric=e18.BACKEND_RAN, value=float(name in ran), unit="bool",
                     window="one unrestricted forward + backward, profiled", **kw)
         if eligible is None:
-            ctx.unsupported(variant=v, metric="backend_eligible", unit="bool", status="oom",
+            ctx.unsupported(variant=v, metric=e18.BACKEND_ELIGIBLE, unit="bool", status="oom",
                             reason=r2, **kw)
         else:
             why = eligible[name]
-            ctx.row(variant=v, metric="backend_eligible", value=float(not why), unit="bool",
+            ctx.row(variant=v, metric=e18.BACKEND_ELIGIBLE, value=float(not why), unit="bool",
                     window="forward + backward with SDPA restricted to this backend (sdpa_kernel)",
                     reason=why, **kw)
     if ran is not None:
@@ -123,12 +122,12 @@ def timed(ctx, w, qkv, impl, T):
     samples, reason = guarded(ctx, lambda: timing.time_calls(step, warmup=p["warmup"],
                                                              repeats=p["repeats"], sync=ctx.sync),
                               f"{impl} timing at T={T}")
-    v = f"T{T}/{impl}"
+    v = e18.seq_variant(T, impl)
     if samples is None:
-        ctx.unsupported(variant=v, metric="fwd_bwd_latency", unit="ms", status="oom", reason=reason,
-                        model=w.description)
+        ctx.unsupported(variant=v, metric=e18.FWD_BWD_LATENCY, unit="ms", status="oom",
+                        reason=reason, model=w.description)
         return None
-    s = ctx.summary(samples, variant=v, metric="fwd_bwd_latency", window=window,
+    s = ctx.summary(samples, variant=v, metric=e18.FWD_BWD_LATENCY, window=window,
                     sync_boundary="synchronized at both ends of each call", model=w.description,
                     statistics=("median", "iqr", "p25", "p75", "mean", "min", "max"))
     return s["median"]
@@ -138,20 +137,20 @@ def measure(ctx):
     p = ctx.params
     with budget(ctx):
         for T in p["seqs"]:
-            ws = {impl: ctx.workload("attention", impl=impl, seq=T) for impl in IMPLS}
-            qkv, _ = ws["manual"].batch_on(ctx.device)
+            ws = {impl: ctx.workload("attention", impl=impl, seq=T) for impl in e18.IMPLS}
+            qkv, _ = ws[e18.MANUAL].batch_on(ctx.device)
             correctness(ctx, ws, qkv, T)
-            backends(ctx, ws["sdpa"], qkv, T)
-            med = {impl: timed(ctx, ws[impl], qkv, impl, T) for impl in IMPLS}
+            backends(ctx, ws[e18.SDPA], qkv, T)
+            med = {impl: timed(ctx, ws[impl], qkv, impl, T) for impl in e18.IMPLS}
             ctx.log(f"T={T}: " + ", ".join(f"{k} {'OOM' if v is None else f'{v:.3f} ms'}"
                                            for k, v in med.items()))
             del ws, qkv
             window = f"{p['peak_calls']} forward + backward calls of this implementation alone"
-            for impl in IMPLS:
+            for impl in e18.IMPLS:
                 r = iv.variant_peak(ctx.contract, "attention", {"impl": impl, "seq": T},
                                     p["peak_calls"])
                 model = f"attention {impl} T{T}"
-                iv.peak_rows(ctx, f"T{T}/{impl}", r, window, model=model)
+                iv.peak_rows(ctx, e18.seq_variant(T, impl), r, window, model=model)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import copy
 import torch
 
 from perflab import compiling, timing
+from perflab.experiments import e19_compile_ab as e19
 from perflab.runner import run
 
 SYNCED = "synchronized at both ends of each call"
@@ -28,6 +29,7 @@ def one_workload(ctx, name):
     x, _ = w.batch_on(ctx.device)
     eager = compiling.no_grad_forward(w.model, x)
     kw = dict(mode="inference")
+    compiled_v = e19.side_variant(name, e19.COMPILED)
     try:
         compiled_model = torch.compile(copy.deepcopy(w.model))
         fn = compiling.no_grad_forward(compiled_model, x)
@@ -35,10 +37,10 @@ def one_workload(ctx, name):
     except Exception as exc:  # no C++ compiler, unsupported op, ...
         msg = f"torch.compile failed: {compiling.failure(exc)}"
         ctx.log(f"{name}: {msg}")
-        ctx.unsupported(variant=f"{name}/compiled", metric="first_call", unit="ms",
+        ctx.unsupported(variant=compiled_v, metric=e19.FIRST_CALL, unit="ms",
                         execution="compiled", status="error", reason=msg, **kw)
         return
-    ctx.row(variant=f"{name}/compiled", metric="first_call", value=first, unit="ms",
+    ctx.row(variant=compiled_v, metric=e19.FIRST_CALL, value=first, unit="ms",
             execution="compiled", sync_boundary=SYNCED,
             window="first call of the compiled copy: tracing + compilation + one forward "
                    "(Inductor cache private to this job)", **kw)
@@ -46,8 +48,8 @@ def one_workload(ctx, name):
     ctx.log(f"{name}: first compiled call {first / 1e3:.2f} s; eager {d['a']:.3f} ms, "
             f"compiled {d['b']:.3f} ms ({d['a'] / d['b']:.2f}x, Wilcoxon p {d['p']:.3g})")
 
-    for side, f in (("eager", eager), ("compiled", fn)):
-        v = f"{name}/{side}"
+    for side, f in ((e19.EAGER, eager), (e19.COMPILED, fn)):
+        v = e19.side_variant(name, side)
         if not ctx.is_cuda:
             ctx.unsupported(variant=v, metric="peak_allocated", unit="MiB", execution=side,
                             reason=compiling.CPU_PEAK_REASON, **kw)
@@ -62,7 +64,7 @@ def one_workload(ctx, name):
 
 def measure(ctx):
     # the controlled workload (the GEMM-bound MLP by default), then the pointwise chain
-    for name in dict.fromkeys((ctx.contract["workload"], "pointwise")):
+    for name in dict.fromkeys((ctx.contract["workload"], e19.POINTWISE)):
         torch._dynamo.reset()
         one_workload(ctx, name)
 

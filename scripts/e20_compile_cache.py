@@ -32,6 +32,14 @@ import torch
 
 from perflab import compiling, io, timing
 from perflab import config as cfgmod
+from perflab.experiments import e20_compile_cache as e20
+from perflab.experiments.e19_compile_ab import (
+    COMPILED,
+    FIRST_CALL,
+    POINTWISE,
+    comparison_variant,
+    side_variant,
+)
 from perflab.runner import base_parser, config_from_args, execute, run
 
 SYNCED = "synchronized at both ends of each call"
@@ -43,70 +51,84 @@ def _cache_ready(ctx, phase: str) -> str | None:
     if Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")).resolve() != cache:
         return (f"TORCHINDUCTOR_CACHE_DIR is {os.environ.get('TORCHINDUCTOR_CACHE_DIR')!r}, "
                 f"not the shared {str(cache)!r}")
-    if phase == "cold":
+    if phase == e20.COLD:
         shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
     return None
 
 
-def measure_phase(ctx, phase: str) -> None:
-    p, t = ctx.params, ctx.timing
+def _first_compiled_call(ctx, phase: str, model, x, where: str):
+    """Compile ``model`` and time its first call with the compiler's counters around it;
+    (the compiled forward, first call ms), or None when compiling failed (an error row)."""
     kw = dict(mode="inference")
-    where = ("Inductor cache wiped, then compiled into" if phase == "cold"
-             else "fresh process reusing the cold job's Inductor cache")
-    problem = _cache_ready(ctx, phase)
-    cache = p["inductor_cache_dir"]
-    w = ctx.workload("pointwise")
-    w.model.eval()
-    x, _ = w.batch_on(ctx.device)
-    if problem:
-        ctx.unsupported(variant=f"{phase}/compiled", metric="first_call", unit="s",
-                        execution="compiled", status="error", reason=problem, **kw)
-        return
-    ctx.row(variant=f"{phase}/cache", metric="cache_files_before",
-            value=compiling.cache_files(cache), unit="count", sync_boundary="n/a",
-            window=f"files in the shared cache before compiling ({where})", **kw)
-    eager = compiling.no_grad_forward(w.model, x)
-    timing.warm(eager, t["warmup"], ctx.sync)  # process/device start-up is not compile cost
-
+    compiled_v = side_variant(phase, COMPILED)
     before = compiling.counters()
     try:
-        fn = compiling.no_grad_forward(torch.compile(w.model), x)
+        fn = compiling.no_grad_forward(torch.compile(model), x)
         first = timing.time_first_call(fn, ctx.sync)
     except Exception as exc:
         msg = f"torch.compile failed: {compiling.failure(exc)}"
         ctx.log(f"{phase}: {msg}")
-        ctx.unsupported(variant=f"{phase}/compiled", metric="first_call", unit="s",
+        ctx.unsupported(variant=compiled_v, metric=FIRST_CALL, unit="s",
                         execution="compiled", status="error", reason=msg, **kw)
-        return
+        return None
     after = compiling.counters()
-    ctx.row(variant=f"{phase}/compiled", metric="first_call", value=first / 1e3, unit="s",
+    ctx.row(variant=compiled_v, metric=FIRST_CALL, value=first / 1e3, unit="s",
             execution="compiled", sync_boundary=SYNCED,
             window=f"first compiled call of the process, eager already warmed ({where})", **kw)
-    for key in ("inductor.fxgraph_cache_hit", "inductor.fxgraph_cache_miss",
-                "aot_autograd.autograd_cache_hit", "aot_autograd.autograd_cache_miss",
-                "stats.unique_graphs"):
-        ctx.row(variant=f"{phase}/compiled", metric=key.replace(".", "/"),
+    for key in e20.COMPILER_COUNTERS:
+        ctx.row(variant=compiled_v, metric=e20.counter_metric(key),
                 value=compiling.delta(before, after, key), unit="count", execution="compiled",
                 window="torch._dynamo.utils.counters during the first compiled call",
                 sync_boundary="n/a", **kw)
-    ctx.row(variant=f"{phase}/cache", metric="cache_files_after",
-            value=compiling.cache_files(cache), unit="count", sync_boundary="n/a",
-            window="files in the shared cache after the first compiled call", **kw)
-    d = compiling.compare_with_eager(ctx, phase, eager, fn, w.batch_size, **kw)
-    window = d["window"]
+    return fn, first
+
+
+def _break_even(ctx, phase: str, first: float, d: dict) -> int | None:
+    """The break-even row of one phase from its first call and the pair's medians."""
     n = compiling.break_even_calls(first, d["b"], d["a"])
-    common = dict(variant=f"{phase}/compiled_vs_eager", metric="break_even_calls", unit="calls",
-                  execution="compiled", n=p["blocks"],
+    common = dict(variant=comparison_variant(phase), metric=e20.BREAK_EVEN_CALLS, unit="calls",
+                  execution="compiled", n=ctx.params["blocks"], mode="inference",
                   window=f"ceil((first call - compiled steady) / (eager - compiled steady)); "
-                         f"steady = medians of the pair ({window})",
-                  sync_boundary=SYNCED, **kw)
+                         f"steady = medians of the pair ({d['window']})",
+                  sync_boundary=SYNCED)
     if n is None:
         ctx.unsupported(reason=f"compiled steady state ({d['b']:.4f} ms) is not faster than "
                                f"eager ({d['a']:.4f} ms): compilation never pays for itself",
                         **common)
     else:
         ctx.row(value=n, **common)
+    return n
+
+
+def measure_phase(ctx, phase: str) -> None:
+    t = ctx.timing
+    kw = dict(mode="inference")
+    where = ("Inductor cache wiped, then compiled into" if phase == e20.COLD
+             else "fresh process reusing the cold job's Inductor cache")
+    problem = _cache_ready(ctx, phase)
+    cache = ctx.params["inductor_cache_dir"]
+    w = ctx.workload(POINTWISE)
+    w.model.eval()
+    x, _ = w.batch_on(ctx.device)
+    if problem:
+        ctx.unsupported(variant=side_variant(phase, COMPILED), metric=FIRST_CALL, unit="s",
+                        execution="compiled", status="error", reason=problem, **kw)
+        return
+    ctx.row(variant=e20.cache_variant(phase), metric=e20.CACHE_FILES_BEFORE,
+            value=compiling.cache_files(cache), unit="count", sync_boundary="n/a",
+            window=f"files in the shared cache before compiling ({where})", **kw)
+    eager = compiling.no_grad_forward(w.model, x)
+    timing.warm(eager, t["warmup"], ctx.sync)  # process/device start-up is not compile cost
+    compiled = _first_compiled_call(ctx, phase, w.model, x, where)
+    if compiled is None:
+        return
+    fn, first = compiled
+    ctx.row(variant=e20.cache_variant(phase), metric=e20.CACHE_FILES_AFTER,
+            value=compiling.cache_files(cache), unit="count", sync_boundary="n/a",
+            window="files in the shared cache after the first compiled call", **kw)
+    d = compiling.compare_with_eager(ctx, phase, eager, fn, w.batch_size, **kw)
+    n = _break_even(ctx, phase, first, d)
     ctx.log(f"{phase}: first compiled call {first / 1e3:.2f} s, steady eager {d['a']:.3f} ms, "
             f"compiled {d['b']:.3f} ms, break-even {n} calls")
 
@@ -123,7 +145,8 @@ def _records(path: str) -> list[dict]:
 
 def _first_call(rows: list[dict], phase: str) -> float | None:
     for r in rows:
-        if (r["variant"], r["metric"], r["status"]) == (f"{phase}/compiled", "first_call", "ok"):
+        if (r["variant"], r["metric"], r["status"]) == (side_variant(phase, COMPILED),
+                                                        FIRST_CALL, "ok"):
             return float(r["value"])
     return None
 
@@ -131,23 +154,23 @@ def _first_call(rows: list[dict], phase: str) -> float | None:
 def measure(ctx):
     phase = ctx.params["phase"]
     measure_phase(ctx, phase)
-    if phase != "warm":
+    if phase != e20.WARM:
         return
     # E20's outputs: the cold job's rows and samples, then the warm job's, then the comparison
     cold = ctx.params["cold_outputs"]
     ctx.rows[:0] = _records(cold["csv"])
     ctx.samples[:0] = pd.read_csv(cold["samples"], keep_default_na=False).to_dict("records")
-    c, w = _first_call(ctx.rows, "cold"), _first_call(ctx.rows, "warm")
-    common = dict(variant="warm_vs_cold", unit="x", execution="compiled", mode="inference",
+    c, w = _first_call(ctx.rows, e20.COLD), _first_call(ctx.rows, e20.WARM)
+    common = dict(variant=e20.WARM_VS_COLD, unit="x", execution="compiled", mode="inference",
                   window="first compiled call: warm process / cold process",
                   sync_boundary=SYNCED)
     if c is None or w is None:
-        ctx.unsupported(metric="first_call_ratio", status="error",
+        ctx.unsupported(metric=e20.FIRST_CALL_RATIO, status="error",
                         reason="a first compiled call is missing (see the cold/warm rows)",
                         **common)
         return
-    ctx.row(metric="first_call_ratio", value=w / c, **common)
-    ctx.row(metric="first_call_saved", value=c - w, **{**common, "unit": "s",
+    ctx.row(metric=e20.FIRST_CALL_RATIO, value=w / c, **common)
+    ctx.row(metric=e20.FIRST_CALL_SAVED, value=c - w, **{**common, "unit": "s",
             "window": "first compiled call: cold process - warm process"})
     ctx.log(f"first compiled call: cold {c:.2f} s, warm {w:.2f} s ({w / c:.2f}x)")
 
@@ -158,7 +181,7 @@ def measure(ctx):
 def run_phase(cfg: dict, phase: str, log_path: str | None = None):
     d = cfgmod.result_dir(cfg)
     contract = compiling.e20_contract(cfgmod.contract(cfg, "E20"), phase, d)
-    outputs = (compiling.e20_cold_outputs(d) if phase == "cold"
+    outputs = (compiling.e20_cold_outputs(d) if phase == e20.COLD
                else cfgmod.experiment_outputs(cfg, "E20"))
     return execute("E20", measure, contract, outputs, log_path)
 
@@ -167,7 +190,7 @@ def main(argv=None) -> None:
     p = base_parser("E20", "E20: the pointwise chain compiled with a cold Inductor cache, then "
                     "with a warm one. Without --phase, runs cold then warm, each in a fresh "
                     "subprocess (a --log gets <log>.cold and <log>.warm).")
-    p.add_argument("--phase", choices=compiling.CACHE_PHASES,
+    p.add_argument("--phase", choices=e20.CACHE_PHASES,
                    help="run this one phase in this process")
     args = p.parse_args(argv)
     cfg = config_from_args(args)
@@ -178,7 +201,7 @@ def main(argv=None) -> None:
     for key in ("device", "scale", "outdir"):
         if getattr(args, key):
             passed += [f"--{key}", getattr(args, key)]
-    for phase in compiling.CACHE_PHASES:
+    for phase in e20.CACHE_PHASES:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, *passed]
         if args.log:
             cmd += ["--log", f"{args.log}.{phase}"]

@@ -17,13 +17,15 @@ graph and break counts for the same function compiled without fullgraph.
 import torch
 
 from perflab import compiling, timing
+from perflab.experiments import e21_recompile as e21
+from perflab.experiments.e19_compile_ab import FIRST_CALL, FORWARD_LATENCY, MAX_ABS_DIFF, POINTWISE
 from perflab.runner import run
 
 SYNCED = "synchronized at both ends of each call"
 STATS = ("median", "iqr", "p25", "p75", "min", "max")
 
 
-def _compile_error(ctx, variant, exc, metric="first_call", unit="ms"):
+def _compile_error(ctx, variant, exc, metric=FIRST_CALL, unit="ms"):
     msg = f"torch.compile failed: {compiling.failure(exc)}"
     ctx.log(f"{variant}: {msg}")
     ctx.unsupported(variant=variant, metric=metric, unit=unit, execution="compiled",
@@ -42,21 +44,21 @@ def _first_and_steady(ctx, variant, fn, eager, window_first):
         return None
     after = compiling.counters()
     graphs = compiling.graphs_compiled(before, after)
-    ctx.row(variant=variant, metric="first_call", value=first, unit="ms", window=window_first,
+    ctx.row(variant=variant, metric=FIRST_CALL, value=first, unit="ms", window=window_first,
             sync_boundary=SYNCED, **kw)
-    ctx.row(variant=variant, metric="graphs_compiled", value=graphs, unit="count",
+    ctx.row(variant=variant, metric=e21.GRAPHS_COMPILED, value=graphs, unit="count",
             window="torch._dynamo.utils.counters stats.unique_graphs during the first call",
             sync_boundary="n/a", **kw)
     # a graph this job compiled before (an earlier variant) is served from its cache
-    ctx.row(variant=variant, metric="fxgraph_cache_hit", unit="count", sync_boundary="n/a",
+    ctx.row(variant=variant, metric=e21.FXGRAPH_CACHE_HIT, unit="count", sync_boundary="n/a",
             value=compiling.delta(before, after, "inductor.fxgraph_cache_hit"),
             window="Inductor FX-graph cache hits during the first call (the job's private "
                    "cache, filled by earlier variants)", **kw)
     s = ctx.summary(timing.time_calls(fn, warmup=t["warmup"], repeats=ctx.params["repeats"],
                                       sync=ctx.sync),
-                    variant=variant, metric="forward_latency", statistics=STATS,
+                    variant=variant, metric=FORWARD_LATENCY, statistics=STATS,
                     window=f"steady state after warmup {t['warmup']}", sync_boundary=SYNCED, **kw)
-    ctx.row(variant=variant, metric="max_abs_diff", value=compiling.max_abs_diff(fn(), eager()),
+    ctx.row(variant=variant, metric=MAX_ABS_DIFF, value=compiling.max_abs_diff(fn(), eager()),
             unit="abs", n=1, window="one call of each on the same input and state",
             sync_boundary="outputs compared on the host", **kw)
     ctx.log(f"{variant}: first call {first / 1e3:.2f} s ({graphs} graph(s)), "
@@ -64,12 +66,42 @@ def _first_and_steady(ctx, variant, fn, eager, window_first):
     return first
 
 
+def _new_shape(ctx, case, compiled, x, b, eager_at):
+    """The first call of the compiled function at a new batch ``b``: graphs it compiled,
+    then its steady state and correctness at that batch."""
+    kw = dict(execution="compiled", mode="inference")
+    base = ctx.params["batches"][0]
+    v = e21.new_batch_variant(case, b)
+    fn = compiling.no_grad_forward(compiled, x)
+    before = compiling.counters()
+    try:
+        ms = timing.time_first_call(fn, ctx.sync)
+    except Exception as exc:
+        _compile_error(ctx, v, exc, metric=e21.NEW_SHAPE_FIRST_CALL)
+        return
+    graphs = compiling.graphs_compiled(before, compiling.counters())
+    common = dict(variant=v, sync_boundary=SYNCED, **kw)
+    ctx.row(metric=e21.NEW_SHAPE_FIRST_CALL, value=ms, unit="ms",
+            window=f"first call at the new batch {b} after {base}", **common)
+    ctx.row(metric=e21.GRAPHS_COMPILED, value=graphs, unit="count",
+            window="torch._dynamo.utils.counters stats.unique_graphs during that call",
+            **{**common, "sync_boundary": "n/a"})
+    again = timing.time_calls(fn, warmup=0, repeats=ctx.params["repeats"], sync=ctx.sync)
+    ctx.summary(again, variant=v, metric=FORWARD_LATENCY, statistics=("median",),
+                window="calls after the first at this batch", sync_boundary=SYNCED, **kw)
+    ctx.row(variant=v, metric=MAX_ABS_DIFF, value=compiling.max_abs_diff(fn(), eager_at(x)()),
+            unit="abs", n=1, window="one call of each at this batch",
+            sync_boundary="outputs compared on the host", **kw)
+    ctx.log(f"{e21.shapes_variant(case)}: batch {b}: first call {ms:.1f} ms, {graphs} graph(s) "
+            "compiled")
+
+
 def shapes(ctx, model, make_input, eager_at):
     """dynamic=None vs dynamic=True: the base batch, then each new batch size once."""
     batches = ctx.params["batches"]
     kw = dict(execution="compiled", mode="inference")
-    for dyn_name, dynamic in (("default", None), ("dynamic_true", True)):
-        v = f"shapes/{dyn_name}"
+    for case, dynamic in e21.DYNAMIC_CASES:
+        v = e21.shapes_variant(case)
         torch._dynamo.reset()
         compiled = torch.compile(model, dynamic=dynamic)
         x0 = make_input(batches[0])
@@ -80,32 +112,9 @@ def shapes(ctx, model, make_input, eager_at):
         if first is None:
             continue
         for b in batches[1:]:
-            x = make_input(b)
-            fn = compiling.no_grad_forward(compiled, x)
-            before = compiling.counters()
-            try:
-                ms = timing.time_first_call(fn, ctx.sync)
-            except Exception as exc:
-                _compile_error(ctx, f"{v}/batch_{b}", exc, metric="new_shape_first_call")
-                continue
-            graphs = compiling.graphs_compiled(before, compiling.counters())
-            common = dict(variant=f"{v}/batch_{b}", sync_boundary=SYNCED, **kw)
-            ctx.row(metric="new_shape_first_call", value=ms, unit="ms",
-                    window=f"first call at the new batch {b} after {batches[0]}", **common)
-            ctx.row(metric="graphs_compiled", value=graphs, unit="count",
-                    window="torch._dynamo.utils.counters stats.unique_graphs during that call",
-                    **{**common, "sync_boundary": "n/a"})
-            again = timing.time_calls(fn, warmup=0, repeats=ctx.params["repeats"], sync=ctx.sync)
-            ctx.summary(again, variant=f"{v}/batch_{b}", metric="forward_latency",
-                        statistics=("median",), window="calls after the first at this batch",
-                        sync_boundary=SYNCED, **kw)
-            ctx.row(variant=f"{v}/batch_{b}", metric="max_abs_diff",
-                    value=compiling.max_abs_diff(fn(), eager_at(x)()), unit="abs", n=1,
-                    window="one call of each at this batch", sync_boundary="outputs compared "
-                    "on the host", **kw)
-            ctx.log(f"{v}: batch {b}: first call {ms:.1f} ms, {graphs} graph(s) compiled")
+            _new_shape(ctx, case, compiled, make_input(b), b, eager_at)
         total = compiling.graphs_compiled(start, compiling.counters())
-        ctx.row(variant=v, metric="recompiles", value=max(total - 1, 0), unit="count",
+        ctx.row(variant=v, metric=e21.RECOMPILES, value=max(total - 1, 0), unit="count",
                 n=len(batches), sync_boundary="n/a", **kw,
                 window=f"graphs compiled beyond the first over batches {batches} "
                        "(torch._dynamo.utils.counters stats.unique_graphs)")
@@ -118,7 +127,7 @@ def modes(ctx, model, x, eager):
         if mode in ("reduce-overhead", "max-autotune") and not ctx.is_cuda:
             note = "; CUDA graphs (part of this mode) apply only on CUDA: not used on CPU"
         fn = compiling.no_grad_forward(torch.compile(model, mode=mode), x)
-        _first_and_steady(ctx, f"mode/{mode}", fn, eager,
+        _first_and_steady(ctx, e21.mode_variant(mode), fn, eager,
                           f"first call, mode={mode!r} (Inductor cache private to this job; "
                           f"earlier variants may have filled it){note}")
 
@@ -133,34 +142,34 @@ def branchy(x):
 def graph_break(ctx, x):
     kw = dict(execution="compiled", mode="inference")
     torch._dynamo.reset()
-    v = "fullgraph/data_dependent_branch"
+    v = e21.FULLGRAPH_VARIANT
     try:
         torch.compile(branchy, fullgraph=True)(x)
     except Exception as exc:  # expected: fullgraph turns the graph break into an error
-        ctx.unsupported(variant=v, metric="graph_break", unit="count", status="error",
+        ctx.unsupported(variant=v, metric=e21.GRAPH_BREAK, unit="count", status="error",
                         reason=f"fullgraph=True raised {compiling.failure(exc, 160)}",
                         window="one call of torch.compile(fn, fullgraph=True)", **kw)
     else:
-        ctx.row(variant=v, metric="graph_break", value=0, unit="count",
+        ctx.row(variant=v, metric=e21.GRAPH_BREAK, value=0, unit="count",
                 window="fullgraph=True compiled the branch without a graph break",
                 sync_boundary="n/a", **kw)
     torch._dynamo.reset()
     try:
         ex = torch._dynamo.explain(branchy)(x)
     except Exception as exc:
-        ctx.unsupported(variant="graph_break/explain", metric="graph_breaks", unit="count",
+        ctx.unsupported(variant=e21.EXPLAIN_VARIANT, metric=e21.GRAPH_BREAKS, unit="count",
                         status="error", reason=f"torch._dynamo.explain failed: "
                         f"{compiling.failure(exc)}", **kw)
         return
     reasons = "; ".join(dict.fromkeys(str(r.reason).splitlines()[0][:80]
                                       for r in ex.break_reasons)) or "none"
-    common = dict(variant="graph_break/explain", sync_boundary="n/a", **kw,
+    common = dict(variant=e21.EXPLAIN_VARIANT, sync_boundary="n/a", **kw,
                   window=f"torch._dynamo.explain on the same function; break reason: {reasons}")
-    ctx.row(metric="graph_breaks", value=ex.graph_break_count, unit="count", **common)
-    ctx.row(metric="graphs", value=ex.graph_count, unit="count", **common)
+    ctx.row(metric=e21.GRAPH_BREAKS, value=ex.graph_break_count, unit="count", **common)
+    ctx.row(metric=e21.GRAPHS, value=ex.graph_count, unit="count", **common)
     torch._dynamo.reset()
     compiled = torch.compile(branchy)
-    ctx.row(variant="graph_break/compiled", metric="max_abs_diff",
+    ctx.row(variant=e21.BROKEN_COMPILED_VARIANT, metric=MAX_ABS_DIFF,
             value=compiling.max_abs_diff(compiled(x), branchy(x)), unit="abs", n=1,
             window="without fullgraph: the compiled pieces vs eager on the same input",
             sync_boundary="outputs compared on the host", **kw)
@@ -168,7 +177,7 @@ def graph_break(ctx, x):
 
 def measure(ctx):
     p = ctx.params
-    w = ctx.workload("pointwise", depth=p["depth"])
+    w = ctx.workload(POINTWISE, depth=p["depth"])
     w.model.eval()
 
     def make_input(b):

@@ -9,6 +9,7 @@ import torch
 from experiments import assert_only_cuda_rows_unsupported, one_value, run_tiny, tiny_results
 
 from perflab import figures, interventions, io, memory, tables, workloads
+from perflab.experiments import e18_attention_seq
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_the_backend_that_ran_is_named_and_was_eligible(e18):
         no = rows[(rows.metric == "backend_eligible") & (rows.value == 0)
                   & rows.variant.str.startswith(f"T{T}/")]
         assert (no.reason.str.len() > 0).all()
-        assert tables.e18_backends(rows, T) == ran[0]
+        assert e18_attention_seq.backends(rows, T) == ran[0]
 
 
 def test_manual_memory_grows_with_t_in_a_fresh_process(e18):

@@ -1,4 +1,8 @@
-"""E18: the read side of scripts/e18_attention_seq.py (its entry, table, figure and claims)."""
+"""E18, attention against sequence length: as T grows, how do the time and peak memory of
+manual attention (the T x T scores materialized) and of F.scaled_dot_product_attention grow,
+which SDPA backend ran, and where does the manual path run out of memory under the chapter's
+card-sized budget? Measured by scripts/e18_attention_seq.py.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from perflab.experiments import Experiment
 from perflab.tables import (
     NOT_RUN,
     Missing,
+    largest,
     make_table,
     peak_metric,
     pick,
@@ -21,49 +26,99 @@ from perflab.tables import (
 )
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "E18",
-        "attention_seq",
-        "Attention against sequence length: manual vs scaled_dot_product_attention",
-        "interventions",
-        workloads=("attention",),
-        cpu_behaviour="a smaller T range; no memory cap (CUDA allocator only): peak RSS "
-        "(VmHWM) of a fresh process per variant",
-    report_section='17 · Sequence length',
+    "E18",
+    "attention_seq",
+    "Attention against sequence length: manual vs scaled_dot_product_attention",
+    "interventions",
+    workloads=("attention",),
+    cpu_behaviour="a smaller T range; no memory cap (CUDA allocator only): peak RSS "
+    "(VmHWM) of a fresh process per variant",
+    report_section="17 · Sequence length",
 )
 
+# ------------------------------------------------------------------ the names its script writes
 
-def e18_backends(r: pd.DataFrame, T: int, metric: str = "backend_ran") -> str:
+#: the two implementations; each sequence length's variants are T<T>/<impl>
+MANUAL, SDPA = "manual", "sdpa"
+IMPLS = (MANUAL, SDPA)
+SEQ_PREFIX = "T"
+COMPARISON = f"{SDPA}_vs_{MANUAL}"
+
+#: T<T>/<impl>: forward + backward, synchronized and warmed (and perflab.interventions'
+#: peak rows of the implementation alone)
+FWD_BWD_LATENCY = "fwd_bwd_latency"
+#: T<T>/sdpa_vs_manual: agreement after one forward + backward on identical q/k/v, and the
+#: output's scale (mean |out|) it is set against
+OUT_MAX_ABS_DIFF, GRAD_MAX_ABS_DIFF, OUTPUT_SCALE = (
+    "out_max_abs_diff", "grad_max_abs_diff", "output_scale")
+#: T<T>/sdpa_backend/<backend>: 1 if the backend's operator ran unrestricted / if SDPA
+#: restricted to it runs (the reason when it cannot)
+BACKEND_RAN, BACKEND_ELIGIBLE = "backend_ran", "backend_eligible"
+#: the allocator cap every measurement ran under (CUDA), in MiB and as a fraction of the device
+BUDGET_VARIANT = "budget"
+MEMORY_BUDGET, MEMORY_FRACTION = "memory_budget", "memory_fraction"
+
+
+def seq_variant(seq: int, impl: str) -> str:
+    return f"{SEQ_PREFIX}{seq}/{impl}"
+
+
+def comparison_variant(seq: int) -> str:
+    return seq_variant(seq, COMPARISON)
+
+
+def backend_variant(seq: int, backend: str) -> str:
+    return seq_variant(seq, f"{SDPA}_backend/{backend}")
+
+
+# ------------------------------------------------------------------ accessors
+
+
+def backends(r: pd.DataFrame, seq: int, metric: str = BACKEND_RAN) -> str:
     """The SDPA backends with value 1 under ``metric`` at T, e.g. 'efficient_attention'."""
-    sel = r[r.variant.str.startswith(f"T{T}/sdpa_backend/") & (r.metric == metric)
+    sel = r[r.variant.str.startswith(backend_variant(seq, "")) & (r.metric == metric)
             & (r.status == "ok")]
     names = [v.rsplit("/", 1)[1] for v, x in zip(sel.variant, sel.value) if x == 1]
     return ", ".join(names) if names else ("none recognised" if not sel.empty else NOT_RUN)
 
 
+def correctness(rows: pd.DataFrame) -> list[tuple[str, float, str]]:
+    """The ledger's E18 line: the largest SDPA-vs-manual output difference over T, as
+    (ledger field, value, source row); none when not measured."""
+    worst = largest(rows, ENTRY.eid, OUT_MAX_ABS_DIFF, suffix=COMPARISON)
+    if worst is None:
+        return []
+    return [(f"{SDPA}_{OUT_MAX_ABS_DIFF}", worst,
+             f"{ENTRY.eid} */{COMPARISON} {OUT_MAX_ABS_DIFF} (max)")]
+
+
+# ------------------------------------------------------------------ table and figure
+
+
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Manual vs SDPA attention per T: ms and peak MiB of each, agreement, the backend that ran."""
-    r = rows_of("E18", frame)
+    r = rows_of(ENTRY.eid, frame)
     peak = peak_metric(r)
     records = []
-    for T in prefixed_numbers(r, "T"):
-        d = f"T{T}/sdpa_vs_manual"
+    for T in prefixed_numbers(r, SEQ_PREFIX):
+        d = comparison_variant(T)
         records.append({
-            "T": T, "manual_ms": pick(r, f"T{T}/manual", "fwd_bwd_latency"),
-            "manual_mib": pick(r, f"T{T}/manual", peak, "max"),
-            "sdpa_ms": pick(r, f"T{T}/sdpa", "fwd_bwd_latency"),
-            "sdpa_mib": pick(r, f"T{T}/sdpa", peak, "max"),
-            "out_max_abs_diff": pick(r, d, "out_max_abs_diff", "value"),
-            "grad_max_abs_diff": pick(r, d, "grad_max_abs_diff", "value"),
-            "sdpa_backend_ran": e18_backends(r, T),
-            "sdpa_backends_eligible": e18_backends(r, T, "backend_eligible"),
+            "T": T, "manual_ms": pick(r, seq_variant(T, MANUAL), FWD_BWD_LATENCY),
+            "manual_mib": pick(r, seq_variant(T, MANUAL), peak, "max"),
+            "sdpa_ms": pick(r, seq_variant(T, SDPA), FWD_BWD_LATENCY),
+            "sdpa_mib": pick(r, seq_variant(T, SDPA), peak, "max"),
+            "out_max_abs_diff": pick(r, d, OUT_MAX_ABS_DIFF, "value"),
+            "grad_max_abs_diff": pick(r, d, GRAD_MAX_ABS_DIFF, "value"),
+            "sdpa_backend_ran": backends(r, T),
+            "sdpa_backends_eligible": backends(r, T, BACKEND_ELIGIBLE),
         })
     return make_table(records, ["T", "manual_ms", "manual_mib", "sdpa_ms", "sdpa_mib",
-                            "out_max_abs_diff", "grad_max_abs_diff", "sdpa_backend_ran",
-                            "sdpa_backends_eligible"])
+                                "out_max_abs_diff", "grad_max_abs_diff", "sdpa_backend_ran",
+                                "sdpa_backends_eligible"])
 
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
@@ -73,84 +128,119 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     that T on both panels instead of a point.
     """
     # plotting is imported here, not above: timing jobs import this module
-    import seaborn as sns
-    from matplotlib.ticker import FuncFormatter
+    from perflab.figures import new_figure
 
-    from perflab.figures import log2_x, new_figure
-
-    r = rows[rows.experiment == "E18"]
-    title_rows = r[r.variant.str.endswith("/manual")]
-    fig, axes = new_figure("E18", title_rows if not title_rows.empty else r, ncols=2,
-                            width=12.0)
-    seqs = prefixed_numbers(r, "T")
+    r = rows_of(ENTRY.eid, rows)
+    title_rows = r[r.variant.str.endswith("/" + MANUAL)]
+    fig, axes = new_figure(ENTRY.eid, title_rows if not title_rows.empty else r, ncols=2,
+                           width=12.0)
+    seqs = prefixed_numbers(r, SEQ_PREFIX)
     peak = peak_metric(r)
-    notes: list[str] = []
-    panels = [(axes[0], "fwd_bwd_latency", "median", "forward + backward ms (median)"),
+    panels = [(axes[0], FWD_BWD_LATENCY, "median", "forward + backward ms (median)"),
               (axes[1], peak, "max", "peak allocated MiB" if peak == "peak_allocated"
                else "peak RSS MiB (fresh process per point)")]
+    notes: list[str] = []
     for ax, metric, statistic, ylabel in panels:
-        drawn: list[float] = []
-        for i, impl in enumerate(("manual", "sdpa")):
-            xs, ys = [], []
-            for T in seqs:
-                cell = pick(r, f"T{T}/{impl}", metric, statistic)
-                if isinstance(cell, Missing):
-                    ax.text(T, 0.97 - 0.08 * i, f"{impl}: {cell.status}",
-                            transform=ax.get_xaxis_transform(), rotation=90, ha="center",
-                            va="top", fontsize=8, color=sns.color_palette()[i])
-                    if cell.reason and ax is axes[0]:
-                        notes.append(textwrap.shorten(f"T={T} {impl}: {cell}", 200))
-                    continue
-                xs.append(T)
-                ys.append(float(cell))
-            drawn += ys
-            if xs:
-                label = impl if impl == "manual" else "SDPA"
-                ax.plot(xs, ys, marker="os"[i], label=label, color=sns.color_palette()[i])
-        if seqs:
-            log2_x(ax, seqs)
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            # within one decade no major tick shows: label the minor ones instead
-            narrow = bool(drawn) and max(drawn) < 10 * min(drawn)
-            ax.yaxis.set_minor_formatter(FuncFormatter(
-                (lambda v, _: f"{v:g}") if narrow else (lambda v, _: "")))
-        ax.set_xlabel("sequence length T (log2)")
-        ax.set_ylabel(ylabel)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper left", fontsize=8)
+        reasons, drawn = _draw_series(ax, r, seqs, metric, statistic)
+        if ax is axes[0]:
+            notes += reasons
+        _seq_axes(ax, seqs, ylabel, drawn)
+    _titles_and_notes(fig, axes, r, seqs, notes)
+    return fig
+
+
+def _draw_series(ax: "Axes", r: pd.DataFrame, seqs: list[int], metric: str,
+                 statistic: str) -> tuple[list[str], list[float]]:
+    """Each implementation's points of ``metric`` against T, its status where it has none;
+    returns (a note for each missing point with a reason, the values drawn)."""
+    import seaborn as sns
+
+    notes, drawn = [], []
+    for i, impl in enumerate(IMPLS):
+        xs, ys = [], []
+        for T in seqs:
+            cell = pick(r, seq_variant(T, impl), metric, statistic)
+            if isinstance(cell, Missing):
+                ax.text(T, 0.97 - 0.08 * i, f"{impl}: {cell.status}",
+                        transform=ax.get_xaxis_transform(), rotation=90, ha="center",
+                        va="top", fontsize=8, color=sns.color_palette()[i])
+                if cell.reason:
+                    notes.append(textwrap.shorten(f"T={T} {impl}: {cell}", 200))
+                continue
+            xs.append(T)
+            ys.append(float(cell))
+        drawn += ys
+        if xs:
+            label = impl if impl == MANUAL else "SDPA"
+            ax.plot(xs, ys, marker="os"[i], label=label, color=sns.color_palette()[i])
+    return notes, drawn
+
+
+def _seq_axes(ax: "Axes", seqs: list[int], ylabel: str, drawn: list[float]) -> None:
+    """Log2 T against a log y axis, with minor labels when ``drawn`` spans under a decade."""
+    from matplotlib.ticker import FuncFormatter
+
+    from perflab.figures import log2_x
+
     if seqs:
-        ran = sorted({e18_backends(r, T) for T in seqs})
+        log2_x(ax, seqs)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        # within one decade no major tick shows: label the minor ones instead
+        narrow = bool(drawn) and max(drawn) < 10 * min(drawn)
+        ax.yaxis.set_minor_formatter(FuncFormatter(
+            (lambda v, _: f"{v:g}") if narrow else (lambda v, _: "")))
+    ax.set_xlabel("sequence length T (log2)")
+    ax.set_ylabel(ylabel)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)
+
+
+def _titles_and_notes(fig: "Figure", axes, r: pd.DataFrame, seqs: list[int],
+                      notes: list[str]) -> None:
+    """The backends that ran over the time panel, the cap over the memory panel, the notes."""
+    if seqs:
+        ran = sorted({backends(r, T) for T in seqs})
         axes[0].set_title("SDPA backend that ran: " + "; ".join(ran), fontsize=9)
-    budget = pick(r, "budget", "memory_budget", "value")
+    budget = pick(r, BUDGET_VARIANT, MEMORY_BUDGET, "value")
     if not isinstance(budget, Missing):
         axes[1].set_title(f"allocator capped at {float(budget) / 1024:.1f} GiB", fontsize=9)
     if notes:
         fig.supxlabel("\n".join(textwrap.fill(n, 170) for n in dict.fromkeys(notes)),
                       x=0.01, ha="left", fontsize=8, color="#a35f00")
-    return fig
+
+
+# ------------------------------------------------------------------ claims
+
+#: C39: the manual peak must grow at least this much per doubling of T (~T^2 would be 4)
+MANUAL_GROWTH_PER_DOUBLING = 3
+
+
+def _peaks_by_seq(ev, impl: str) -> dict[int, float]:
+    """{T: peak MiB} of one implementation: allocator peaks, or on a CPU fresh-process RSS."""
+    def of(metric):
+        return {v: x for v, x in ev.variants(ENTRY.eid, SEQ_PREFIX, metric, "max").items()
+                if v.endswith(f"/{impl}")}
+
+    got = of("peak_allocated") or of("peak_rss")
+    return {int(v.split("/")[0].removeprefix(SEQ_PREFIX)): x for v, x in got.items()}
 
 
 @claim("C39", "E18", "manual attention memory grows ~T^2 and OOMs first; SDPA allocates far less",
        chapter="manual 576 -> 2160 MiB (T 1024 -> 2048), OOM at 4096; SDPA 354 MiB at 4096",
-       tolerance="manual peak ratio per doubling >= 3; SDPA peak < manual at the largest shared T")
+       tolerance=f"manual peak ratio per doubling >= {MANUAL_GROWTH_PER_DOUBLING}; SDPA peak "
+       "< manual at the largest shared T")
 def _attention_memory(ev):
-    def series(impl):
-        got = ({v: x for v, x in ev.variants("E18", "T", "peak_allocated", "max").items()
-                if v.endswith(f"/{impl}")}
-               or {v: x for v, x in ev.variants("E18", "T", "peak_rss", "max").items()
-                   if v.endswith(f"/{impl}")})
-        return {int(v.split("/")[0].removeprefix("T")): x for v, x in got.items()}
-
-    man, sd = sorted(series("manual").items()), series("sdpa")
-    if len(man) < 2:
-        raise Absent("fewer than two manual sequence lengths" + ("" if ev.has("E18") else " (E18 not run)"))
-    (t1, m1), (t2, m2) = man[-2], man[-1]
+    manual, sdpa = _peaks_by_seq(ev, MANUAL), _peaks_by_seq(ev, SDPA)
+    if len(manual) < 2:
+        raise Absent("fewer than two manual sequence lengths"
+                     + ("" if ev.has(ENTRY.eid) else f" ({ENTRY.eid} not run)"))
+    (t1, m1), (t2, m2) = sorted(manual.items())[-2:]
     per_doubling = (m2 / m1) ** (1 / math.log2(t2 / t1))
-    shared = max(t for t, _ in man if t in sd) if any(t in sd for t, _ in man) else None
-    smaller = shared is not None and sd[shared] < dict(man)[shared]
-    return holds(per_doubling >= 3 and smaller,
+    shared = max((t for t in manual if t in sdpa), default=None)
+    smaller = shared is not None and sdpa[shared] < manual[shared]
+    return holds(per_doubling >= MANUAL_GROWTH_PER_DOUBLING and smaller,
                  f"manual x{per_doubling:.2f} per doubling (T {t1} -> {t2}); "
-                 + (f"SDPA {sd[shared]:.1f} vs manual {dict(man)[shared]:.1f} MiB at T={shared}"
+                 + (f"SDPA {sdpa[shared]:.1f} vs manual {manual[shared]:.1f} MiB at T={shared}"
                     if shared else "no shared T"),
                  mechanism="the manual peak is not dominated by the T x T score matrix at these sizes")
