@@ -19,11 +19,10 @@ import gc
 import torch
 
 from perflab import compiling, memory, timing
+from perflab.experiments import e22_matrix as e22
 from perflab.runner import run
 
 SYNCED = "synchronized at both ends of each call"
-CELLS = (("eager_fp32", False, False), ("eager_amp", False, True),
-         ("compiled_fp32", True, False), ("compiled_amp", True, True))
 
 
 def make_step(ctx, model, w, opt, x, y, amp_dtype):
@@ -53,18 +52,70 @@ def make_step(ctx, model, w, opt, x, y, amp_dtype):
     return step
 
 
-def measure(ctx):
+def first_step(ctx, cell, compiled, step, kw):
+    """The cell's first step, timed with the device synchronized at both ends (for a compiled
+    cell, the compilation); (its loss, ms), or None when it failed (an error row)."""
+    try:
+        ctx.sync()
+        t0 = timing._clock()
+        loss = float(step().detach())
+        ctx.sync()
+        first = (timing._clock() - t0) * 1e3
+    except Exception as exc:
+        msg = ("torch.compile failed: " if compiled else "step failed: ") \
+            + compiling.failure(exc)
+        ctx.log(f"{cell}: {msg}")
+        ctx.unsupported(variant=cell, metric="step_latency", unit="ms", status="error",
+                        reason=msg, **kw)
+        return None
+    ctx.row(variant=cell, metric=e22.FIRST_STEP, value=first, unit="ms", sync_boundary=SYNCED,
+            window="first step of this cell" + (" (includes compilation; Inductor cache "
+                                               "private to this job)" if compiled else ""),
+            **kw)
+    return loss, first
+
+
+def steady_state(ctx, cell, step, batch_size, kw):
+    """The cell's steady state after warmup: step latency and throughput; the median ms."""
     p, t = ctx.params, ctx.timing
-    parts = ctx.trainable(variants=[c for c, *_ in CELLS])
+    window = f"steady state after warmup {t['warmup']}, {p['repeats']} repeats"
+    s = ctx.summary(timing.time_calls(step, warmup=t["warmup"], repeats=p["repeats"],
+                                      sync=ctx.sync),
+                    variant=cell, metric="step_latency", window=window, sync_boundary=SYNCED,
+                    statistics=("median", "iqr", "p25", "p75", "min", "max"), **kw)
+    ctx.row(variant=cell, metric="throughput", value=batch_size / s["median"] * 1e3,
+            unit="examples/s", statistic="median", n=p["repeats"],
+            sync_boundary=timing.DRAINED_THROUGHPUT, window=f"B / median step ({window})", **kw)
+    return s["median"]
+
+
+def peaks(ctx, cell, kw):
+    """The cell's allocator peaks since they were reset before it (CUDA; else why not)."""
+    if not ctx.is_cuda:
+        for metric in ("peak_allocated", "peak_reserved"):
+            ctx.unsupported(variant=cell, metric=metric, unit="MiB",
+                            reason=compiling.CPU_PEAK_REASON, **kw)
+        return
+    c = memory.cuda_counters(ctx.device)
+    common = dict(variant=cell, unit="MiB", statistic="max",
+                  n=ctx.params["repeats"] + ctx.timing["warmup"] + 1,
+                  window="this cell's first, warmup and timed steps; peaks reset before",
+                  sync_boundary="allocator peak counters after a final sync", **kw)
+    ctx.row(metric="peak_allocated", value=c.max_allocated_mib, **common)
+    ctx.row(metric="peak_reserved", value=c.max_reserved_mib, **common)
+
+
+def measure(ctx):
+    p = ctx.params
+    parts = ctx.trainable(variants=list(e22.CELL_NAMES))
     if parts is None:
         return
     w, _ = parts
     fresh = copy.deepcopy(w.model)
     x, y = w.batch_on(ctx.device)
     amp = getattr(torch, p["amp_dtype"])
-    window = f"steady state after warmup {t['warmup']}, {p['repeats']} repeats"
     reference = None
-    for cell, compiled, use_amp in CELLS:
+    for cell, compiled, use_amp in e22.CELLS:
         kw = dict(execution="compiled" if compiled else "eager",
                   dtype=f"autocast {p['amp_dtype']}" if use_amp else ctx.contract["dtype"])
         torch._dynamo.reset()
@@ -76,51 +127,20 @@ def measure(ctx):
         if ctx.is_cuda:
             torch.cuda.empty_cache()
             memory.reset_cuda_peaks(ctx.device)
-        try:
-            ctx.sync()
-            t0 = timing._clock()
-            loss = float(step().detach())
-            ctx.sync()
-            first = (timing._clock() - t0) * 1e3
-        except Exception as exc:
-            msg = ("torch.compile failed: " if compiled else "step failed: ") \
-                + compiling.failure(exc)
-            ctx.log(f"{cell}: {msg}")
-            ctx.unsupported(variant=cell, metric="step_latency", unit="ms", status="error",
-                            reason=msg, **kw)
+        got = first_step(ctx, cell, compiled, step, kw)
+        if got is None:
             continue
-        ctx.row(variant=cell, metric="first_step", value=first, unit="ms", sync_boundary=SYNCED,
-                window="first step of this cell" + (" (includes compilation; Inductor cache "
-                                                   "private to this job)" if compiled else ""),
-                **kw)
-        if reference is None and cell == "eager_fp32":
+        loss, first = got
+        if reference is None and cell == e22.REFERENCE_CELL:
             reference = loss
         if reference is not None:
-            ctx.row(variant=cell, metric="loss_abs_diff_vs_eager_fp32",
+            ctx.row(variant=cell, metric=e22.LOSS_ABS_DIFF_VS_REFERENCE,
                     value=abs(loss - reference), unit="abs", n=1, sync_boundary="loss read "
                     "on the host", window="first step's loss, same initial state and batch", **kw)
-        s = ctx.summary(timing.time_calls(step, warmup=t["warmup"], repeats=p["repeats"],
-                                          sync=ctx.sync),
-                        variant=cell, metric="step_latency", window=window, sync_boundary=SYNCED,
-                        statistics=("median", "iqr", "p25", "p75", "min", "max"), **kw)
-        ctx.row(variant=cell, metric="throughput", value=w.batch_size / s["median"] * 1e3,
-                unit="examples/s", statistic="median", n=p["repeats"],
-                sync_boundary=timing.DRAINED_THROUGHPUT,
-                window=f"B / median step ({window})", **kw)
-        if ctx.is_cuda:
-            c = memory.cuda_counters(ctx.device)
-            common = dict(variant=cell, unit="MiB", statistic="max",
-                          n=p["repeats"] + t["warmup"] + 1,
-                          window="this cell's first, warmup and timed steps; peaks reset before",
-                          sync_boundary="allocator peak counters after a final sync", **kw)
-            ctx.row(metric="peak_allocated", value=c.max_allocated_mib, **common)
-            ctx.row(metric="peak_reserved", value=c.max_reserved_mib, **common)
-        else:
-            for metric in ("peak_allocated", "peak_reserved"):
-                ctx.unsupported(variant=cell, metric=metric, unit="MiB",
-                                reason=compiling.CPU_PEAK_REASON, **kw)
-        ctx.log(f"{cell}: first step {first / 1e3:.2f} s, steady {s['median']:.3f} ms, "
-                f"{w.batch_size / s['median'] * 1e3:.0f} examples/s")
+        median = steady_state(ctx, cell, step, w.batch_size, kw)
+        peaks(ctx, cell, kw)
+        ctx.log(f"{cell}: first step {first / 1e3:.2f} s, steady {median:.3f} ms, "
+                f"{w.batch_size / median * 1e3:.0f} examples/s")
         del step, opt, runner_model, model
 
 

@@ -23,6 +23,7 @@ CPU there is no host-to-device copy to pin for: those rows say so.
 import copy
 
 from perflab import pipeline, stats, timing
+from perflab.experiments import e24_input_pipeline as e24
 from perflab.runner import run
 
 SYNCED = "device synchronized at each phase boundary"
@@ -76,24 +77,24 @@ def config_rows(ctx, w, v, workers, pin, r, reference):
               f"order), each a fresh iterator: its first batch and {p['warmup']} warmup steps "
               f"untimed, then {p['steps']} timed steps; num_workers={workers}, "
               f"pin_memory={pin}, {p['item_ops']} preparation passes per example")
-    for metric, samples in (("input_wait", r.wait_ms), ("host_to_device", r.h2d_ms),
-                            ("compute", r.compute_ms), ("step_latency", r.step_ms)):
+    for metric, samples in ((e24.INPUT_WAIT, r.wait_ms), (e24.HOST_TO_DEVICE, r.h2d_ms),
+                            (e24.COMPUTE, r.compute_ms), (e24.STEP_LATENCY, r.step_ms)):
         s = ctx.summary(samples, variant=v, metric=metric, window=window, sync_boundary=SYNCED,
                         statistics=STATS, block=r.block)
-        if metric == "step_latency":
+        if metric == e24.STEP_LATENCY:
             median = s["median"]
     common = dict(variant=v, n=len(r.step_ms), window=window, sync_boundary=SYNCED)
     # summed, not a median: a few long waits (workers falling behind) cost their full time
-    ctx.row(metric="input_wait_share", value=r.wait_share, unit="%",
+    ctx.row(metric=e24.INPUT_WAIT_SHARE, value=r.wait_share, unit="%",
             **{**common, "window": window + "; summed input wait / summed step time"})
-    ctx.row(metric="throughput", value=w.batch_size / median * 1e3, unit="examples/s",
+    ctx.row(metric=e24.THROUGHPUT, value=w.batch_size / median * 1e3, unit="examples/s",
             statistic="median", **{**common, "sync_boundary": DRAINED})
-    ctx.row(variant=v, metric="first_batch_wait", value=r.first_wait_ms, unit="ms",
+    ctx.row(variant=v, metric=e24.FIRST_BATCH_WAIT, value=r.first_wait_ms, unit="ms",
             window="the first batch of the first block's fresh loader (starts its workers)",
             sync_boundary=SYNCED)
     if reference is not None:
         diff = max(abs(a - b) for a, b in zip(r.losses, reference))
-        ctx.row(metric="loss_max_abs_diff_vs_workers_0", value=diff, unit="abs",
+        ctx.row(metric=e24.LOSS_MAX_ABS_DIFF_VS_REFERENCE, value=diff, unit="abs",
                 **{**common, "n": len(r.losses),
                    "window": "losses of every step (first, warmup, timed; every block) vs "
                              "num_workers=0"})
@@ -103,11 +104,11 @@ def config_rows(ctx, w, v, workers, pin, r, reference):
 
 def judge_most_workers(ctx, runs, most):
     """The most workers against none, block by block (the blocks ran next to each other)."""
-    a, b = runs["workers_0"].block_medians(), runs[most].block_medians()
+    a, b = runs[e24.REFERENCE].block_medians(), runs[most].block_medians()
     j = stats.judge(a, b, paired=True, noise_floor_pct=ctx.noise_floor_pct)
-    ctx.judgement(j, variant=f"pair/{most}_minus_workers_0",
+    ctx.judgement(j, variant=e24.pair_variant(most),
                   window=f"block medians of the step, {len(a)} interleaved blocks")
-    ctx.log(f"{most} vs workers_0: {j.relative_pct:+.1f}% ({j.verdict}, p={j.p:.3g})")
+    ctx.log(f"{most} vs {e24.REFERENCE}: {j.relative_pct:+.1f}% ({j.verdict}, p={j.p:.3g})")
 
 
 def copy_pair(ctx, x_host):
@@ -126,10 +127,11 @@ def copy_pair(ctx, x_host):
     mib = pageable.numel() * pageable.element_size() / 2**20
     window = (f"x.to(device, non_blocking=True) of one batch ({mib:.1f} MiB); "
               f"{p['copy_blocks']} interleaved blocks of {p['copy_inner']}")
-    d = ctx.ab(res, a="copy/pageable", b="copy/pinned", window=window, metric="host_to_device")
+    d = ctx.ab(res, a=e24.COPY_PAGEABLE, b=e24.COPY_PINNED, window=window,
+               metric=e24.HOST_TO_DEVICE)
     gb = pageable.numel() * pageable.element_size() / 1e9
-    for v, ms in (("copy/pageable", d["a"]), ("copy/pinned", d["b"])):
-        ctx.row(variant=v, metric="bandwidth", value=gb / (ms / 1e3), unit="GB/s",
+    for v, ms in ((e24.COPY_PAGEABLE, d["a"]), (e24.COPY_PINNED, d["b"])):
+        ctx.row(variant=v, metric=e24.BANDWIDTH, value=gb / (ms / 1e3), unit="GB/s",
                 statistic="median", n=p["copy_blocks"] * p["copy_inner"], window=window,
                 sync_boundary="synchronized at both ends of each call; blocks interleaved AB/BA")
     ctx.log(f"copy: pageable {d['a']:.3f} ms, pinned {d['b']:.3f} ms")
@@ -137,7 +139,7 @@ def copy_pair(ctx, x_host):
 
 def measure(ctx):
     p = ctx.params
-    parts = ctx.trainable(variants=("workers_0",))
+    parts = ctx.trainable(variants=(e24.REFERENCE,))
     if parts is None:
         return
     w, _ = parts
@@ -146,30 +148,30 @@ def measure(ctx):
     length = (1 + p["warmup"] + p["steps"]) * w.batch_size  # one block's batches
     ds = pipeline.PreparedDataset(x_pool, y_pool, length, p["item_ops"])
     cores = pipeline.available_cores()
-    configs = [(f"workers_{k}", k, False) for k in p["workers"] if k <= cores]
+    configs = [(e24.workers_variant(k), k, False) for k in p["workers"] if k <= cores]
     k_pin = min(p["pin_workers"], cores)
     if ctx.is_cuda:
-        configs.append((f"workers_{k_pin}/pinned", k_pin, True))
+        configs.append((e24.workers_variant(k_pin, True), k_pin, True))
     runs = interleaved(ctx, w, fresh, ds, configs)
-    reference = runs["workers_0"].losses if "workers_0" in runs else None
+    reference = runs[e24.REFERENCE].losses if e24.REFERENCE in runs else None
     for k in p["workers"]:  # rows in the configured order, a skipped count in its place
         if k > cores:
-            ctx.unsupported(variant=f"workers_{k}", metric="input_wait_share", unit="%",
+            ctx.unsupported(variant=e24.workers_variant(k), metric=e24.INPUT_WAIT_SHARE, unit="%",
                             reason=f"{k} workers > the {cores} cores this job may use")
             continue
-        v = f"workers_{k}"
+        v = e24.workers_variant(k)
         config_rows(ctx, w, v, k, False, runs[v], None if k == 0 else reference)
     if ctx.is_cuda:
-        v = f"workers_{k_pin}/pinned"
+        v = e24.workers_variant(k_pin, True)
         config_rows(ctx, w, v, k_pin, True, runs[v], reference)
     unpinned = [(k, v) for v, k, pin in configs if not pin and k > 0]
     if reference is not None and unpinned:
         judge_most_workers(ctx, runs, max(unpinned)[1])
     if not ctx.is_cuda:
-        for v, metric in ((f"workers_{k_pin}/pinned", "input_wait_share"),
-                          ("copy/pageable", "host_to_device"), ("copy/pinned", "host_to_device")):
-            ctx.unsupported(variant=v, metric=metric, unit="%" if "share" in metric else "ms",
-                            reason=CPU_PIN_REASON)
+        for v, metric, unit in ((e24.workers_variant(k_pin, True), e24.INPUT_WAIT_SHARE, "%"),
+                                (e24.COPY_PAGEABLE, e24.HOST_TO_DEVICE, "ms"),
+                                (e24.COPY_PINNED, e24.HOST_TO_DEVICE, "ms")):
+            ctx.unsupported(variant=v, metric=metric, unit=unit, reason=CPU_PIN_REASON)
         return
     copy_pair(ctx, x_pool)
 

@@ -1,4 +1,8 @@
-"""E24: the read side of scripts/e24_input_pipeline.py (its entry, table, figure and claims)."""
+"""E24, the input pipeline (the companion article): is a DataLoader-fed step waiting for its
+input — the input-wait share as num_workers grows, with the losses unchanged — and does
+pinned host memory make the host-to-device copy faster? Measured by
+scripts/e24_input_pipeline.py.
+"""
 
 from __future__ import annotations
 
@@ -14,40 +18,78 @@ from perflab.tables import Missing, make_table, pick, rows_of
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "E24",
-        "input_pipeline",
-        "Input pipeline: input-wait share vs num_workers, pageable vs pinned copies",
-        "interventions",
-        cpu_behaviour="num_workers sweep only; pinned and non_blocking rows unsupported",
-    report_section='23 · Article: the input pipeline',
+    "E24",
+    "input_pipeline",
+    "Input pipeline: input-wait share vs num_workers, pageable vs pinned copies",
+    "interventions",
+    cpu_behaviour="num_workers sweep only; pinned and non_blocking rows unsupported",
+    report_section="23 · Article: the input pipeline",
 )
+
+# ------------------------------------------------------------------ the names its script writes
+
+#: each loader configuration is workers_<N> (pageable host memory) or workers_<N>/pinned
+WORKERS_PREFIX, PINNED = "workers_", "pinned"
+#: the bare copy of one batch, pageable and pinned, as an interleaved pair
+COPY_PAGEABLE, COPY_PINNED = "copy/pageable", "copy/pinned"
+
+#: the three parts of a fed step (perflab.pipeline.FedRun), each step's median beside the
+#: whole step's (STEP_LATENCY); the first two are named as perflab.steps.PHASES names them
+INPUT_WAIT, HOST_TO_DEVICE, COMPUTE = "input_wait", "host_to_device", "compute"
+PARTS = (INPUT_WAIT, HOST_TO_DEVICE, COMPUTE)
+STEP_LATENCY = "step_latency"
+#: per configuration: summed input wait / summed step time (%), examples/s, the first
+#: batch's wait (worker start-up) and the losses against num_workers=0's
+INPUT_WAIT_SHARE, THROUGHPUT, FIRST_BATCH_WAIT = (
+    "input_wait_share", "throughput", "first_batch_wait")
+#: per bare copy: GB/s
+BANDWIDTH = "bandwidth"
+
+
+def workers_variant(workers: int, pinned: bool = False) -> str:
+    return f"{WORKERS_PREFIX}{workers}" + (f"/{PINNED}" if pinned else "")
+
+
+#: the configuration every other's losses are compared with
+REFERENCE = workers_variant(0)
+LOSS_MAX_ABS_DIFF_VS_REFERENCE = f"loss_max_abs_diff_vs_{REFERENCE}"
+
+
+def pair_variant(most: str) -> str:
+    """The judgement of the most workers' block medians against the reference's."""
+    return f"pair/{most}_minus_{REFERENCE}"
+
+
+def _configurations(r: pd.DataFrame) -> list[str]:
+    """The loader configurations in E24's rows, in the order they ran."""
+    return [v for v in dict.fromkeys(r.variant) if v.startswith(WORKERS_PREFIX)]
+
+
+# ------------------------------------------------------------------ table and figure
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Input pipeline: one row per loader configuration, then the pageable/pinned copy pair."""
-    r = rows_of("E24", frame)
+    r = rows_of(ENTRY.eid, frame)
     records = []
-    for v in dict.fromkeys(r.variant):
-        if not v.startswith("workers_"):
-            continue
+    for v in _configurations(r):
         records.append({
             "configuration": v,
-            "step_median_ms": pick(r, v),
-            "input_wait_median_ms": pick(r, v, "input_wait"),
-            "host_to_device_median_ms": pick(r, v, "host_to_device"),
-            "compute_median_ms": pick(r, v, "compute"),
+            "step_median_ms": pick(r, v, STEP_LATENCY),
+            "input_wait_median_ms": pick(r, v, INPUT_WAIT),
+            "host_to_device_median_ms": pick(r, v, HOST_TO_DEVICE),
+            "compute_median_ms": pick(r, v, COMPUTE),
             # summed wait / summed step: a few long waits weigh in full, unlike the medians
-            "input_wait_share_of_summed_steps_pct": pick(r, v, "input_wait_share", "value"),
-            "examples_per_s": pick(r, v, "throughput"),
-            "first_batch_wait_ms": pick(r, v, "first_batch_wait", "value"),
-            "loss_max_abs_diff": pick(r, v, "loss_max_abs_diff_vs_workers_0", "value"),
+            "input_wait_share_of_summed_steps_pct": pick(r, v, INPUT_WAIT_SHARE, "value"),
+            "examples_per_s": pick(r, v, THROUGHPUT),
+            "first_batch_wait_ms": pick(r, v, FIRST_BATCH_WAIT, "value"),
+            "loss_max_abs_diff": pick(r, v, LOSS_MAX_ABS_DIFF_VS_REFERENCE, "value"),
         })
-    for v in ("copy/pageable", "copy/pinned"):
+    for v in (COPY_PAGEABLE, COPY_PINNED):
         records.append({"configuration": f"bare {v}",
-                        "host_to_device_median_ms": pick(r, v, "host_to_device"),
-                        "bandwidth_gb_per_s": pick(r, v, "bandwidth")})
+                        "host_to_device_median_ms": pick(r, v, HOST_TO_DEVICE),
+                        "bandwidth_gb_per_s": pick(r, v, BANDWIDTH)})
     return make_table(records)
 
 
@@ -57,13 +99,12 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     import seaborn as sns
 
     from perflab.figures import add_note, new_figure, num
-    r = rows[rows.experiment == "E24"]
-    fig, (ax,) = new_figure("E24", r, width=9.0)
-    configs = [v for v in dict.fromkeys(r.variant) if v.startswith("workers_")]
-    parts = ("input_wait", "host_to_device", "compute")
+    r = rows_of(ENTRY.eid, rows)
+    fig, (ax,) = new_figure(ENTRY.eid, r, width=9.0)
+    configs = _configurations(r)
     bottom = np.zeros(len(configs))
     notes = []
-    for i, part in enumerate(parts):
+    for i, part in enumerate(PARTS):
         vals = []
         for c in configs:
             cell = pick(r, c, part)
@@ -74,7 +115,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
                color=sns.color_palette()[i])
         bottom += np.asarray(vals)
     for x, c in enumerate(configs):
-        share = pick(r, c, "input_wait_share", "value")
+        share = pick(r, c, INPUT_WAIT_SHARE, "value")
         if not isinstance(share, Missing):
             ax.text(x, bottom[x], f"wait {share:.0f}%", ha="center", va="bottom", fontsize=8)
         else:  # not run: say so at its place instead of an empty slot
@@ -89,34 +130,49 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     return fig
 
 
+# ------------------------------------------------------------------ claims
+
+#: C46: with no workers, input wait must be at least this share of the step for workers to
+#: be the intervention
+INPUT_BOUND_SHARE_PCT = 25
+
+
+def _step_by_workers(ev) -> dict[int, float]:
+    """{num_workers: median step ms} of the pageable loader configurations."""
+    got = ev.variants(ENTRY.eid, WORKERS_PREFIX, STEP_LATENCY)
+    return {int(v.removeprefix(WORKERS_PREFIX)): x for v, x in got.items() if "/" not in v}
+
+
 @claim("C46", "E24", "when input wait dominates the step, DataLoader workers shorten it",
        chapter="article: check input wait first; workers help only when it is the largest part",
-       tolerance="input wait >= 25% of the step with 0 workers; the most workers' step shorter "
-                 "by more than the A/A floor (C00)")
+       tolerance=f"input wait >= {INPUT_BOUND_SHARE_PCT}% of the step with 0 workers; the most "
+                 "workers' step shorter by more than the A/A floor (C00)")
 def _workers(ev):
-    steps = {int(v.removeprefix("workers_")): x for v, x in
-             ev.variants("E24", "workers_", "step_latency").items() if "/" not in v}
+    eid = ENTRY.eid
+    steps = _step_by_workers(ev)
     if len(steps) < 2 or 0 not in steps:
-        raise Absent("fewer than two worker counts" + ("" if ev.has("E24") else " (E24 not run)"))
-    share = ev.value("E24", "workers_0", "input_wait_share", "value")
+        raise Absent("fewer than two worker counts" + ("" if ev.has(eid) else f" ({eid} not run)"))
+    share = ev.value(eid, REFERENCE, INPUT_WAIT_SHARE, "value")
     most = max(steps)
     rel = (steps[most] - steps[0]) / steps[0]
-    return judge(share >= 25 and rel < 0,
+    return judge(share >= INPUT_BOUND_SHARE_PCT and rel < 0,
                  f"input wait {share:.0f}% of the step with 0 workers; step {steps[0]:.2f} -> "
                  f"{steps[most]:.2f} ms with {most} ({pct(100 * rel)})",
                  is_resolved=against_floor(ev, 100 * rel, 0, agree=False),
-                 mechanism="input wait is not where the step's time goes" if share < 25
-                 else "more workers did not shorten the step")
+                 mechanism="input wait is not where the step's time goes"
+                 if share < INPUT_BOUND_SHARE_PCT else "more workers did not shorten the step")
 
 
 @claim("C47", "E24", "pinned host memory makes the host-to-device copy faster",
        chapter="article: test pin_memory + non_blocking for the transfer",
        tolerance="pinned copy median below pageable, resolved by the pair's significance test")
 def _pinned(ev):
-    d = "copy/pinned_minus_copy/pageable"
-    pinned = ev.value("E24", "copy/pinned", "host_to_device")
-    pageable = ev.value("E24", "copy/pageable", "host_to_device")
+    eid = ENTRY.eid
+    pinned = ev.value(eid, COPY_PINNED, HOST_TO_DEVICE)
+    pageable = ev.value(eid, COPY_PAGEABLE, HOST_TO_DEVICE)
+    # the pair's difference, as the A/B writer names it (pinned minus pageable)
+    difference = f"{COPY_PINNED}_minus_{COPY_PAGEABLE}"
     return judge(pinned < pageable, f"pinned {pinned:.3f} vs pageable {pageable:.3f} ms "
                  f"({pct(100 * (pinned - pageable) / pageable)})",
-                 is_resolved=resolved(ev, "E24", d, pinned - pageable),
+                 is_resolved=resolved(ev, eid, difference, pinned - pageable),
                  mechanism="the pinned copy is not faster here")
