@@ -37,6 +37,7 @@ import pandas as pd
 from perflab import ab, calibration, io
 from perflab.experiments import e06_events_vs_wall as e06
 from perflab.experiments import e13_sync_tax
+from perflab.experiments import r01_roofline as r01
 from perflab.rows import Missing, Rows
 
 #: input wait + host-to-device share of the phase sum above which the step is starved
@@ -245,7 +246,7 @@ def _host_overhead(r: _Rows) -> Finding:
                        "the device stays busy: the host submits faster than the device runs",
                        evidence)
     # no device queue to observe (a CPU, or E01/E06 not run): the roofline's indirect evidence
-    roof = r.get("R01", "phase/forward_backward", "roofline_fraction", "median", "%")
+    roof = r.get(*r01.forward_backward_row(r01.ROOFLINE_FRACTION), "%")
     if roof.value is None:
         return Finding("host_overhead", NOT_MEASURED,
                        "needs E06 (CUDA events, host submission) or E01 on CUDA, or R01")
@@ -286,11 +287,11 @@ def _optimizer(r: _Rows) -> Finding:
 
 
 def _device_bound(r: _Rows) -> Finding:
-    ai = r.get("R01", "phase/forward_backward", "arithmetic_intensity", "median", "FLOP/B")
-    ridge = r.get("R01", "ceiling/ridge_point", "arithmetic_intensity", "value", "FLOP/B")
-    flops = r.get("R01", "phase/forward_backward", "flops_fraction", "median", "%",
+    ai = r.get(*r01.forward_backward_row(r01.ARITHMETIC_INTENSITY), "FLOP/B")
+    ridge = r.get(*r01.RIDGE_POINT_ROW, "FLOP/B")
+    flops = r.get(*r01.forward_backward_row(r01.FLOPS_FRACTION), "%",
                   "achieved FLOP/s as % of the measured matmul ceiling")
-    bw = r.get("R01", "phase/forward_backward", "bandwidth_fraction", "median", "%",
+    bw = r.get(*r01.forward_backward_row(r01.BANDWIDTH_FRACTION), "%",
                "achieved bytes/s as % of the measured memory bandwidth")
     if ai.value is None or ridge.value is None:
         return Finding("device_compute", NOT_MEASURED, "needs R01 (ceilings and phase work)")

@@ -17,7 +17,16 @@ from typing import Any
 import pandas as pd
 
 from perflab import io, tables
-from perflab.experiments import e09_memory_by_phase, e25_worked_pass
+from perflab.experiments import (
+    e09_memory_by_phase,
+    e15_amp,
+    e16_checkpointing,
+    e17_accumulation,
+    e18_attention_seq,
+    e19_compile_ab,
+    e25_worked_pass,
+    r01_roofline,
+)
 from perflab.rows import Rows
 from perflab.steps import PHASES
 
@@ -43,22 +52,9 @@ def _fmt(v: float, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
-#: E15-E18 correctness columns in the ledger: (field, unit, experiment, variant suffix, metric)
-INTERVENTION_CHECKS = (
-    ("amp_fp16_loss_abs_diff", "abs", "E15", "fp16", "loss_abs_diff"),
-    ("amp_bf16_loss_abs_diff", "abs", "E15", "bf16", "loss_abs_diff"),
-    ("checkpointed_grad_max_abs_diff", "abs", "E16", "checkpointed_vs_normal",
-     "grad_max_abs_diff"),
-    ("accumulated_grad_max_abs_diff", "abs", "E17", "", "grad_max_abs_diff"),
-    ("sdpa_out_max_abs_diff", "abs", "E18", "sdpa_vs_manual", "out_max_abs_diff"),
-)
-
-
-def _worst(frame: pd.DataFrame, eid: str, suffix: str, metric: str) -> float | None:
-    """The largest measured value of ``metric`` over the variants ending in ``suffix``."""
-    sel = frame[(frame.experiment == eid) & (frame.metric == metric) & (frame.status == "ok")
-                & frame.variant.str.endswith(suffix)]
-    return None if sel.empty else float(sel.value.max())
+#: the interventions whose correctness line the ledger shows (E15-E18), each the worst case
+#: over its variants from its module's ``correctness(rows)``
+INTERVENTIONS = (e15_amp, e16_checkpointing, e17_accumulation, e18_attention_seq)
 
 
 #: the experiments whose controlled workload is the chapter's contract, in the ledger's order
@@ -225,24 +221,15 @@ def _optimizer_correctness_rows(frame: pd.DataFrame, add) -> None:
 
 
 def _intervention_correctness_rows(frame: pd.DataFrame, add) -> None:
-    """Compiled forward vs eager per workload (E19), then E15-E18's worst differences."""
-    e19 = frame[frame.experiment == "E19"]
-    for v in dict.fromkeys(e19.variant):
-        if v.endswith("/compiled_vs_eager"):
-            diff = _get(frame, "E19", v, "max_abs_diff", "value")
-            if diff is not None:
-                add("correctness", f"compiled_{v.split('/')[0]}_max_abs_diff", diff.value, "abs",
-                    f"E19 {v} max_abs_diff")
-    # the interventions' correctness columns, each the worst case over its variants
-    for field, unit, eid, suffix, metric in INTERVENTION_CHECKS:
-        worst = _worst(frame, eid, suffix, metric)
-        if worst is not None:
-            add("correctness", field, worst, unit,
-                f"{eid} {'*/' + suffix if suffix else 'every variant'} {metric} (max)")
+    """Compiled forward vs eager per workload (E19), then E15-E18's worst differences, each
+    from its experiment module's correctness(rows)."""
+    for module in (e19_compile_ab, *INTERVENTIONS):
+        for field, diff, source in module.correctness(frame):
+            add("correctness", field, diff, "abs", source)
 
 
 #: R01 phases shown in the ledger's roofline line
-ROOFLINE_PHASES = ("forward", "backward", "optimizer", "step")
+ROOFLINE_PHASES = ("forward", "backward", "optimizer", r01_roofline.STEP)
 
 
 def _roofline_and_verdict(frame: pd.DataFrame, add) -> None:
@@ -250,15 +237,12 @@ def _roofline_and_verdict(frame: pd.DataFrame, add) -> None:
     and the verdict section (perflab.diagnose over every row of the run)."""
     from perflab import diagnose
 
-    peak_rows = frame[(frame.experiment == "R01") & (frame.metric == "peak_flops")
-                      & (frame.status == "ok")]
-    if peak_rows.empty:
+    measured = r01_roofline.ceilings_measured(frame)
+    if not measured:
         add("roofline", "fractions", None, "", "not measured in this run (needs R01)")
-    for ph in ROOFLINE_PHASES if not peak_rows.empty else ():
-        for metric in ("flops_fraction", "bandwidth_fraction"):
-            r = _get(frame, "R01", f"phase/{ph}", metric, "median")
-            if r is not None:
-                add("roofline", f"{ph}_{metric}", r.value, "%", f"R01 phase/{ph} {metric}")
+    for ph in ROOFLINE_PHASES if measured else ():
+        for metric, pct, source in r01_roofline.achieved_fractions(frame, ph):
+            add("roofline", f"{ph}_{metric}", pct, "%", source)
     d = diagnose.diagnose(frame)
     cited = "; ".join(e.source for e in d.evidence if e.value is not None)
     add("verdict", "waiting_for", d.label, "", cited or "diagnosis")
@@ -374,8 +358,10 @@ def render_markdown(ledger: pd.DataFrame) -> str:
         parts = [f"{f.removeprefix('compiled_').removesuffix('_max_abs_diff')} "
                  f"{float(v):.1e}" for f, v in zip(compiled.field, compiled.value)]
         lines.append("            torch.compile forward vs eager, max |diff|: " + ", ".join(parts))
-    fields = [f for f, *_ in INTERVENTION_CHECKS]
-    got = ledger[(ledger.section == "correctness") & ledger.field.isin(fields)]
+    # each correctness line's source names its experiment first
+    source_eid = ledger.source.astype(str).str.split(" ").str[0]
+    got = ledger[(ledger.section == "correctness")
+                 & source_eid.isin([m.ENTRY.eid for m in INTERVENTIONS])]
     checks = [f"{f.removesuffix('_abs_diff').replace('_', ' ')} {float(v):.1e}"
               for f, v in zip(got.field, got.value)]
     if checks:
@@ -385,7 +371,8 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     ]
     roof = []
     for ph in ROOFLINE_PHASES:
-        f, b = val("roofline", f"{ph}_flops_fraction", 1), val("roofline", f"{ph}_bandwidth_fraction", 1)
+        f = val("roofline", f"{ph}_{r01_roofline.FLOPS_FRACTION}", 1)
+        b = val("roofline", f"{ph}_{r01_roofline.BANDWIDTH_FRACTION}", 1)
         if f is not None:
             roof.append(f"{ph} {f}% of peak FLOP/s, {b}% of bandwidth")
     lines.append("roofline    " + (" | ".join(roof) if roof else missing("roofline")))

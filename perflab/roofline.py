@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from perflab import timing
+from perflab.experiments import r01_roofline as r01
 
 
 def _register_cpu_attention_flops() -> None:
@@ -115,12 +116,9 @@ def count(fn: Callable[[], Any]) -> tuple[Work, Any]:
     return Work(int(flops.get_total_flops()), int(moved.bytes), moved.ops), out
 
 
-#: the phases of the training step that do device work, in order
-WORK_PHASES = ("host_to_device", "forward", "loss", "backward", "optimizer")
-
-
 def step_work(model, w, opt, x_host, y_host, device) -> dict[str, Work]:
-    """The work of each phase of one steady-state training step (optimizer state exists).
+    """The work of each phase of one steady-state training step (optimizer state exists),
+    by phase name (:data:`perflab.experiments.r01_roofline.WORK_PHASES`).
 
     One uncounted step runs first so AdamW's state is allocated, as in every
     step after the first.
@@ -203,12 +201,12 @@ def fractions(work: Work, ms: float, peak_flops: float, bandwidth: float) -> dic
     intensity = work.flops / work.bytes if work.bytes else 0.0
     attainable = min(peak_flops, intensity * bandwidth) if work.flops else 0.0
     return {
-        "achieved_flops": achieved_flops,
-        "achieved_bandwidth": achieved_bw,
-        "arithmetic_intensity": intensity,
-        "flops_fraction": 100 * achieved_flops / peak_flops if peak_flops else 0.0,
-        "bandwidth_fraction": 100 * achieved_bw / bandwidth if bandwidth else 0.0,
+        r01.ACHIEVED_FLOPS: achieved_flops,
+        r01.ACHIEVED_BANDWIDTH: achieved_bw,
+        r01.ARITHMETIC_INTENSITY: intensity,
+        r01.FLOPS_FRACTION: 100 * achieved_flops / peak_flops if peak_flops else 0.0,
+        r01.BANDWIDTH_FRACTION: 100 * achieved_bw / bandwidth if bandwidth else 0.0,
         # at zero intensity the attainable FLOP rate is 0: the bytes are the limit
-        "roofline_fraction": (100 * achieved_flops / attainable if attainable
-                              else 100 * achieved_bw / bandwidth if bandwidth else 0.0),
+        r01.ROOFLINE_FRACTION: (100 * achieved_flops / attainable if attainable
+                                else 100 * achieved_bw / bandwidth if bandwidth else 0.0),
     }

@@ -1,4 +1,8 @@
-"""R01: the read side of scripts/r01_roofline.py (its entry, table, figure and claims)."""
+"""R01, the roofline: what are this device's measured ceilings (matmul FLOP/s per dtype, copy
+bandwidth), and how close does each phase of the controlled training step come to them, given
+the work it does? Measured by scripts/r01_roofline.py; the diagnosis reads its forward +
+backward against the ridge point.
+"""
 
 from __future__ import annotations
 
@@ -8,64 +12,148 @@ import numpy as np
 import pandas as pd
 
 from perflab.experiments import Experiment
+from perflab.steps import PHASES
 from perflab.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-
 ENTRY = Experiment(
-        "R01",
-        "roofline",
-        "Roofline: this device's measured ceilings and each phase's achieved fraction",
-        "diagnose",
-        cpu_behaviour="host memcpy is the bandwidth ceiling; host-device copies unsupported",
-    report_section='24 · Diagnosis: the roofline and the verdict',
+    "R01",
+    "roofline",
+    "Roofline: this device's measured ceilings and each phase's achieved fraction",
+    "diagnose",
+    cpu_behaviour="host memcpy is the bandwidth ceiling; host-device copies unsupported",
+    report_section="24 · Diagnosis: the roofline and the verdict",
 )
-
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ""
 
+# ------------------------------------------------------------------ the names its script writes
 
-#: R01's phases and phase groups, in table order
-R01_PHASES = ("host_to_device", "forward", "loss", "backward", "optimizer", "forward_backward",
-              "step")
+#: the phases of the step that do device work, in step order: perflab.steps.PHASES without
+#: waiting for input and logging (neither does device work to count)
+WORK_PHASES = tuple(ph for ph in PHASES if ph not in ("input_wait", "logging"))
+#: the groups R01 adds, each its members' work and medians summed
+FORWARD_BACKWARD, STEP = "forward_backward", "step"
+PHASE_GROUPS = {**{ph: (ph,) for ph in WORK_PHASES},
+                FORWARD_BACKWARD: ("forward", "backward"), STEP: WORK_PHASES}
+#: every phase and group in table order
+PHASES_AND_GROUPS = tuple(PHASE_GROUPS)
+
+#: calibration: matmul/<dtype>/n<n> per size, copy/<kind> per copy, then the ceilings
+MATMUL_CEILING_PREFIX = "ceiling/matmul/"
+MEMORY_BANDWIDTH = "ceiling/memory_bandwidth"
+RIDGE_POINT = "ceiling/ridge_point"
+#: the copies timed; host memcpy and device to device read and write the buffer
+COPY_KINDS = ("host_memcpy", "device_to_device", "host_to_device", "device_to_host")
+
+#: per timed call (matmul, copy): its time; the matmul's achieved FLOP/s; a ceiling's value
+CALL_TIME, PEAK_FLOPS, BANDWIDTH = "call_time", "peak_flops", "bandwidth"
+#: per phase/<phase>: its counted work (FLOPs, bytes, ATen ops) and median time
+FLOPS, BYTES, ATEN_OPS, PHASE_TIME = "flops", "bytes", "aten_ops", "phase_time"
+#: per phase (and the ridge point's intensity): perflab.roofline.fractions' rates and
+#: fractions (%) of the ceilings
+ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH = "achieved_flops", "achieved_bandwidth"
+ARITHMETIC_INTENSITY = "arithmetic_intensity"
+FLOPS_FRACTION, BANDWIDTH_FRACTION = "flops_fraction", "bandwidth_fraction"
+ROOFLINE_FRACTION = "roofline_fraction"
+
+
+def matmul_variant(dtype: str, n: int) -> str:
+    return f"matmul/{dtype}/n{n}"
+
+
+def matmul_ceiling(dtype: str) -> str:
+    return f"{MATMUL_CEILING_PREFIX}{dtype}"
+
+
+def copy_variant(kind: str) -> str:
+    return f"copy/{kind}"
+
+
+def phase_variant(phase: str) -> str:
+    return f"phase/{phase}"
+
+
+# ------------------------------------------------------------------ accessors
+
+
+def peak_flops(rows: pd.DataFrame) -> dict[str, float | None]:
+    """{dtype: the measured matmul ceiling, FLOP/s (None if not measured)} in ``rows``."""
+    r = rows_of(ENTRY.eid, rows)
+    return {v.removeprefix(MATMUL_CEILING_PREFIX): _number(pick(r, v, PEAK_FLOPS, "value"))
+            for v in r.variant.unique() if v.startswith(MATMUL_CEILING_PREFIX)}
+
+
+def ceilings_measured(rows: pd.DataFrame) -> bool:
+    """Did R01 measure a matmul ceiling in ``rows`` (so the fractions mean something)?"""
+    sel = rows_of(ENTRY.eid, rows)
+    return bool(((sel.metric == PEAK_FLOPS) & (sel.status == "ok")).any())
+
+
+def achieved_fractions(rows: pd.DataFrame, phase: str) -> list[tuple[str, float, str]]:
+    """The phase's achieved % of the FLOP and the bandwidth ceiling, as (metric, %, source
+    row) for each one measured: the ledger's roofline line."""
+    r = rows_of(ENTRY.eid, rows)
+    out = []
+    for metric in (FLOPS_FRACTION, BANDWIDTH_FRACTION):
+        cell = pick(r, phase_variant(phase), metric)
+        if not isinstance(cell, Missing):
+            out.append((metric, float(cell), f"{ENTRY.eid} {phase_variant(phase)} {metric}"))
+    return out
+
+
+def forward_backward_row(metric: str) -> tuple[str, str, str, str]:
+    """Where forward + backward's ``metric`` is: (experiment, variant, metric, statistic).
+    The diagnosis reads these rows and cites them."""
+    return ENTRY.eid, phase_variant(FORWARD_BACKWARD), metric, "median"
+
+
+#: where the ridge point (matmul ceiling / memory bandwidth, FLOP/B) is
+RIDGE_POINT_ROW = (ENTRY.eid, RIDGE_POINT, ARITHMETIC_INTENSITY, "value")
+
+
+def _number(cell: Any) -> float | None:
+    return None if isinstance(cell, Missing) else float(cell)
+
+
+# ------------------------------------------------------------------ table and figure
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Measured ceilings, then each phase's work, time and achieved fraction of them."""
-    r = rows_of("R01", frame)
+    r = rows_of(ENTRY.eid, frame)
     records = []
-    for v in sorted(x for x in r.variant.unique() if x.startswith("ceiling/matmul/")):
+    for v in sorted(x for x in r.variant.unique() if x.startswith(MATMUL_CEILING_PREFIX)):
         records.append({"item": v.removeprefix("ceiling/"),
-                        "TFLOP_per_s": _scaled(pick(r, v, "peak_flops", "value"), 1e12)})
+                        "TFLOP_per_s": _scaled(pick(r, v, PEAK_FLOPS, "value"), 1e12)})
     records.append({"item": "memory bandwidth",
-                    "GB_per_s": _scaled(pick(r, "ceiling/memory_bandwidth", "bandwidth",
-                                             "value"), 1e9)})
+                    "GB_per_s": _scaled(pick(r, MEMORY_BANDWIDTH, BANDWIDTH, "value"), 1e9)})
     for kind in ("host_to_device", "device_to_host"):
-        cell = pick(r, f"copy/{kind}", "bandwidth")
+        cell = pick(r, copy_variant(kind), BANDWIDTH)
         records.append({"item": f"copy {kind}", "GB_per_s": _scaled(cell, 1e9)})
     records.append({"item": "ridge point (FLOP/B)",
-                    "intensity_FLOP_per_B": pick(r, "ceiling/ridge_point",
-                                                 "arithmetic_intensity", "value")})
-    for ph in R01_PHASES:
-        v = f"phase/{ph}"
+                    "intensity_FLOP_per_B": pick(r, RIDGE_POINT, ARITHMETIC_INTENSITY, "value")})
+    for ph in PHASES_AND_GROUPS:
+        v = phase_variant(ph)
         records.append({
             "item": f"phase {ph}",
-            "median_ms": pick(r, v, "phase_time"),
-            "GFLOP": _scaled(pick(r, v, "flops", "value"), 1e9),
-            "MB": _scaled(pick(r, v, "bytes", "value"), 1e6),
-            "TFLOP_per_s": _scaled(pick(r, v, "achieved_flops"), 1e12),
-            "pct_of_peak_flops": pick(r, v, "flops_fraction"),
-            "GB_per_s": _scaled(pick(r, v, "achieved_bandwidth"), 1e9),
-            "pct_of_bandwidth": pick(r, v, "bandwidth_fraction"),
-            "intensity_FLOP_per_B": pick(r, v, "arithmetic_intensity"),
-            "pct_of_roofline": pick(r, v, "roofline_fraction"),
+            "median_ms": pick(r, v, PHASE_TIME),
+            "GFLOP": _scaled(pick(r, v, FLOPS, "value"), 1e9),
+            "MB": _scaled(pick(r, v, BYTES, "value"), 1e6),
+            "TFLOP_per_s": _scaled(pick(r, v, ACHIEVED_FLOPS), 1e12),
+            "pct_of_peak_flops": pick(r, v, FLOPS_FRACTION),
+            "GB_per_s": _scaled(pick(r, v, ACHIEVED_BANDWIDTH), 1e9),
+            "pct_of_bandwidth": pick(r, v, BANDWIDTH_FRACTION),
+            "intensity_FLOP_per_B": pick(r, v, ARITHMETIC_INTENSITY),
+            "pct_of_roofline": pick(r, v, ROOFLINE_FRACTION),
         })
     return make_table(records, ["item", "median_ms", "GFLOP", "MB", "TFLOP_per_s",
-                            "pct_of_peak_flops", "GB_per_s", "pct_of_bandwidth",
-                            "intensity_FLOP_per_B", "pct_of_roofline"])
+                                "pct_of_peak_flops", "GB_per_s", "pct_of_bandwidth",
+                                "intensity_FLOP_per_B", "pct_of_roofline"])
 
 
 def _scaled(cell: Any, unit: float) -> Any:
@@ -73,30 +161,36 @@ def _scaled(cell: Any, unit: float) -> Any:
     return cell if isinstance(cell, Missing) else float(cell) / unit
 
 
-def pct_cell(r: pd.DataFrame, phase: str, metric: str):
-    cell = pick(r, f"phase/{phase}", metric)
-    return cell if isinstance(cell, Missing) else (float(cell), 0.0, 0.0)
-
-
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The measured roofline with the step's phases on it; each phase's fraction of the ceilings."""
     # plotting is imported here, not above: timing jobs import this module
+    from perflab.figures import new_figure
+
+    r = rows_of(ENTRY.eid, rows)
+    phase_rows = r[r.variant.str.startswith("phase/")]  # their contract line names the model
+    fig, (ax, ax2) = new_figure(ENTRY.eid, phase_rows if not phase_rows.empty else r, ncols=2,
+                                width=12.0)
+    # the host-to-device copy does no FLOPs: it has no point on the roofline
+    on_roof = [ph for ph in PHASES_AND_GROUPS if ph != "host_to_device"]
+    _roofline_panel(ax, r, on_roof)
+    _fractions_panel(ax2, r, ["host_to_device", *on_roof])
+    return fig
+
+
+def _roofline_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
+    """The roof of each dtype's matmul ceiling over the memory bandwidth, and the phases with
+    counted FLOPs as points at their intensity."""
     import seaborn as sns
 
-    from perflab.figures import add_note, draw_bars, new_figure, num
-    r = rows[rows.experiment == "R01"]
-    phase_rows = r[r.variant.str.startswith("phase/")]  # their contract line names the model
-    fig, (ax, ax2) = new_figure("R01", phase_rows if not phase_rows.empty else r, ncols=2,
-                                 width=12.0)
+    from perflab.figures import add_note, num
+
     notes = []
     dtype = r.dtype.iloc[0] if not r.empty else "float32"
-    ridge = num(pick(r, "ceiling/ridge_point", "arithmetic_intensity", "value"))
-    bw = num(pick(r, "ceiling/memory_bandwidth", "bandwidth", "value"))
-    peaks = {v.removeprefix("ceiling/matmul/"): num(pick(r, v, "peak_flops", "value"))
-             for v in r.variant.unique() if v.startswith("ceiling/matmul/")}
-    phases = ["forward", "loss", "backward", "optimizer", "forward_backward", "step"]
-    points = {ph: (num(pick(r, f"phase/{ph}", "arithmetic_intensity")),
-                   num(pick(r, f"phase/{ph}", "achieved_flops"))) for ph in phases}
+    ridge = num(pick(r, RIDGE_POINT, ARITHMETIC_INTENSITY, "value"))
+    bw = num(pick(r, MEMORY_BANDWIDTH, BANDWIDTH, "value"))
+    peaks = peak_flops(r)
+    points = {ph: (num(pick(r, phase_variant(ph), ARITHMETIC_INTENSITY)),
+                   num(pick(r, phase_variant(ph), ACHIEVED_FLOPS))) for ph in phases}
     xs = [x for x, y in points.values() if x and y]
     if bw and peaks and xs:
         lo, hi = min(xs + [ridge or 1.0]) / 10, max(xs + [ridge or 1.0]) * 10
@@ -117,13 +211,21 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     ax.set_ylabel("FLOP/s")
     ax.set_title("measured roofline; phases with counted FLOPs", fontsize=10)
     add_note(ax, notes, loc="upper left")
-    groups = ["host_to_device", *phases]
-    notes2 = draw_bars(ax2, groups, {
-        "% of peak FLOP/s": [pct_cell(r, g, "flops_fraction") for g in groups],
-        "% of bandwidth": [pct_cell(r, g, "bandwidth_fraction") for g in groups],
+
+
+def _fractions_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
+    """Each phase's achieved % of the FLOP and the bandwidth ceiling, as bars."""
+    from perflab.figures import add_note, draw_bars
+
+    def bar(phase, metric):
+        cell = pick(r, phase_variant(phase), metric)
+        return cell if isinstance(cell, Missing) else (float(cell), 0.0, 0.0)
+
+    notes = draw_bars(ax, phases, {
+        "% of peak FLOP/s": [bar(ph, FLOPS_FRACTION) for ph in phases],
+        "% of bandwidth": [bar(ph, BANDWIDTH_FRACTION) for ph in phases],
     })
-    ax2.set_ylabel("% of the measured ceiling")
-    ax2.set_title("achieved fraction per phase", fontsize=10)
-    ax2.tick_params(axis="x", labelsize=7)
-    add_note(ax2, notes2, loc="upper left")
-    return fig
+    ax.set_ylabel("% of the measured ceiling")
+    ax.set_title("achieved fraction per phase", fontsize=10)
+    ax.tick_params(axis="x", labelsize=7)
+    add_note(ax, notes, loc="upper left")
