@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from perflab import ab
 from perflab.claims import Evidence, claim, holds, resolved
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, pick, rows_of
@@ -55,7 +56,7 @@ def comparison_variant(prefix: str) -> str:
 
 
 def difference_variant(prefix: str) -> str:
-    """The A/B difference of the pair, as the A/B writer names it (compiled minus eager)."""
+    """The A/B difference of the pair, as Context.ab names it (compiled minus eager)."""
     return f"{side_variant(prefix, COMPILED)}_minus_{side_variant(prefix, EAGER)}"
 
 
@@ -96,13 +97,13 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
             "workload": name,
             "model": r[r.variant == e].iloc[0]["model"] if (r.variant == e).any() else "",
             "eager_median_ms": pick(r, e, FORWARD_LATENCY),
-            "eager_block_min_ms": pick(r, e, "block_median", "min"),
-            "eager_block_max_ms": pick(r, e, "block_median", "max"),
+            "eager_block_min_ms": pick(r, e, ab.BLOCK_MEDIAN, "min"),
+            "eager_block_max_ms": pick(r, e, ab.BLOCK_MEDIAN, "max"),
             "compiled_median_ms": pick(r, c, FORWARD_LATENCY),
-            "compiled_block_min_ms": pick(r, c, "block_median", "min"),
-            "compiled_block_max_ms": pick(r, c, "block_median", "max"),
+            "compiled_block_min_ms": pick(r, c, ab.BLOCK_MEDIAN, "min"),
+            "compiled_block_max_ms": pick(r, c, ab.BLOCK_MEDIAN, "max"),
             "speedup_x": pick(r, d, SPEEDUP),
-            "resolved": pick(r, difference_variant(name), "difference_resolved", "value"),
+            "resolved": pick(r, difference_variant(name), ab.RESOLVED, "value"),
             "compiled_first_call_ms": pick(r, c, FIRST_CALL, "value"),
             "max_abs_diff": pick(r, d, MAX_ABS_DIFF, "value"),
             "eager_peak_allocated_mib": pick(r, e, "peak_allocated", "max"),
@@ -126,7 +127,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
         ax.set_ylabel("block median, ms per forward")
         speed = pick(r, comparison_variant(name), SPEEDUP)
         diff = pick(r, comparison_variant(name), MAX_ABS_DIFF, "value")
-        res = pick(r, difference_variant(name), "difference_resolved", "value")
+        res = pick(r, difference_variant(name), ab.RESOLVED, "value")
         verdict = "resolved" if num(res) == 1.0 else "inside the noise"
         ok = not isinstance(speed, Missing) and not isinstance(diff, Missing)
         ax.set_title(f"{name}: compiled {speed:.2f}x ({verdict}), max |diff| {diff:.1e}" if ok
@@ -167,7 +168,7 @@ def _spread_noise(ev: Evidence, eid: str, a: str, b: str) -> float | None:
     """Relative block spread of two sides (max - min of block medians over the median)."""
     out = []
     for v in (a, b):
-        lo, hi = ev.maybe(eid, v, "block_median", "min"), ev.maybe(eid, v, "block_median", "max")
+        lo, hi = ev.maybe(eid, v, ab.BLOCK_MEDIAN, "min"), ev.maybe(eid, v, ab.BLOCK_MEDIAN, "max")
         med = ev.maybe(eid, v, FORWARD_LATENCY)
         if None in (lo, hi, med) or not med:
             return None
