@@ -15,8 +15,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
+import traceback
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +236,22 @@ def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     return pd.concat(frames, ignore_index=True)
+
+
+@contextmanager
+def log_to(path: str | Path):
+    """Send stderr to a job's log; a failure's traceback lands there before it propagates.
+
+    Here, not in the runner, so the jobs that only read rows (figures, report, claims)
+    log without importing torch.
+    """
+    saved = sys.stderr
+    with open(path, "w") as fh:
+        sys.stderr = fh
+        try:
+            yield
+        except BaseException:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stderr = saved

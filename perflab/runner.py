@@ -35,6 +35,7 @@ import torch
 from perflab import ab, env, io, stats, steps, timing, workloads
 from perflab import config as cfgmod
 from perflab.catalogue import EXPERIMENTS
+from perflab.io import log_to  # noqa: F401  (scripts import it from here too)
 
 
 class Context:
@@ -313,21 +314,6 @@ def _private_compile_cache(contract: Mapping[str, Any]):
                 os.environ[k] = v
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextmanager
-def log_to(path: str | Path):
-    """Send stderr to a job's log; a failure's traceback lands there before it propagates."""
-    saved = sys.stderr
-    with open(path, "w") as fh:
-        sys.stderr = fh
-        try:
-            yield
-        except BaseException:
-            traceback.print_exc()
-            raise
-        finally:
-            sys.stderr = saved
 
 
 def _now() -> str:

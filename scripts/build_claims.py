@@ -3,7 +3,6 @@
 import sys
 
 from perflab import claims, io
-from perflab.runner import log_to
 
 
 def main(csvs, out):
@@ -19,7 +18,7 @@ def main(csvs, out):
 if __name__ == "__main__":
     smk = globals().get("snakemake")
     if smk is not None:
-        with log_to(smk.log[0]):
+        with io.log_to(smk.log[0]):
             main(list(smk.input.csv), smk.output[0])
     else:
         import argparse

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from perflab import compare
-from perflab.runner import log_to
+from perflab.io import log_to
 
 
 def main(this_dir, ref_dir, out_dir):

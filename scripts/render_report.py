@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from perflab import io
-from perflab.runner import log_to
 
 #: a report template without scripts fetched from a CDN: the "lab" page with the
 #: require.js, MathJax and mermaid loaders removed (the report needs none of them)
@@ -129,7 +128,7 @@ if __name__ == "__main__":
                    else Path(smk.config.get("figures_dir", "figures")) / out.parent.name)
         # the script runs from a copy under .snakemake/; the repo is its original dir's parent
         repo = Path(smk.scriptdir).parent
-        with log_to(smk.log[0]):
+        with io.log_to(smk.log[0]):
             main(smk.input.notebook, out.parent, fig_dir, out, repo)
     else:
         import argparse
