@@ -15,12 +15,8 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 # schema validation (defaults filled) + the checks a schema cannot make; one
 # error naming the key stops the run before any job starts
 include: "workflow/rules/common.smk"
-include: "workflow/rules/calibration.smk"
-include: "workflow/rules/hygiene.smk"
-include: "workflow/rules/localize.smk"
-include: "workflow/rules/memory.smk"
-include: "workflow/rules/interventions.smk"
-include: "workflow/rules/diagnose.smk"
+include: "workflow/rules/experiments.smk"
+include: "workflow/rules/multi_job.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -12,7 +12,6 @@ starts in under a second; the rest is Snakemake, the two jobs and the report).
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import signal
@@ -28,6 +27,7 @@ from perflab.catalogue import EXPERIMENTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import slurm_cluster  # noqa: E402
+from workflow_rules import rule_names  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "slurm-tiny"
@@ -41,23 +41,12 @@ SUBMIT_TIMEOUT_S = 900
 # ---------------------------------------------------------------- the profile itself (no SLURM)
 
 
-@functools.lru_cache(maxsize=1)
-def _rules() -> frozenset[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--list-rules",
-         "--config", "device=cpu"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return frozenset(line.split()[0] for line in proc.stdout.splitlines() if line.strip())
-
-
 def test_slurm_profile_covers_every_rule():
     profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["executor"] == "slurm"
     # defaults reach every rule, including ones added later
     assert {"mem_mb", "runtime"} <= set(profile["default-resources"])
-    rules = _rules()
+    rules = rule_names()
     # a rule renamed without its override would silently lose it
     assert set(profile["set-resources"]) <= rules, set(profile["set-resources"]) - rules
     # the same defaults as the one it replaces
@@ -75,7 +64,7 @@ def test_aggregation_rules_are_local():
     aggregation = {"ledger", "figure", "report_html", "e08_batch_sweep", "claims", "diagnosis",
                    "compare"}
     assert aggregation <= local, aggregation - local
-    assert local <= _rules()
+    assert local <= rule_names()
     assert not any(r.startswith("e") and r[1:3].isdigit() and r != "e08_batch_sweep"
                    for r in local), "an experiment must not run on the submit host"
 

@@ -35,7 +35,9 @@ class Experiment:
     eid: str
     name: str
     title: str
-    rules: str  # the workflow/rules/<rules>.smk that holds its rule
+    #: the part of the chapter it belongs to (hygiene, localize, memory, ...); its rule,
+    #: named after its slug, is made by workflow/rules/experiments.smk (or multi_job.smk)
+    rules: str
     #: workloads it builds; "controlled" means the configured `workload`
     workloads: tuple[str, ...] = ("controlled",)
     #: one-line statement of what it does on a machine without CUDA

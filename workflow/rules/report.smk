@@ -1,4 +1,5 @@
-# Downstream of the experiments: the ledger, the claims, one figure per experiment, the HTML report.
+# Downstream of the experiments: the ledger, the claims, the diagnosis, the figures, the
+# HTML report, and the comparison with another run.
 
 # On a cluster these run on the submit host: seconds of work each, no GPU.
 # (e08_batch_sweep only gathers the per-batch jobs' files.)
@@ -49,6 +50,22 @@ rule claims:
         "../../scripts/build_claims.py"
 
 
+# The verdict ("what is the machine waiting for"): reads every selected experiment's
+# rows and writes the evidence rows it rests on and the next intervention.
+rule diagnosis:
+    input:
+        csv=selected_csvs(),
+    output:
+        md=f"{RESULTS}/diagnosis.md",
+        csv=f"{RESULTS}/diagnosis.csv",
+    log:
+        f"{LOGS}/diagnosis.log",
+    conda:
+        ENV
+    script:
+        "../../scripts/diagnose.py"
+
+
 rule figure:
     input:
         unpack(figure_inputs),
@@ -94,6 +111,50 @@ rule report_html:
         ENV
     script:
         "../../scripts/render_report.py"
+
+
+# this run against another result directory (`--config compare_to=results/<tag>`):
+# per-table and per-row ratios, verdicts and claims that changed, Mann-Whitney U on block medians.
+# The same machine twice: `snakemake --cores 1 compare --config tag=<tag>-rerun compare_to=results/<tag>`
+rule compare:
+    input:
+        csv=selected_csvs(),
+        samples=selected_samples(),
+        # this run's claims and diagnosis, so the comparison says which verdicts changed
+        claims=f"{RESULTS}/claims.csv",
+        diagnosis=f"{RESULTS}/diagnosis.csv",
+    output:
+        summary=f"{RESULTS}/compare/summary.md",
+        rows=f"{RESULTS}/compare/rows.csv",
+        tables=f"{RESULTS}/compare/tables.csv",
+        verdicts=f"{RESULTS}/compare/verdicts.csv",
+        samples=f"{RESULTS}/compare/samples.csv",
+        figure=f"{RESULTS}/compare/compare.png",
+    params:
+        compare_to=RUN["compare_to"],
+    log:
+        f"{LOGS}/compare.log",
+    conda:
+        ENV
+    script:
+        "../../scripts/compare_runs.py"
+
+
+# The escalation tool (optional: experiments.E09.snapshot): allocation history of a few
+# controlled steps, rendered by PyTorch's own memory_viz; on a CPU an honest placeholder.
+rule memory_snapshot:
+    output:
+        html=memory_snapshot_path(),
+    log:
+        f"{LOGS}/memory_snapshot.log",
+    params:
+        contract=exp_contract("E09"),
+    resources:
+        gpu=gpu_request(),
+    conda:
+        ENV
+    script:
+        "../../scripts/memory_snapshot.py"
 
 
 # a failed run still gets its report of what exists (partial_report in common.smk)

@@ -1,0 +1,76 @@
+# Experiments of more than one job (the others: experiments.smk).
+
+
+# E08: each batch size in its own job (fresh process), then the aggregation that
+# writes E08's csv, samples and provenance with the sweep's three answers.
+rule e08_batch:
+    output:
+        **e08_batch_outputs(),
+    log:
+        e08_batch_log(),
+    params:
+        contract=e08_batch_contract,
+    wildcard_constraints:
+        batch="[0-9]+",
+    threads: timing_threads()
+    resources:
+        gpu=gpu_request(),
+    conda:
+        ENV
+    script:
+        exp_script("E08")
+
+
+rule e08_batch_sweep:
+    input:
+        csv=e08_batch_files("csv"),
+        samples=e08_batch_files("samples"),
+        provenance=e08_batch_files("provenance"),
+    output:
+        **exp_outputs("E08"),
+    log:
+        exp_log("E08"),
+    params:
+        contract=exp_contract("E08"),
+    conda:
+        ENV
+    script:
+        exp_script("E08")
+
+
+# E20 is two jobs sharing one Inductor cache directory: cold wipes it and compiles
+# into it; warm, a later fresh process, reuses it and writes E20's outputs.
+rule e20_compile_cold:
+    output:
+        **e20_cold_outputs(),
+        cache=directory(e20_cache_dir()),
+    log:
+        e20_cold_log(),
+    params:
+        contract=e20_contract("cold"),
+    threads: timing_threads()
+    resources:
+        gpu=gpu_request(),
+    conda:
+        ENV
+    script:
+        exp_script("E20")
+
+
+rule e20_compile_cache:
+    input:
+        **e20_cold_outputs(),
+        cache=e20_cache_dir(),
+    output:
+        **exp_outputs("E20"),
+    log:
+        exp_log("E20"),
+    params:
+        contract=e20_contract("warm"),
+    threads: timing_threads()
+    resources:
+        gpu=gpu_request(),
+    conda:
+        ENV
+    script:
+        exp_script("E20")
