@@ -343,6 +343,23 @@ def experiment_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:
     return out
 
 
+def figure_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:
+    """An experiment's figure and its report caption, as the figures job writes them."""
+    d = Path(cfg["figures_dir"]) / cfg["resolved_tag"]
+    slug = EXPERIMENTS[eid].slug
+    return {"png": str(d / f"{slug}.png"), "caption": str(d / "captions" / f"{slug}.rst")}
+
+
+def figure_plan(cfg: Mapping[str, Any], eids: list[str]) -> list[dict[str, str]]:
+    """What the figures job draws: per experiment, its rows, samples, PNG and caption."""
+    plan = []
+    for eid in eids:
+        rows = experiment_outputs(cfg, eid)
+        plan.append({"eid": eid, "csv": rows["csv"], "samples": rows["samples"],
+                     **figure_outputs(cfg, eid)})
+    return plan
+
+
 def load(configfiles: list[str | Path] | None = None, overrides: Mapping[str, Any] | None = None) -> dict:
     """Read config/config.yaml, merge further files and overrides, and resolve."""
     cfg = load_yaml(DEFAULT_CONFIG)

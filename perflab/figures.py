@@ -10,7 +10,10 @@ written in a note inside the figure.
 
 from __future__ import annotations
 
+import inspect
 import textwrap
+import traceback
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import matplotlib
@@ -273,7 +276,10 @@ def make_figure(eid: str, csv_path: str | Path, samples_path: str | Path | None,
     draw = module(eid).figure
     rows = io.read_results([csv_path])
     apply_style()
-    fig = draw(rows, read_samples(samples_path))
+    return _save(draw(rows, read_samples(samples_path)), out_png)
+
+
+def _save(fig: Figure, out_png: str | Path) -> Path:
     out = Path(out_png)
     try:
         # temp file in the destination directory, then a rename: never half a PNG
@@ -281,3 +287,53 @@ def make_figure(eid: str, csv_path: str | Path, samples_path: str | Path | None,
     finally:
         plt.close(fig)
     return out
+
+
+def caption(eid: str) -> str:
+    """Experiment ``eid``'s figure caption: the docstring of its module's ``figure()``."""
+    from perflab.experiments import module
+
+    return inspect.getdoc(module(eid).figure) or ""
+
+
+def caption_rst(eid: str, failure: str | None = None) -> str:
+    """The caption as `snakemake --report` reads it: reStructuredText through Jinja.
+
+    The docstring is kept verbatim (``{% raw %}``); a figure that failed says so first.
+    """
+    failed = (f"**The figure could not be drawn:**\n\n::\n\n{textwrap.indent(failure, '    ')}\n\n"
+              if failure else "")
+    return f"{{% raw %}}\n{failed}{caption(eid)}\n{{% endraw %}}\n"
+
+
+def failure_figure(eid: str, failure: str) -> Figure:
+    """A PNG that says why experiment ``eid``'s figure is missing, in place of the figure."""
+    fig, ax = plt.subplots(figsize=(7.5, 2.4), layout="constrained")
+    title = EXPERIMENTS[eid].title if eid in EXPERIMENTS else eid
+    fig.suptitle(f"{eid} · {title}", fontsize=11)
+    ax.axis("off")
+    ax.text(0.5, 0.5, "figure not drawn: " + textwrap.fill(failure, 90), ha="center",
+            va="center", fontsize=9,
+            bbox=dict(boxstyle="round", facecolor="#fde0dd", edgecolor="#b2182b"))
+    return fig
+
+
+def draw_figures(plan: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Draw each figure of ``plan`` and write its caption; return {eid: why} of those that failed.
+
+    ``plan``: one mapping per experiment with ``eid``, ``csv``, ``samples``, ``png`` and
+    ``caption`` (paths). One failure does not stop the others: its traceback goes to
+    stderr, its PNG and its caption say that it failed and why.
+    """
+    failed: dict[str, str] = {}
+    for job in plan:
+        eid = job["eid"]
+        try:
+            make_figure(eid, job["csv"], job["samples"], job["png"])
+        except Exception as exc:
+            traceback.print_exc()
+            plt.close("all")  # whatever the failed drawing left open
+            failed[eid] = f"{type(exc).__name__}: {exc}"
+            _save(failure_figure(eid, failed[eid]), job["png"])
+        io.atomic_write_text(Path(job["caption"]), caption_rst(eid, failed.get(eid)))
+    return failed

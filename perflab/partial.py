@@ -3,8 +3,9 @@
 When a job fails, Snakemake skips everything downstream of it, the report
 included. With ``--keep-going`` the other experiments still run; the
 workflow's ``onerror`` hook (workflow/rules/report.smk) then calls
-:func:`build`, which renders the same report notebook from the result files
-that exist and names each selected experiment that has none: ``failed`` (one
+:func:`build`, which draws the figures of the experiments that have results (the
+figures job needs them all, so it did not run), renders the same report notebook
+from the result files that exist and names each selected experiment that has none: ``failed`` (one
 of its jobs ran in this run and left a log but no result: the log's last lines
 are shown), ``incomplete`` (some of its per-item jobs finished, the rest and
 the aggregation did not run) or ``not run`` (a job it depends on failed, or the
@@ -92,7 +93,7 @@ def _render_report_module(root: Path):
 
 def build(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Path, since: float,
           root: str | Path) -> Path | None:
-    """Ledger and report from the result files that exist; return the report's path.
+    """Ledger, figures and report from the result files that exist; return the report's path.
 
     Returns None (and says why on stderr) where there is nothing to report.
     """
@@ -120,6 +121,10 @@ def build(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Path, 
         print(f"perflab: ledger of the partial run not built ({type(exc).__name__}: {exc})",
               file=sys.stderr)
         (results / "ledger.md").unlink(missing_ok=True)
+    # the figures job needs every experiment's rows, so it never ran: draw those that exist
+    from perflab.figures import draw_figures
+
+    draw_figures(cfgmod.figure_plan(cfg, [e for e in experiments if e not in failed]))
     out = results / "report.html"
     with tempfile.TemporaryDirectory(prefix="perflab-failed-") as tmp:
         failed_json = Path(tmp) / "failed.json"

@@ -61,7 +61,7 @@ def test_aggregation_rules_are_local():
     local = {n.strip(" ,") for n in block.split() if n.strip(" ,")}
     # every rule that only reads result files: all but the experiments (and E20's warm job,
     # E09's snapshot job), which need the GPU node
-    aggregation = {"ledger", "figure", "report_html", "e08_batch_sweep", "claims", "diagnosis",
+    aggregation = {"ledger", "figures", "report_html", "e08_batch_sweep", "claims", "diagnosis",
                    "compare"}
     assert aggregation <= local, aggregation - local
     assert local <= rule_names()

@@ -87,6 +87,8 @@ def test_report_holds_every_table_and_figure(run_dir):
     for exp in EXPERIMENTS.values():
         assert exp.title in html, f"report lacks {exp.eid}"
         assert (run_dir / "figures" / TAG / f"{exp.slug}.png").stat().st_size > 1000
+    # a figure that fails is drawn as a PNG saying why; the figures job's log names it
+    assert "FAILED" not in (run_dir / "logs" / TAG / "figures.log").read_text()
     # every experiment's table and figure is in the page itself
     assert html.count("<table") >= len(EXPERIMENTS)
     assert html.count("data:image/png;base64,") >= len(EXPERIMENTS)

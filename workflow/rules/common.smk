@@ -26,7 +26,6 @@ except perflab_config.ConfigError as exc:
 
 TAG = RUN["resolved_tag"]
 RESULTS = f"{RUN['results_dir']}/{TAG}"
-FIGURES = f"{RUN['figures_dir']}/{TAG}"
 LOGS = f"logs/{TAG}"
 
 
@@ -89,18 +88,31 @@ def selected_samples():
 
 
 def figure_path(eid):
-    return f"{FIGURES}/{EXPERIMENTS[eid].slug}.png"
+    return perflab_config.figure_outputs(RUN, eid)["png"]
 
 
-def figure_inputs(wildcards):
-    """The figure of experiment {eid} reads its rows and its raw samples."""
-    out = exp_outputs(wildcards.eid.upper())
-    return {"csv": out["csv"], "samples": out["samples"]}
+def figure_plan():
+    """What the figures job draws: each selected experiment's rows, samples, PNG, caption."""
+    return perflab_config.figure_plan(RUN, selected())
 
 
-def figure_section(wildcards):
-    """`snakemake --report` category of a figure: its chapter section."""
-    return perflab_reference.section(wildcards.eid)
+def figure_reports():
+    """The figures job's PNGs, each marked for `snakemake --report`.
+
+    Its caption is the experiment's figure() docstring, which the job writes beside the
+    PNG (so the caption is the drawing code's own); its category is its chapter section.
+    The caption path is absolute: Snakemake resolves a relative one from this file.
+    """
+    return {
+        EXPERIMENTS[e].slug: report(
+            f["png"],
+            caption=os.path.abspath(f["caption"]),
+            category=perflab_reference.section(e),
+            labels={"experiment": e, "title": EXPERIMENTS[e].title},
+        )
+        for e in selected()
+        for f in [perflab_config.figure_outputs(RUN, e)]
+    }
 
 
 def reference_inputs():

@@ -7,7 +7,7 @@
 
 localrules:
     ledger,
-    figure,
+    figures,
     report_html,
     e08_batch_sweep,
     diagnosis,
@@ -66,24 +66,24 @@ rule diagnosis:
         "../../scripts/diagnose.py"
 
 
-rule figure:
+# Every figure in one job (one interpreter importing matplotlib, not one per figure),
+# after the experiments: it is on no timing job's path. A figure that fails to draw
+# does not stop the others: its PNG and caption say why, and the log has the traceback.
+rule figures:
     input:
-        unpack(figure_inputs),
+        csv=selected_csvs(),
+        samples=selected_samples(),
     output:
-        report(
-            f"{FIGURES}/{{eid}}_{{name}}.png",
-            caption="../../report/captions/figure.rst",
-            category=figure_section,
-            labels={"experiment": "{eid}"},
-        ),
+        **figure_reports(),
+        captions=[f["caption"] for f in figure_plan()],
+    params:
+        plan=figure_plan(),
     log:
-        f"{LOGS}/figure_{{eid}}_{{name}}.log",
-    wildcard_constraints:
-        eid="[cer][0-9]+",
+        f"{LOGS}/figures.log",
     conda:
         ENV
     script:
-        "../../scripts/make_figure.py"
+        "../../scripts/make_figures.py"
 
 
 rule report_html:
