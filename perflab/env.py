@@ -14,9 +14,10 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where used: the report and figures read provenance without torch
+    import torch
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -129,6 +130,8 @@ def gpu_state(index: int = 0) -> dict[str, Any]:
         state["throttle_reason_names"] = throttle_reason_names(state["throttle_reasons"])
     state["own_pid"] = os.getpid()
     # whether this process may hold a CUDA context yet (and so be one of the listed processes)
+    import torch
+
     state["cuda_initialized"] = bool(torch.cuda.is_initialized())
     return state
 
@@ -200,6 +203,8 @@ def judge_gpu_state(provenance: dict[str, Any], *, max_temperature_c: float = 85
 
 def environment_report(device: torch.device | str, *, cfg_hash: str | None = None) -> dict[str, Any]:
     """Everything about the machine and software a result depends on."""
+    import torch
+
     device = torch.device(device)
     rep: dict[str, Any] = {
         "python": platform.python_version(),
@@ -235,6 +240,8 @@ def environment_report(device: torch.device | str, *, cfg_hash: str | None = Non
 
 
 def device_name(device: torch.device | str) -> str:
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
@@ -244,6 +251,8 @@ def device_name(device: torch.device | str) -> str:
 
 def device_tag(device: torch.device | str) -> str:
     """Machine class for result directories: e.g. ``cuda-nvidia-h200``, ``cpu-2c``."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         slug = re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")

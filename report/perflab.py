@@ -351,6 +351,8 @@ if snapshot.is_file():
 else:
     display(Markdown("No memory snapshot in this run (`experiments.E09.snapshot` is off, or "
                      "E09 was not selected)."))
+
+# %% [markdown]
 # ## Diagnosis: what is the machine waiting for?
 #
 # Decided by rule (`perflab/diagnose.py`) from the rows above: each candidate's test, the
