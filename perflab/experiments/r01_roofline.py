@@ -29,7 +29,8 @@ ENTRY = Experiment(
 )
 
 #: why this experiment has no claim of its own
-NO_CLAIMS = ""
+NO_CLAIMS = ("the roofline's ceilings and achieved fractions feed the diagnosis, whose verdict "
+             "(device compute or memory bandwidth) is tested as a verdict, not as a claim")
 
 # ------------------------------------------------------------------ the names its script writes
 

@@ -1,0 +1,119 @@
+"""The protocol of every experiment module (perflab/experiments/<slug>.py).
+
+Modules are found by listing the package, so a new experiment is checked here with
+nothing to register: its entry and script, its table, its figure with a caption, its
+report section, its claims or the reason it has none, and its rule in the workflow.
+Then the figures job's contract: every figure draws from a shipped run's rows, and one
+that fails leaves the others drawn and says why.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+from docutils.core import publish_doctree
+
+from perflab import claims, config, experiments
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workflow_rules import rule_names  # noqa: E402
+
+MODULES = experiments.modules()
+#: a shipped run whose rows every figure is drawn from
+SHIPPED = ROOT / "report" / "reference" / "cpu-2c" / "results"
+
+
+def test_the_package_holds_every_experiment():
+    assert len(MODULES) >= 27
+    assert {"C00", "E01", "E08", "E20", "E25", "R01"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_entry_names_its_module_and_its_script(eid):
+    mod = MODULES[eid]
+    entry = mod.ENTRY
+    assert entry.eid == eid
+    assert mod.__name__ == f"perflab.experiments.{entry.slug}"
+    assert (ROOT / "scripts" / f"{entry.slug}.py").is_file(), f"no scripts/{entry.slug}.py"
+    assert entry.title.strip()
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_table_figure_caption_and_report_section(eid):
+    mod = MODULES[eid]
+    assert callable(mod.table)
+    assert callable(mod.figure)
+    assert (inspect.getdoc(mod.figure) or "").strip(), f"{eid}: figure() has no caption"
+    # "<chapter section number> · <title>": the report's heading and the zip's category
+    number, _, title = mod.ENTRY.report_section.partition(" · ")
+    assert number.isdigit() and title.strip(), mod.ENTRY.report_section
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_claims_or_the_reason_for_none(eid):
+    mod = MODULES[eid]
+    own = [c for c in claims.registry().values() if c.eid == eid]
+    reason = getattr(mod, "NO_CLAIMS", None)
+    if own:
+        assert reason is None, f"{eid} has claims and a reason for having none"
+    else:
+        assert isinstance(reason, str) and reason.strip(), f"{eid}: no claim and no NO_CLAIMS"
+
+
+def test_each_claim_is_registered_with_its_modules_experiment():
+    for c in claims.registry().values():
+        defined_in = inspect.getmodule(c.check)
+        owner = next((eid for eid, m in MODULES.items() if m is defined_in), None)
+        if owner is not None:
+            assert c.eid == owner, f"{c.cid} is defined in {owner}'s module but says {c.eid}"
+
+
+def test_every_experiment_has_its_rule():
+    missing = {m.ENTRY.slug for m in MODULES.values()} - rule_names()
+    assert not missing, f"no rule named {sorted(missing)}"
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_caption_renders_as_the_report_reads_it(eid):
+    """Through Jinja (as `snakemake --report` does) to reStructuredText without a warning."""
+    from perflab.figures import caption, caption_rst
+
+    text = jinja2.Environment().from_string(caption_rst(eid)).render()
+    assert text.strip() == caption(eid)
+    warnings = io.StringIO()
+    publish_doctree(text, settings_overrides={"warning_stream": warnings, "report_level": 2})
+    assert not warnings.getvalue(), f"{eid}: {warnings.getvalue()}"
+
+
+def _plan(tmp_path: Path, eids: list[str]) -> list[dict[str, str]]:
+    cfg = {"results_dir": SHIPPED.parent, "figures_dir": tmp_path, "resolved_tag": SHIPPED.name}
+    return config.figure_plan(cfg, eids)
+
+
+def test_every_figure_draws_from_a_shipped_run(tmp_path):
+    from perflab.figures import draw_figures
+
+    plan = _plan(tmp_path, list(MODULES))
+    assert draw_figures(plan) == {}
+    for job in plan:
+        assert Path(job["png"]).stat().st_size > 1000, job["eid"]
+        assert Path(job["caption"]).read_text().strip(), job["eid"]
+
+
+def test_a_figure_that_fails_leaves_the_others_and_says_why(tmp_path):
+    from perflab.figures import draw_figures
+
+    plan = _plan(tmp_path, ["E01", "E05"])
+    plan[1]["csv"] = str(tmp_path / "missing.csv")  # E05 cannot be drawn
+    failed = draw_figures(plan)
+    assert list(failed) == ["E05"] and "missing.csv" in failed["E05"]
+    drawn, placeholder = (Path(job["png"]) for job in plan)
+    assert drawn.stat().st_size > 1000 and placeholder.is_file()
+    assert "could not be drawn" in Path(plan[1]["caption"]).read_text()
+    assert "could not be drawn" not in Path(plan[0]["caption"]).read_text()
