@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from perflab.vocabulary import OOM_BRANCHES, OOM_INCONCLUSIVE, OOM_VERDICTS  # noqa: F401 (re-exported)
+
 MiB = 1024**2
 
 
@@ -186,12 +188,6 @@ def bytes_saved_by_graph(roots, exclude=()) -> int:
 
 
 # ------------------------------------------------------------ the OOM decomposition
-
-#: the chapter's four branches, in the order the decision procedure tests them
-OOM_BRANCHES = ("accumulating", "persistent", "shape_dependent", "allocator")
-#: what :func:`diagnose_oom` returns: one of the branches, or inconclusive when none fits
-OOM_INCONCLUSIVE = "inconclusive"
-OOM_VERDICTS = (*OOM_BRANCHES, OOM_INCONCLUSIVE)
 
 
 def diagnose_oom(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 
+from perflab.vocabulary import PHASES, STEP_PHASES  # noqa: F401 (re-exported)
 from perflab.workloads import Workload
 
 
@@ -62,13 +63,6 @@ def train_step(
         return loss
 
     return step
-
-
-#: the chapter's seven phases of one training step, in order
-PHASES = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer", "logging")
-#: the phases of the training step itself, forward to optimizer (the input arrives before
-#: them, the logging read after): what a profiler range or a memory boundary brackets
-STEP_PHASES = PHASES[PHASES.index("forward"):PHASES.index("optimizer") + 1]
 
 
 def phased_train_step(

@@ -117,3 +117,15 @@ def test_a_figure_that_fails_leaves_the_others_and_says_why(tmp_path):
     assert drawn.stat().st_size > 1000 and placeholder.is_file()
     assert "could not be drawn" in Path(plan[1]["caption"]).read_text()
     assert "could not be drawn" not in Path(plan[0]["caption"]).read_text()
+
+
+def test_reading_the_experiments_imports_neither_torch_nor_plotting():
+    """The report, figures and aggregation jobs import every module: a torch or matplotlib
+    import at module level costs each of them seconds (timing jobs must never draw)."""
+    import subprocess
+
+    code = ("import sys; import perflab.catalogue, perflab.claims; "
+            "print(sorted(m for m in ('torch', 'matplotlib', 'seaborn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

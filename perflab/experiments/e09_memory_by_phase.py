@@ -12,8 +12,8 @@ import pandas as pd
 
 from perflab.claims import Unmeasured, claim, holds
 from perflab.experiments import Experiment
-from perflab.steps import STEP_PHASES
 from perflab.tables import NOT_RUN, Missing, make_table, pick, rows_of
+from perflab.vocabulary import STEP_PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

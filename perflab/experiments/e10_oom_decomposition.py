@@ -12,8 +12,8 @@ import pandas as pd
 
 from perflab.claims import claim, holds, pct
 from perflab.experiments import Experiment
-from perflab.memory import OOM_VERDICTS
 from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
+from perflab.vocabulary import OOM_VERDICTS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -13,8 +13,8 @@ import pandas as pd
 from perflab import ab
 from perflab.claims import claim, judge, pct, resolved
 from perflab.experiments import Experiment
-from perflab.steps import PHASES
 from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.vocabulary import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -12,8 +12,8 @@ import pandas as pd
 from perflab import ab
 from perflab.claims import Absent, claim, judge, pct, phase_shares, resolved
 from perflab.experiments import Experiment
-from perflab.steps import PHASES
 from perflab.tables import NOT_RUN, Missing, make_table, pick, rows_of
+from perflab.vocabulary import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from perflab.experiments import Experiment
-from perflab.steps import PHASES
 from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.vocabulary import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
