@@ -57,8 +57,8 @@ def noise_floor_pct(frame: pd.DataFrame) -> float | None:
     ``aa_noise_floor``, the 95th percentile of single block-pair gaps) has none:
     that number gated another statistic and is not read as this one.
     """
-    v = floors(frame)["aa_floor_pct"]
-    return None if isinstance(v, tables.Missing) else v
+    v = tables.pick(frame[frame.experiment == CALIBRATION], *AA_FLOOR, "value")
+    return None if isinstance(v, tables.Missing) else float(v)
 
 
 def floor_note(frame: pd.DataFrame) -> str:

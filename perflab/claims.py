@@ -3,17 +3,26 @@
 Each :class:`Claim` reads rows of one run (the long frame of
 :func:`perflab.io.read_results`) and returns a :class:`Verdict`:
 
-- ``REPRODUCED``: the predicate holds within its stated tolerance;
-- ``DIFFERS``: it does not; ``measured`` gives the value and ``mechanism``
-  what the data shows instead (e.g. which phase is the largest here);
-- ``INCONCLUSIVE``: the effect the claim is about is inside the measured
-  noise (:func:`resolved` decides, in one place);
-- ``NOT RUN``: a row the claim needs is absent (its experiment did not run,
-  or is not implemented yet);
+- ``REPRODUCED``: every part of the predicate holds, each beyond its noise;
+- ``DIFFERS``: some part fails beyond its noise; ``measured`` gives the values and
+  ``mechanism`` what the data shows instead (e.g. which phase is the largest here);
+- ``INCONCLUSIVE``: no part fails beyond its noise, but a part is inside it — or there is
+  no noise evidence to decide it by (no A/A floor, no spread in the rows): missing
+  evidence is never support;
+- ``ERROR``: a row the claim needs is an instrument error (status ``error``): the
+  instrument failed, which says nothing about the finding;
+- ``NOT RUN``: a row the claim needs is absent (its experiment did not run);
 - ``UNSUPPORTED``: the rows exist but this device cannot measure them (e.g.
   CUDA events on a CPU); ``measured`` carries the rows' reason.
 
 A DIFFERS is a finding, not a failure: many verdicts flip on other hardware.
+
+A predicate is one or more :class:`Part`: what it measured, whether it holds, and its
+noise test (``decided``: outside the noise?, how), or none for a part with no noise
+question (an ordering of counts, an exact equality, a byte count). :func:`judge_parts`
+combines them so that one part's noise never hides another part's failure. A claim with
+no noise question at all says why at registration (``exact=``), and its verdict records
+that no noise test took part (``Verdict.noise_tested``).
 
 Adding a claim is a few lines::
 
@@ -21,7 +30,8 @@ Adding a claim is a few lines::
            tolerance="share < 5%")
     def _input_wait_small(ev):
         share = ev.value("E05", "sync/input_wait", "phase_share", "value")
-        return holds(share < 5, f"{share:.1f}%")
+        return judge(share < 5, f"{share:.1f}%",
+                     is_resolved=against_floor(ev, share, 5))
 """
 
 from __future__ import annotations
@@ -35,9 +45,11 @@ import pandas as pd
 from perflab import ab
 from perflab.rows import Absent, Rows, Unmeasured
 
-REPRODUCED, DIFFERS, INCONCLUSIVE, NOT_RUN, UNSUPPORTED = (
-    "REPRODUCED", "DIFFERS", "INCONCLUSIVE", "NOT RUN", "UNSUPPORTED")
-VERDICTS = (REPRODUCED, DIFFERS, INCONCLUSIVE, NOT_RUN, UNSUPPORTED)
+REPRODUCED, DIFFERS, INCONCLUSIVE, ERROR, NOT_RUN, UNSUPPORTED = (
+    "REPRODUCED", "DIFFERS", "INCONCLUSIVE", "ERROR", "NOT RUN", "UNSUPPORTED")
+VERDICTS = (REPRODUCED, DIFFERS, INCONCLUSIVE, ERROR, NOT_RUN, UNSUPPORTED)
+#: the verdicts that decide a claim (its effect outside the noise, one way or the other)
+DECIDED = (REPRODUCED, DIFFERS)
 CLAIM_COLUMNS = ["claim", "experiment", "statement", "chapter", "tolerance", "verdict",
                  "measured", "mechanism", "evidence", "command"]
 PHASES = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer", "logging")
@@ -48,54 +60,82 @@ class Verdict:
     verdict: str
     measured: str = ""
     mechanism: str = ""
+    #: whether a noise test took part in it (False: orderings, counts, exact equalities)
+    noise_tested: bool = False
 
 
 #: a claim's look-ups into one run's rows: the one row lookup, raising :class:`Absent` /
 #: :class:`Unmeasured` where a row is missing (perflab.rows)
 Evidence = Rows
 
+#: a noise test's answer: (outside the noise?, how it was decided)
+Decision = tuple[bool, str]
 
-# ------------------------------------------------------------------ the noise test
 
-#: where the noise comes from, in order; a later A/A floor (issue 9) plugs in here
-NoiseSource = Callable[[Evidence, str, str, float], "tuple[bool, str] | None"]
+# ------------------------------------------------------------------ the noise tests
+
+
+def no_floor(ev: Evidence) -> str:
+    """Why this run has no A/A floor to decide by (the reason an INCONCLUSIVE carries)."""
+    if ev.rows.empty or not (ev.rows.experiment == "C00").any():
+        return "not resolved: no A/A floor (C00 did not run)"
+    return "not resolved: no A/A floor (this run's C00 predates it)"
+
+
+def _floor(ev: Evidence) -> float | None:
+    from perflab import calibration
+
+    # C00's rows, split off once per run (Rows.of), not the whole frame on every claim
+    return calibration.noise_floor_pct(ev.of("C00")) if ev.has("C00") else None
+
+
+#: where the noise of an A/B comes from, in order; each returns None when it does not apply
+NoiseSource = Callable[[Evidence, str, str, float], "Decision | None"]
 NOISE_SOURCES: list[NoiseSource] = []
 
 
-def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> tuple[bool, str] | None:
-    """An A/B of this run re-judged against C00's A/A noise floor (perflab.calibration).
+def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | None:
+    """An A/B of this run re-judged against C00's A/A floor (perflab.calibration).
 
-    None (the next noise test decides) when the run has no C00 rows or ``variant``
-    is not an A/B difference with judgement rows.
+    None (not an A/B: the next noise test decides) when ``variant`` has no judgement
+    rows. An A/B is resolved only against the floor: significance alone (the job's own
+    ``difference_resolved``, judged without one) cannot tell it from two copies of the
+    same step, so without a floor it is not resolved, with the reason.
     """
     from perflab import calibration
 
-    if ev.rows.empty or not (ev.rows.experiment == "C00").any():
+    if ev.rows.empty or not any(ev.maybe(eid, variant, m, "value") is not None
+                                for m in (*ab.VERDICT_METRICS, "ab_p")):
         return None
-    table = calibration.ab_comparisons(ev.rows)
-    hit = table[(table.experiment == eid) & (table.comparison == variant)]
+    p = next((x for x in (ev.maybe(eid, variant, m, "value") for m in (ab.WILCOXON_P, "ab_p"))
+              if x is not None), None)
+    alone = f"the A/B alone: p={p:.3g}" if p is not None else "the A/B's own flag"
+    floor = _floor(ev)
+    if floor is None:
+        return False, f"{no_floor(ev)}; {alone}"
+    own = ev.of(eid)
+    hit = calibration.ab_comparisons(own[own.variant == variant], floor)
     if hit.empty:
-        return None
+        return False, (f"not resolved: the A/B wrote no judgement rows to set against the "
+                       f"A/A floor {floor:.2g}%; {alone}")
     r = hit.iloc[0]
-    floor = "" if r.floor_pct is None or pd.isna(r.floor_pct) else f", A/A floor {r.floor_pct:.2g}%"
     return (r.verdict == "resolved",
-            f"Wilcoxon p={r.p:.3g}, effect {r.effect_pct:+.2g}%{floor} (C00)")
+            f"Wilcoxon p={r.p:.3g}, effect {r.effect_pct:+.2g}%, A/A floor {floor:.2g}% (C00)")
 
 
 NOISE_SOURCES.append(aa_floor)
 
 
 def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,
-             noise: float | None = None, flag_metric: str | None = None) -> tuple[bool, str]:
+             noise: float | None = None) -> Decision:
     """Is ``effect`` (ms, or the claim's unit) outside the measured noise? (resolved?, how).
 
-    The one place a claim decides INCONCLUSIVE. In order:
-    1. any source registered in :data:`NOISE_SOURCES` (e.g. an A/A noise floor);
-    2. the experiment's own significance flag on ``variant`` (``flag_metric``, or the
-       ``difference_resolved`` / ``ab_resolved`` rows of the one A/B writer, perflab.ab);
-    3. ``noise``: a spread the claim passes (block spread, IQR): resolved when
+    The one place a claim's effect is set against its noise. In order:
+    1. any source registered in :data:`NOISE_SOURCES`: for an A/B (``variant`` has the
+       one A/B writer's judgement rows, perflab.ab), C00's A/A floor;
+    2. ``noise``: a spread of the same series the claim passes (IQR): resolved when
        ``|effect| > noise`` (:func:`perflab.stats.resolved`);
-    4. no noise measure at all: resolved (the tolerance alone decides).
+    3. no noise measure at all: not resolved (missing evidence is never support).
     """
     from perflab import stats
 
@@ -103,17 +143,74 @@ def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,
         got = source(ev, eid, variant, effect)
         if got is not None:
             return got
-    for m in ([flag_metric] if flag_metric else []) + list(ab.VERDICT_METRICS):
-        v = ev.maybe(eid, variant, m, "value")
-        if v is not None:
-            p = ev.maybe(eid, variant, ab.WILCOXON_P, "value")
-            spread = ev.maybe(eid, variant, ab.BLOCK_SPREAD, "value")
-            how = (f"Wilcoxon p={p:.3g}" if p is not None else
-                   f"block spread {spread:.3g}" if spread is not None else m)
-            return bool(v >= 0.5), how
     if noise is not None and math.isfinite(noise):
         return stats.resolved(effect, noise), f"noise {noise:.3g}"
-    return True, "no noise measure in the rows"
+    return False, "not resolved: no noise measure in the rows"
+
+
+def against_floor(ev: Evidence, value_pct: float, threshold_pct: float = 0.0, *,
+                  agree: bool = False) -> Decision:
+    """Is a relative difference decided against the claim's threshold? (decided?, how)
+
+    ``value_pct`` is a difference of two medians of one process, relative (%); the claim
+    sets it against ``threshold_pct`` (e.g. "faster": 0; "within 10%": 10). The scale is
+    C00's A/A floor, the 95% bound of how far the same statistic moves when both sides run
+    the same step: the claim is decided when the value lies farther from its threshold than
+    the floor, either way. ``agree=True``: the claim is that two medians agree within the
+    threshold, so the size ``|value_pct|`` is set against it. No floor: not resolved.
+    """
+    floor = _floor(ev)
+    if floor is None:
+        return False, no_floor(ev)
+    x = abs(value_pct) if agree else value_pct
+    gap = abs(x - threshold_pct)
+    return gap > floor, (f"{gap:.2g} points from the {threshold_pct:g}% threshold, "
+                         f"A/A floor {floor:.2g}% (C00)")
+
+
+def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> Decision:
+    """Is an A/B's relative effect decided against a threshold other than 0? (decided?, how)
+
+    For a claim such as "costs less than 5%": the A/B's bootstrap interval of the effect
+    (``ab_ci_low``..``ab_ci_high``, as % of A) must exclude the threshold, and its effect
+    (``ab_effect_rel``) lie farther from it than C00's A/A floor, as :func:`resolved`
+    requires of an effect against 0. No floor, or no judgement rows: not resolved.
+    """
+    floor = _floor(ev)
+    if floor is None:
+        return False, no_floor(ev)
+    eff, rel, lo, hi = (ev.maybe(eid, variant, m, "value")
+                        for m in ("ab_effect", "ab_effect_rel", "ab_ci_low", "ab_ci_high"))
+    if None in (eff, rel, lo, hi) or not eff:
+        return False, f"not resolved: no A/B judgement rows under {eid} {variant}"
+    lo_pct, hi_pct = sorted((lo * rel / eff, hi * rel / eff))  # ms -> % of A's median
+    outside = not lo_pct <= threshold_pct <= hi_pct
+    gap = abs(rel - threshold_pct)
+    return outside and gap > floor, (
+        f"effect {rel:+.2g}%, 95% interval {lo_pct:+.2g}..{hi_pct:+.2g}%, {gap:.2g} points "
+        f"from {threshold_pct:g}%, A/A floor {floor:.2g}% (C00)")
+
+
+def leader(values: dict[str, float]) -> tuple[str, str]:
+    """The largest and the second-largest key of ``values`` ("" when there is one key)."""
+    ranked = sorted(values, key=values.get, reverse=True)
+    return ranked[0], (ranked[1] if len(ranked) > 1 else "")
+
+
+def lead_against_floor(ev: Evidence, values: dict[str, float]) -> Decision:
+    """Is the largest of ``values`` ahead of the next by more than the A/A floor (% of it)?
+
+    For an ordering of medians (or totals) of one process with no spread of their own in
+    the rows: two within the floor of each other cannot be told apart.
+    """
+    top, second = leader(values)
+    if not second:
+        return True, "nothing to order against"
+    floor = _floor(ev)
+    if floor is None:
+        return False, no_floor(ev)
+    gap = 100 * (values[top] - values[second]) / values[top] if values[top] else 0.0
+    return gap > floor, f"{top} leads {second} by {gap:.2g}%, A/A floor {floor:.2g}% (C00)"
 
 
 #: the noise verdict of a comparison between separate processes (E08's batch sizes, E20's cold
@@ -122,46 +219,81 @@ def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,
 SEPARATE_PROCESSES = (False, "not resolved: separate processes, no between-process floor")
 
 
-def judge(holds_: bool, measured: str, *, is_resolved: tuple[bool, str] | None = None,
-          mechanism: str = "") -> Verdict:
-    """The verdict of a predicate, INCONCLUSIVE when its effect is inside the noise."""
-    if is_resolved is not None and not is_resolved[0]:
-        why = is_resolved[1]
-        return Verdict(INCONCLUSIVE, f"{measured} ("
-                       + (why if why.startswith("not resolved") else f"inside the noise: {why}")
-                       + ")")
-    note = f" ({is_resolved[1]})" if is_resolved is not None else ""
-    return Verdict(REPRODUCED if holds_ else DIFFERS, measured + note,
-                   "" if holds_ else mechanism)
+# ------------------------------------------------------------------ the verdict of a predicate
 
 
-def against_floor(ev: "Evidence", rel_pct: float, tol_pct: float, *,
-                  agree: bool) -> tuple[bool, str] | None:
-    """Can this run decide a claim about a relative difference of two medians? (decided?, how)
+@dataclass(frozen=True)
+class Part:
+    """One part of a claim's predicate: does it hold, is it decided, what was measured.
 
-    The scale is C00's A/A noise floor (the same step against itself, block to block): a
-    difference inside it is not evidence either way. ``agree=True`` is a claim that two
-    medians agree within ``tol_pct``: decided when they differ beyond both the tolerance and
-    the floor (DIFFERS), or when the floor is no wider than the tolerance (so agreement can
-    be seen). ``agree=False`` is a claim that they differ by more than ``tol_pct``: decided
-    when the difference exceeds the floor. None when C00 did not run (the tolerance alone
-    decides, as before the floor existed).
+    ``decided`` is the part's noise test (outside the noise?, how); None for a part with
+    no noise question. ``mechanism`` is what the data shows when the part fails; ``name``
+    says which part it is when a claim has several ("medians agree", "Timer tighter").
     """
-    from perflab import calibration
 
-    floor = calibration.noise_floor_pct(ev.rows) if not ev.rows.empty else None
-    if floor is None:
-        return None
-    how = f"A/A floor {floor:.2g}% (C00)"
-    size = abs(rel_pct)
-    if agree:
-        return (size > tol_pct and size > floor) or (size <= tol_pct and floor <= tol_pct), how
-    return size > floor, how
+    holds: bool
+    measured: str
+    decided: Decision | None = None
+    mechanism: str = ""
+    name: str = ""
+
+
+def _part_text(p: Part) -> str:
+    if p.decided is None:
+        return p.measured
+    ok, how = p.decided
+    if ok:
+        return f"{p.measured} ({how})"
+    why = how if "not resolved" in how else f"inside the noise: {how}"
+    return f"{p.measured} ({why}; as measured it {'holds' if p.holds else 'fails'})"
+
+
+def judge_parts(*parts: Part) -> Verdict:
+    """The verdict of a predicate of one or more parts.
+
+    DIFFERS when some part fails beyond its noise (or fails and has no noise question),
+    whatever the other parts' noise; else INCONCLUSIVE when some part is inside its noise;
+    else REPRODUCED. ``measured`` lists every part with its noise; ``mechanism`` names
+    each failed part (DIFFERS) or each undecided one (INCONCLUSIVE, several parts).
+    """
+    if not parts:
+        raise ValueError("a predicate needs at least one part")
+    failed = [p for p in parts if not p.holds and (p.decided is None or p.decided[0])]
+    undecided = [p for p in parts if p.decided is not None and not p.decided[0]]
+    noise = any(p.decided is not None for p in parts)
+    measured = "; ".join(_part_text(p) for p in parts)
+    several = len(parts) > 1
+    if failed:
+        why = [(f"{p.name} fails" + (f": {p.mechanism}" if p.mechanism else "")
+                if several and p.name else p.mechanism) for p in failed]
+        return Verdict(DIFFERS, measured, "; ".join(w for w in why if w), noise)
+    if undecided:
+        names = ", ".join(p.name or "a part" for p in undecided)
+        rest = "; the other parts hold" if len(undecided) < len(parts) else ""
+        return Verdict(INCONCLUSIVE, measured,
+                       f"undecided: {names} (inside the noise){rest}" if several else "", noise)
+    return Verdict(REPRODUCED, measured, "", noise)
+
+
+def judge(holds_: bool, measured: str, *, is_resolved: Decision | None = None,
+          mechanism: str = "") -> Verdict:
+    """The verdict of a one-part predicate, INCONCLUSIVE when its effect is inside the noise."""
+    return judge_parts(Part(holds_, measured, is_resolved, mechanism))
 
 
 def holds(ok: bool, measured: str, mechanism: str = "") -> Verdict:
-    """A predicate with no noise question (orderings, equalities, shapes)."""
+    """A predicate with no noise question (orderings of counts, equalities, shapes)."""
     return judge(ok, measured, mechanism=mechanism)
+
+
+#: the reasons a claim has no noise question (``exact=`` of :func:`claim`)
+BYTES_EXACT = ("memory is counted, not sampled: allocator counters and tensor accounting "
+               "give the same bytes on every run of the same program (a CPU's peak RSS is "
+               "one reading of a fresh process, set against margins of whole MiB)")
+NUMERICS_EXACT = ("a numerical difference of deterministic arithmetic on identical inputs "
+                  "and state: no sampling noise")
+COUNTS_EXACT = ("counts the compiler reports (recompiles, graphs, graph breaks) and whether "
+                "a call raised: no sampling noise")
 
 
 # ------------------------------------------------------------------ the registry
@@ -175,6 +307,8 @@ class Claim:
     chapter: str
     tolerance: str
     check: Callable[[Evidence], Verdict]
+    #: why no noise question arises (a count, an exact equality, bytes); "" when it does
+    exact: str = ""
 
     @property
     def target(self) -> str:
@@ -198,7 +332,10 @@ class Claim:
         except Unmeasured as exc:
             if exc.status == "unsupported":
                 return Verdict(UNSUPPORTED, exc.reason)
-            return Verdict(DIFFERS, f"{exc.status}: {exc.reason}")
+            where = f" ({exc.where})" if exc.where else ""
+            if exc.status == "error":  # the instrument failed: no evidence either way
+                return Verdict(ERROR, f"instrument error{where}: {exc.reason}")
+            return Verdict(DIFFERS, f"{exc.status}{where}: {exc.reason}")
         except ZeroDivisionError:
             return Verdict(INCONCLUSIVE, "a baseline of zero: no ratio")
 
@@ -206,12 +343,17 @@ class Claim:
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(cid: str, eid: str, statement: str, *, chapter: str, tolerance: str):
-    """Register a predicate ``f(ev: Evidence) -> Verdict`` as claim ``cid`` of experiment ``eid``."""
+def claim(cid: str, eid: str, statement: str, *, chapter: str, tolerance: str,
+          exact: str = ""):
+    """Register a predicate ``f(ev: Evidence) -> Verdict`` as claim ``cid`` of experiment ``eid``.
+
+    ``exact``: why the claim has no noise question (it reads counts, bytes, exact
+    equalities), so INCONCLUSIVE cannot arise; "" for a claim judged against its noise.
+    """
     def wrap(fn: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:
         if cid in CLAIMS:
             raise ValueError(f"claim {cid} registered twice")
-        CLAIMS[cid] = Claim(cid, eid, statement, chapter, tolerance, fn)
+        CLAIMS[cid] = Claim(cid, eid, statement, chapter, tolerance, fn, exact)
         return fn
     return wrap
 
@@ -261,6 +403,24 @@ def phase_shares(ev: Evidence, eid: str, prefix: str) -> dict[str, float]:
     if not got:
         raise Absent("no phase shares" + ("" if ev.has(eid) else f" ({eid} not run)"))
     return got
+
+
+def largest_phase(ev: Evidence) -> tuple[str, dict[str, float], Decision]:
+    """E05's largest synchronized phase, the shares, and whether it is ahead beyond the noise.
+
+    Decided when its median phase time exceeds the runner-up's by more than the wider of
+    the two phases' IQRs (E05 writes each phase's per-step samples' spread).
+    """
+    shares = phase_shares(ev, "E05", "sync/")
+    top, second = leader(shares)
+    if not second:
+        return top, shares, (True, "one phase")
+    med = {p: ev.value("E05", f"sync/{p}", "phase_time") for p in (top, second)}
+    iqr = [ev.maybe("E05", f"sync/{p}", "phase_time", "iqr") for p in (top, second)]
+    if None in iqr:
+        return top, shares, (False, "not resolved: no IQR of the phase times")
+    gap, noise = med[top] - med[second], max(iqr)
+    return top, shares, (gap > noise, f"{top} - {second} {gap:.3g} ms vs IQR {noise:.3g} ms")
 
 
 # ================================================================== E06 events vs wall

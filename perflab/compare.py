@@ -33,6 +33,7 @@ import pandas as pd
 
 from perflab import ab, io, tables
 from perflab.catalogue import EXPERIMENTS
+from perflab.claims import DECIDED
 
 #: the contract columns two rows must share to be the same measurement (not the device)
 KEY = ["experiment", "variant", "workload", "dtype", "mode", "execution", "metric",
@@ -41,8 +42,9 @@ SAMPLE_KEY = ["experiment", "variant", "execution", "metric", "unit"]
 #: column names a claims.csv may use for the claim's name and for its verdict
 CLAIM_ID_COLUMNS = ("claim_id", "claim", "id", "name")
 CLAIM_VERDICT_COLUMNS = ("verdict", "status", "result")
-#: claim verdicts that decide (the others: INCONCLUSIVE, NOT RUN, UNSUPPORTED)
-DECIDED = ("REPRODUCED", "DIFFERS")
+#: claim verdicts that decide are perflab.claims.DECIDED (REPRODUCED, DIFFERS); the others
+#: (INCONCLUSIVE, ERROR, NOT RUN, UNSUPPORTED) decide nothing, so a change to or from one is
+#: never a flip
 
 
 def result_csvs(d: str | Path) -> list[Path]:
@@ -154,7 +156,8 @@ def verdict_changes(this: pd.DataFrame, ref: pd.DataFrame,
     ``decided``: the claim was decided in both runs (REPRODUCED or DIFFERS in
     each: its effect was outside each run's noise); ``flipped``: decided in both
     and different — the disagreements that reproducibility forbids. A change to
-    or from INCONCLUSIVE is a run whose noise hid the effect, not a flip.
+    or from INCONCLUSIVE is a run whose noise hid the effect, and one to or from
+    ERROR an instrument that failed in one run: neither is a flip.
 
     With both runs' ``diagnosis.csv``: the diagnosis's verdict ("what is the
     machine waiting for") and each candidate's outcome (fits / ruled out),

@@ -13,7 +13,8 @@ Two ways to ask, one implementation:
   diagnosis and the calibration show a missing number as its status word;
 - raising (:meth:`Rows.row`, :meth:`Rows.value`; ``perflab.claims.Evidence`` is
   :class:`Rows`): a claim stops at :class:`Absent` (NOT RUN) or :class:`Unmeasured`
-  (UNSUPPORTED, or DIFFERS for an oom/error), since missing evidence is never support.
+  (UNSUPPORTED; DIFFERS for an oom, a finding; ERROR for an instrument error), since
+  missing evidence is never support.
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ class Absent(Exception):
 
 
 class Unmeasured(Exception):
-    """The row exists with a status other than ok (unsupported, oom, error)."""
+    """The row exists with a status other than ok (unsupported, oom, error).
 
-    def __init__(self, status: str, reason: str):
+    ``where`` names the row ("E08 batch_64 step_latency") when the lookup knows it.
+    """
+
+    def __init__(self, status: str, reason: str, where: str = ""):
         super().__init__(f"{status}: {reason}")
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.where = status, reason, where
 
 
 def find(frame: pd.DataFrame, variant: str, metric: str, statistic: str = "median", *,
@@ -120,7 +124,7 @@ class Rows:
         if not isinstance(got, Missing):
             return got
         if got.status not in (NOT_RUN, NOT_RECORDED):
-            raise Unmeasured(got.status, got.reason)
+            raise Unmeasured(got.status, got.reason, f"{eid} {variant} {metric}")
         raise Absent(f"no row {eid} {variant} {metric} {statistic}"
                      + ("" if self.has(eid) else f" ({eid} not run)"))
 
@@ -136,12 +140,21 @@ class Rows:
             return default
 
     def variants(self, eid: str, prefix: str, metric: str, statistic: str = "median") -> dict:
-        """{variant: value} for ok rows whose variant starts with ``prefix``."""
+        """{variant: value} for ok rows whose variant starts with ``prefix``.
+
+        Raises :class:`Unmeasured` when one of those variants' rows is an ``error``: a
+        series with a failed instrument in it is not evidence of its shape (an ``oom`` or
+        ``unsupported`` row is left out: it says what the device could not do).
+        """
         if self.rows.empty:
             return {}
         r = self.of(eid)
-        sel = r[r.variant.str.startswith(prefix) & (r.metric == metric)
-                & (r.statistic == statistic) & (r.status == "ok")]
+        sel = r[r.variant.str.startswith(prefix) & (r.metric == metric)]
+        failed = sel[sel.status == "error"]
+        if not failed.empty:
+            row = failed.iloc[0]
+            raise Unmeasured("error", str(row["reason"]), f"{eid} {row['variant']} {metric}")
+        sel = sel[(sel.statistic == statistic) & (sel.status == "ok")]
         return {v: float(x) for v, x in zip(sel.variant, sel.value)}
 
     def device(self, eid: str) -> str:

@@ -85,13 +85,14 @@ if FAILED:
 #
 # Each finding of the chapter, evaluated on this run's rows: REPRODUCED, DIFFERS (with
 # what was measured and the mechanism the data shows), INCONCLUSIVE (the effect is inside
-# the measured noise), NOT RUN (its experiment did not run here) or UNSUPPORTED (this
+# the measured noise, or there is no noise evidence to decide it by), ERROR (an instrument
+# it needs failed), NOT RUN (its experiment did not run here) or UNSUPPORTED (this
 # device cannot measure it). Each links to its evidence table below and names the command
 # that reruns its experiment alone.
 
 # %%
 VERDICT_STYLE = {"REPRODUCED": "#1b7837", "DIFFERS": "#b2182b", "INCONCLUSIVE": "#8c6d1f",
-                 "NOT RUN": "#666666", "UNSUPPORTED": "#666666"}
+                 "ERROR": "#762a83", "NOT RUN": "#666666", "UNSUPPORTED": "#666666"}
 
 
 def claims_html(frame: pd.DataFrame) -> HTML:

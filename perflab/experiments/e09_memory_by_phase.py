@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import Unmeasured, claim, holds
+from perflab.claims import BYTES_EXACT, Unmeasured, claim, holds
 from perflab.experiments import Experiment
 from perflab.tables import NOT_RUN, Missing, make_table, pick, rows_of
 from perflab.vocabulary import STEP_PHASES
@@ -227,7 +227,7 @@ def _draw_persistent(ax, r: pd.DataFrame) -> None:
 
 # ------------------------------------------------------------------ claims
 
-#: C23: persistent state is at least this share of allocated after the steady step
+#: C23: persistent state is at least this share of the steady step's peak allocated
 PERSISTENT_SHARE_MIN_PCT = 50
 #: C24: step 1's optimizer phase allocates at least this many times the parameter bytes
 OPTIMIZER_JUMP_MIN_X_PARAMETERS = 1.5
@@ -236,23 +236,31 @@ HIDDEN_PEAK_MIN_PCT = 5
 
 
 @claim("C23", "E09", "persistent state dominates memory at batch 256",
-       chapter="456 MiB persistent, 96% of allocated",
-       tolerance=f"persistent share >= {PERSISTENT_SHARE_MIN_PCT}%")
+       chapter="456 MiB persistent of a 589 MiB peak (96% of allocated after the step)",
+       tolerance=f"persistent bytes >= {PERSISTENT_SHARE_MIN_PCT}% of the steady step's "
+                 "peak allocated", exact=BYTES_EXACT)
 def _persistent_dominates(ev):
-    s = ev.value("E09", PERSISTENT, SHARE, "value")
-    return holds(s >= PERSISTENT_SHARE_MIN_PCT, f"{s:.0f}%",
-                 mechanism="activations or other state outweigh persistent state")
+    # of the peak, not of allocated after the step: after the step the activations are
+    # freed, so persistent state is nearly all of what is left by construction
+    persistent = ev.value("E09", PERSISTENT, BYTES, "value")
+    peak = ev.value("E09", STEADY, PEAK_ALLOCATED, "value")
+    share = 100 * persistent / peak
+    return holds(share >= PERSISTENT_SHARE_MIN_PCT,
+                 f"persistent {persistent:.0f} of peak {peak:.0f} MiB ({share:.0f}%)",
+                 mechanism="activations and temporaries, not persistent state, set the peak")
 
 
 @claim("C24", "E09", "AdamW state appears on the first optimizer step",
        chapter="step 1: 247.6 -> 474.6 MiB across the optimizer (227 MiB, ~2x parameters)",
        tolerance=f"first-step optimizer jump >= {OPTIMIZER_JUMP_MIN_X_PARAMETERS:g}x "
-                 "parameter bytes")
+                 "parameter bytes", exact=BYTES_EXACT)
 def _adamw_state_first_step(ev):
     params = ev.value("E09", part_variant("parameters"), BYTES, "value")
     try:
         jump = ev.value("E09", OPTIMIZER_STATE, FIRST_STEP_ALLOCATED_JUMP, "value")
-    except Unmeasured:  # no allocator counter (CPU): the state's own bytes, before and after
+    except Unmeasured as exc:  # no allocator counter (CPU): the state's own bytes, before and after
+        if exc.status != "unsupported":
+            raise
         jump = (ev.value("E09", OPTIMIZER_STATE, STATE_AFTER_FIRST_STEP, "value")
                 - ev.value("E09", OPTIMIZER_STATE, STATE_BEFORE_FIRST_STEP, "value"))
     return holds(jump >= OPTIMIZER_JUMP_MIN_X_PARAMETERS * params,
@@ -262,7 +270,8 @@ def _adamw_state_first_step(ev):
 
 @claim("C25", "E09", "the peak is hidden inside a phase, above every phase-boundary reading",
        chapter="peak 589 MiB vs at most 475 at a boundary",
-       tolerance=f"steady peak > largest steady boundary reading by > {HIDDEN_PEAK_MIN_PCT}%")
+       tolerance=f"steady peak > largest steady boundary reading by > {HIDDEN_PEAK_MIN_PCT}%",
+       exact=BYTES_EXACT)
 def _hidden_peak(ev):
     peak = ev.value("E09", STEADY, PEAK_ALLOCATED, "value")
     top = ev.value("E09", STEADY, MAX_BOUNDARY_ALLOCATED, "value")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import claim, holds, pct
+from perflab.claims import BYTES_EXACT, claim, holds, pct
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
 from perflab.vocabulary import OOM_VERDICTS
@@ -192,7 +192,8 @@ PEAK_DROP_MAX_PCT = 25
 
 @claim("C26", "E10", "the constructed OOM barely responds to a smaller batch (persistent state)",
        chapter="batch 32 -> 8 moved the peak by 0.8 of 9.9 GiB",
-       tolerance=f"peak drop < {PEAK_DROP_MAX_PCT}% of the peak")
+       tolerance=f"peak drop < {PEAK_DROP_MAX_PCT}% of the peak",
+       exact=BYTES_EXACT)
 def _oom_persistent(ev):
     hi = ev.value("E10", batch_variant(32), PEAK_ALLOCATED, "value")
     lo = ev.value("E10", batch_variant(8), PEAK_ALLOCATED, "value")

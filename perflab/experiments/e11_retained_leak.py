@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Evidence, claim, holds
+from perflab.claims import BYTES_EXACT, Absent, Evidence, claim, holds
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, pick, rows_of
 
@@ -165,8 +165,9 @@ STEADY_STEP_MIN_RATIO = 0.5
 #: C27: the repaired loops end within this share (of the larger of their start and the
 #: retained loop's growth) of where they started
 REPAIRED_DRIFT_MAX_PCT = 5
-#: C28: empty_cache changes allocated by at most this share of it
-EMPTY_CACHE_CHANGE_MAX_PCT = 1
+#: C28: after empty_cache, allocated above the repaired loop still holds at least this
+#: share of the retained graph's saved-tensor bytes
+RETAINED_AFTER_EMPTY_CACHE_MIN_PCT = 90
 
 
 def _leak_series(ev: Evidence, loop: str) -> list[float]:
@@ -186,7 +187,7 @@ def _leak_series(ev: Evidence, loop: str) -> list[float]:
        "a retained graph-connected metric grows memory linearly; no_grad and .item() stay flat",
        chapter="164 -> 2400 MiB over 60 iterations; 124 and 162 MiB flat",
        tolerance=f"retained grows > {RETAINED_GROWTH_MIN_X}x; the repairs within "
-                 f"{REPAIRED_DRIFT_MAX_PCT}% of their start")
+                 f"{REPAIRED_DRIFT_MAX_PCT}% of their start", exact=BYTES_EXACT)
 def _retained_leak(ev):
     kept = _leak_series(ev, RETAINED_GRAPH)
     flat = [_leak_series(ev, loop) for loop in (NO_GRAD, ITEM)]
@@ -203,10 +204,21 @@ def _retained_leak(ev):
 
 
 @claim("C28", "E11", "empty_cache frees nothing of the retained graph",
-       chapter="2400.3 MiB before and after", tolerance=f"within {EMPTY_CACHE_CHANGE_MAX_PCT}%")
+       chapter="2400.3 MiB before and after",
+       tolerance=f"after empty_cache, allocated above the no_grad loop's >= "
+                 f"{RETAINED_AFTER_EMPTY_CACHE_MIN_PCT}% of the retained graph's saved-tensor "
+                 "bytes", exact=BYTES_EXACT)
 def _empty_cache_no_fix(ev):
+    # allocated counts live blocks and empty_cache releases only free cached ones, so
+    # "allocated did not move" cannot fail; what can is that the bytes still held after it
+    # are the retained graph's, by a second instrument (the graph's own tensor accounting)
     after = ev.value("E11", after_empty_cache_variant(RETAINED_GRAPH), ALLOCATED, "value")
     final = ev.value("E11", final_variant(RETAINED_GRAPH), ALLOCATED, "value")
-    return holds(abs(after - final) <= EMPTY_CACHE_CHANGE_MAX_PCT / 100 * final,
-                 f"{final:.1f} -> {after:.1f} MiB",
-                 mechanism="empty_cache lowered allocated memory: the tensors were not live")
+    repaired = ev.value("E11", final_variant(NO_GRAD), ALLOCATED, "value")
+    graph = ev.value("E11", final_variant(RETAINED_GRAPH), RETAINED_GRAPH_BYTES, "value")
+    held = after - repaired
+    return holds(held >= RETAINED_AFTER_EMPTY_CACHE_MIN_PCT / 100 * graph,
+                 f"{final:.1f} -> {after:.1f} MiB across empty_cache; {held:.1f} MiB above the "
+                 f"no_grad loop vs the retained graph's {graph:.1f} MiB",
+                 mechanism="after empty_cache the allocator no longer holds the retained graph's "
+                           "bytes: they were not live device tensors")

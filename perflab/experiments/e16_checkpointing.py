@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, claim, holds, pct
+from perflab.claims import Absent, Part, against_floor, claim, judge_parts, pct
 from perflab.experiments import Experiment
 from perflab.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
 
@@ -118,8 +118,9 @@ LARGE_BATCH_SAVES_ABOVE_PCT = 10
 
 @claim("C37", "E16", "checkpointing costs time at every batch and saves memory only when activations dominate",
        chapter="+33% time, nothing saved at 256; +31% time, 288 MiB (28%) saved at 4096",
-       tolerance=f"time_rel > 0 at both; saved < {SMALL_BATCH_SAVES_BELOW_PCT}% at the small "
-       f"batch and > {LARGE_BATCH_SAVES_ABOVE_PCT}% at the large")
+       tolerance=f"time_rel > 0 at both, beyond the A/A floor (C00); saved < "
+       f"{SMALL_BATCH_SAVES_BELOW_PCT}% at the small batch and > {LARGE_BATCH_SAVES_ABOVE_PCT}% "
+       "at the large (bytes: no noise question)")
 def _checkpointing(ev):
     eid = ENTRY.eid
     time_pct = ev.variants(eid, BATCH_PREFIX, TIME_PCT_OF_NORMAL, "value")
@@ -127,16 +128,22 @@ def _checkpointing(ev):
                    key=lambda b: int(b.removeprefix(BATCH_PREFIX)))
     if len(sizes) < 2:
         raise Absent("fewer than two batch sizes" + ("" if ev.has(eid) else f" ({eid} not run)"))
-    small, large = f"{sizes[0]}/{CHECKPOINTED}", f"{sizes[-1]}/{CHECKPOINTED}"
-    # extra time and memory saved, each in % of the normal step at that batch
-    cost_small = ev.value(eid, small, TIME_PCT_OF_NORMAL, "value") - 100
-    cost_large = ev.value(eid, large, TIME_PCT_OF_NORMAL, "value") - 100
-    saved_small = 100 - ev.value(eid, small, MEMORY_PCT_OF_NORMAL, "value")
-    saved_large = 100 - ev.value(eid, large, MEMORY_PCT_OF_NORMAL, "value")
-    ok = (cost_small > 0 and cost_large > 0 and saved_small < SMALL_BATCH_SAVES_BELOW_PCT
-          and saved_large > LARGE_BATCH_SAVES_ABOVE_PCT)
-    return holds(ok, f"{sizes[0]}: {pct(cost_small)} time, {saved_small:.0f}% saved; "
-                 f"{sizes[-1]}: {pct(cost_large)} time, {saved_large:.0f}% saved",
-                 mechanism="activations set the peak at both batch sizes here"
-                 if saved_small >= SMALL_BATCH_SAVES_BELOW_PCT
-                 else "checkpointing saved little even at the large batch")
+    parts = []
+    for size, saves_below in ((sizes[0], True), (sizes[-1], False)):
+        v = f"{size}/{CHECKPOINTED}"
+        # extra time and memory saved, each in % of the normal step at that batch; the time
+        # from the round robin of one process (the floor's kind), the memory counted
+        t = ev.value(eid, v, TIME_PCT_OF_NORMAL, "value")
+        saved = 100 - ev.value(eid, v, MEMORY_PCT_OF_NORMAL, "value")
+        parts.append(Part(t > 100, f"{size}: {pct(t - 100)} time", against_floor(ev, t, 100),
+                          name=f"costs time at {size}",
+                          mechanism="the recomputed forward is hidden by other costs here"))
+        if saves_below:
+            parts.append(Part(saved < SMALL_BATCH_SAVES_BELOW_PCT, f"{saved:.0f}% saved",
+                              name=f"saves little at {size}",
+                              mechanism="activations set the peak even at the small batch"))
+        else:
+            parts.append(Part(saved > LARGE_BATCH_SAVES_ABOVE_PCT, f"{saved:.0f}% saved",
+                              name=f"saves memory at {size}",
+                              mechanism="checkpointing saved little even at the large batch"))
+    return judge_parts(*parts)

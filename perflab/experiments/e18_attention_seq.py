@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, claim, holds
+from perflab.claims import BYTES_EXACT, Absent, Part, claim, judge_parts
 from perflab.experiments import Experiment
 from perflab.tables import (
     NOT_RUN,
@@ -226,10 +226,20 @@ def _peaks_by_seq(ev, impl: str) -> dict[int, float]:
     return {int(v.split("/")[0].removeprefix(SEQ_PREFIX)): x for v, x in got.items()}
 
 
+def _first_oom(ev, impl: str) -> int | None:
+    """The smallest T at which ``impl``'s peak row is an OOM (None: it never ran out)."""
+    r = ev.of(ENTRY.eid)
+    sel = r[(r.status == "oom") & (r.metric == "peak_allocated")
+            & r.variant.str.startswith(SEQ_PREFIX) & r.variant.str.endswith(f"/{impl}")]
+    return min((int(v.split("/")[0].removeprefix(SEQ_PREFIX)) for v in sel.variant),
+               default=None)
+
+
 @claim("C39", "E18", "manual attention memory grows ~T^2 and OOMs first; SDPA allocates far less",
        chapter="manual 576 -> 2160 MiB (T 1024 -> 2048), OOM at 4096; SDPA 354 MiB at 4096",
        tolerance=f"manual peak ratio per doubling >= {MANUAL_GROWTH_PER_DOUBLING}; SDPA peak "
-       "< manual at the largest shared T")
+       "< manual at the largest shared T; under the allocator cap (or where memory ran out), "
+       "manual runs out at a smaller T than SDPA (or SDPA never does)", exact=BYTES_EXACT)
 def _attention_memory(ev):
     manual, sdpa = _peaks_by_seq(ev, MANUAL), _peaks_by_seq(ev, SDPA)
     if len(manual) < 2:
@@ -238,9 +248,21 @@ def _attention_memory(ev):
     (t1, m1), (t2, m2) = sorted(manual.items())[-2:]
     per_doubling = (m2 / m1) ** (1 / math.log2(t2 / t1))
     shared = max((t for t in manual if t in sdpa), default=None)
-    smaller = shared is not None and sdpa[shared] < manual[shared]
-    return holds(per_doubling >= MANUAL_GROWTH_PER_DOUBLING and smaller,
-                 f"manual x{per_doubling:.2f} per doubling (T {t1} -> {t2}); "
-                 + (f"SDPA {sdpa[shared]:.1f} vs manual {manual[shared]:.1f} MiB at T={shared}"
-                    if shared else "no shared T"),
-                 mechanism="the manual peak is not dominated by the T x T score matrix at these sizes")
+    parts = [
+        Part(per_doubling >= MANUAL_GROWTH_PER_DOUBLING,
+             f"manual x{per_doubling:.2f} per doubling (T {t1} -> {t2})", name="manual ~T^2",
+             mechanism="the manual peak is not dominated by the T x T score matrix at these sizes"),
+        Part(shared is not None and sdpa[shared] < manual[shared],
+             f"SDPA {sdpa[shared]:.1f} vs manual {manual[shared]:.1f} MiB at T={shared}"
+             if shared else "no T measured for both", name="SDPA allocates less",
+             mechanism="SDPA's kernel keeps a T x T buffer here"),
+    ]
+    om, osd = _first_oom(ev, MANUAL), _first_oom(ev, SDPA)
+    # the OOM order is tested under the allocator cap, or where the device itself ran out
+    if ev.maybe(ENTRY.eid, BUDGET_VARIANT, MEMORY_BUDGET, "value") is not None or om or osd:
+        parts.append(Part(om is not None and (osd is None or om < osd),
+                          f"under the cap manual runs out at T={om}, SDPA "
+                          + (f"at T={osd}" if osd else "never"), name="manual OOMs first",
+                          mechanism="manual attention fit the cap at every T measured"
+                          if om is None else "SDPA ran out no later than manual"))
+    return judge_parts(*parts)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import SEPARATE_PROCESSES, claim, holds, judge
+from perflab.claims import SEPARATE_PROCESSES, Part, claim, judge_parts
 from perflab.experiments import Experiment
 from perflab.experiments.e19_compile_ab import (
     COMPILED,
@@ -189,12 +189,13 @@ def _compile_cache(ev):
     warm = ev.value(eid, side_variant(WARM, COMPILED), FIRST_CALL, "value")
     steady_cold = ev.value(eid, side_variant(COLD, COMPILED), FORWARD_LATENCY)
     steady_warm = ev.value(eid, side_variant(WARM, COMPILED), FORWARD_LATENCY)
-    measured = (f"first call {cold:.2f} -> {warm:.2f}; "
-                f"steady {steady_cold:.3f} vs {steady_warm:.3f} ms")
-    if warm >= WARM_FIRST_CALL_BELOW * cold:
-        return holds(False, measured,
-                     mechanism="the warm cache did not shorten the first call much")
-    # the steady states are two processes' medians: no floor of that kind to judge them by
-    return judge(abs(steady_warm - steady_cold) <= STEADY_AGREES_WITHIN * steady_cold, measured,
-                 is_resolved=SEPARATE_PROCESSES,
-                 mechanism="steady state differs between cold and warm")
+    # the first calls are one compile each, in two processes: a 2x cut is far beyond how
+    # much one compile's time varies, so that part is read as measured; the steady states
+    # are two processes' medians, with no floor of that kind to judge them by
+    return judge_parts(
+        Part(warm < WARM_FIRST_CALL_BELOW * cold, f"first call {cold:.2f} -> {warm:.2f} s",
+             name="the warm cache cuts the first call",
+             mechanism="the warm cache did not shorten the first call much"),
+        Part(abs(steady_warm - steady_cold) <= STEADY_AGREES_WITHIN * steady_cold,
+             f"steady {steady_cold:.3f} vs {steady_warm:.3f} ms", SEPARATE_PROCESSES,
+             name="steady state is the same", mechanism="steady state differs between cold and warm"))

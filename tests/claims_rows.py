@@ -1,0 +1,72 @@
+"""Rows for claim tests: contract rows from short specs, C00's A/A floor, an A/B's judgement.
+
+Pure pandas, no experiment runs: each claim test builds the few rows its claim reads.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perflab import ab, claims, io
+from perflab.experiments.c00_calibration import AA_FLOOR
+
+
+def rows(*specs: tuple) -> pd.DataFrame:
+    """Contract rows from (experiment, variant, metric, statistic, value[, status, reason])."""
+    out = []
+    for spec in specs:
+        eid, variant, metric, statistic, value, *rest = spec
+        status = rest[0] if rest else "ok"
+        out.append({"experiment": eid, "variant": variant, "workload": "mlp", "model": "m",
+                    "input_shape": "[1, 1]", "dtype": "float32", "device": "cpu",
+                    "device_name": "cpu", "mode": "train", "execution": "eager",
+                    "metric": metric, "window": "w", "sync_boundary": "s",
+                    "statistic": statistic, "value": value if status == "ok" else None,
+                    "unit": "ms", "n": 10, "status": status,
+                    "reason": rest[1] if len(rest) > 1 else ""})
+    frame = io.rows_to_frame(out)
+    io.validate_rows(frame)
+    return frame
+
+
+def floor(pct: float) -> list[tuple]:
+    """C00's A/A floor row (%)."""
+    return [("C00", *AA_FLOOR, "value", pct)]
+
+
+def with_floor(pct: float | None, *specs: tuple) -> pd.DataFrame:
+    """Rows, plus C00's A/A floor (%) when ``pct`` is given."""
+    return rows(*specs, *(floor(pct) if pct is not None else []))
+
+
+def ab_rows(eid: str, variant: str, rel_pct: float, *, metric: str = "step_latency",
+            base_ms: float = 10.0, p: float = 0.001, ci_pct: float = 0.5) -> list[tuple]:
+    """The one A/B writer's rows under ``variant``: B - A of ``rel_pct`` % of A's ``base_ms``.
+
+    The bootstrap interval is the effect +- ``ci_pct`` % of A; ``p`` the Wilcoxon p.
+    ``difference_resolved`` is what the job itself decided (significance alone).
+    """
+    effect = rel_pct * base_ms / 100
+    half = ci_pct * base_ms / 100
+    significant = p < 0.05 and not (effect - half <= 0 <= effect + half)
+    return [(eid, variant, metric, "value", effect),
+            (eid, variant, metric + ab.REL, "value", rel_pct),
+            (eid, variant, ab.WILCOXON_P, "value", p),
+            (eid, variant, ab.RESOLVED, "value", float(significant)),
+            (eid, variant, "ab_effect", "value", effect),
+            (eid, variant, "ab_effect_rel", "value", rel_pct),
+            (eid, variant, "ab_ci_low", "value", effect - half),
+            (eid, variant, "ab_ci_high", "value", effect + half),
+            (eid, variant, "ab_p", "value", p),
+            (eid, variant, "ab_resolved", "value", float(significant))]
+
+
+def verdict(cid: str, frame: pd.DataFrame) -> claims.Verdict:
+    return claims.registry()[cid].evaluate(claims.Evidence(frame))
+
+
+def as_error(frame: pd.DataFrame, i: int) -> pd.DataFrame:
+    """``frame`` with its ``i``-th row an instrument error (no value, a reason)."""
+    out = frame.copy()
+    out.loc[out.index[i], ["status", "reason", "value"]] = ["error", "instrument failed", None]
+    return out

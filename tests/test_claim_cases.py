@@ -1,0 +1,458 @@
+"""Every claim can fail: for each, rows where its finding holds, rows where it does not, and
+rows inside the noise — or, for a claim with no noise question, its stated reason and a check
+that no noise test takes part in its verdict.
+
+Each case is a few synthetic rows (tests/claims_rows.py); nothing runs an experiment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+from claims_rows import ab_rows, as_error, floor, rows, verdict, with_floor
+
+from perflab import claims
+from perflab.experiments import e05_phases as e05  # noqa: F401  (registers C10-C13)
+from perflab.experiments import e09_memory_by_phase as e09
+from perflab.experiments import e10_oom_decomposition as e10
+from perflab.experiments import e11_retained_leak as e11
+from perflab.experiments import e12_alloc_reserved_smi as e12
+from perflab.experiments import e13_sync_tax as e13
+from perflab.experiments import e14_profiler as e14
+from perflab.experiments import e15_amp as e15
+from perflab.experiments import e16_checkpointing as e16
+from perflab.experiments import e17_accumulation as e17
+from perflab.experiments import e18_attention_seq as e18
+from perflab.experiments import e19_compile_ab as e19
+from perflab.experiments import e20_compile_cache as e20
+from perflab.experiments import e21_recompile as e21
+from perflab.experiments import e23_instrument_cost as e23
+from perflab.experiments import e24_input_pipeline as e24
+from perflab.experiments import e25_worked_pass as e25
+
+Rows = Callable[[], pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A claim's three cases: its finding holds, it fails, it is inside the noise.
+
+    ``inside`` is None for a claim with no noise question (it declares ``exact``).
+    ``holds_gives`` is what the holding rows give: REPRODUCED, or INCONCLUSIVE for a claim
+    whose noise question no floor can settle yet (series of separate processes).
+    """
+
+    holds: Rows
+    fails: Rows
+    inside: Rows | None
+    holds_gives: str = claims.REPRODUCED
+
+
+CASES: dict[str, Case] = {}
+
+
+def case(cid: str, holds: Rows, fails: Rows, inside: Rows | None = None, **kw) -> None:
+    CASES[cid] = Case(holds, fails, inside, **kw)
+
+
+# ------------------------------------------------------------------ E09-E12 memory: bytes
+
+
+def e09_rows(persistent=456.0, peak=589.0, boundary=475.0, jump=227.0, params=113.9):
+    return rows(("E09", e09.PERSISTENT, e09.BYTES, "value", persistent),
+                ("E09", e09.STEADY, e09.PEAK_ALLOCATED, "value", peak),
+                ("E09", e09.STEADY, e09.MAX_BOUNDARY_ALLOCATED, "value", boundary),
+                ("E09", e09.OPTIMIZER_STATE, e09.FIRST_STEP_ALLOCATED_JUMP, "value", jump),
+                ("E09", e09.part_variant("parameters"), e09.BYTES, "value", params))
+
+
+case("C23", e09_rows, lambda: e09_rows(persistent=200.0))  # activations set the peak
+case("C24", e09_rows, lambda: e09_rows(jump=0.5))  # SGD: no state on the first step
+case("C25", e09_rows, lambda: e09_rows(peak=480.0))  # the peak is at a boundary
+
+
+def e10_rows(hi=10137.6, lo=9318.4):
+    return rows(("E10", e10.batch_variant(32), e10.PEAK_ALLOCATED, "value", hi),
+                ("E10", e10.batch_variant(8), e10.PEAK_ALLOCATED, "value", lo))
+
+
+case("C26", e10_rows, lambda: e10_rows(lo=4000.0))
+
+
+def e11_rows(retained=(164.1, 542.8, 922.1, 1300.9), after=None, graph=None):
+    specs = []
+    for loop, series in ((e11.RETAINED_GRAPH, retained), (e11.NO_GRAD, [124.1] * len(retained)),
+                         (e11.ITEM, [162.0] * len(retained))):
+        specs += [("E11", e11.mark_variant(loop, 10 * i), e11.ALLOCATED, "value", v)
+                  for i, v in enumerate(series)]
+        specs.append(("E11", e11.final_variant(loop), e11.ALLOCATED, "value", series[-1]))
+    final = retained[-1]
+    specs += [("E11", e11.after_empty_cache_variant(e11.RETAINED_GRAPH), e11.ALLOCATED, "value",
+               final if after is None else after),
+              ("E11", e11.final_variant(e11.RETAINED_GRAPH), e11.RETAINED_GRAPH_BYTES, "value",
+               final - 150 if graph is None else graph)]
+    return rows(*specs)
+
+
+case("C27", e11_rows, lambda: e11_rows(retained=(164.1, 165.0, 164.9, 165.2)))
+# the allocator no longer holds the graph's bytes after empty_cache
+case("C28", e11_rows, lambda: e11_rows(after=300.0))
+
+
+def e12_rows(reserved_after_del=1064.0):
+    a = {e12.AFTER_ALLOC: 874.0, e12.AFTER_DEL: 474.0, e12.AFTER_EMPTY_CACHE: 474.0}
+    r = {e12.AFTER_ALLOC: 1064.0, e12.AFTER_DEL: reserved_after_del, e12.AFTER_EMPTY_CACHE: 542.0}
+    return rows(*[("E12", v, e12.ALLOCATED, "value", x) for v, x in a.items()],
+                *[("E12", v, e12.RESERVED, "value", x) for v, x in r.items()])
+
+
+case("C29", e12_rows, lambda: e12_rows(reserved_after_del=700.0))  # del returned memory
+
+
+# ------------------------------------------------------------------ E13 the sync tax: an A/B
+
+
+def e13_rows(prefix, rel, floor_pct=0.5, p=0.001):
+    v = e13.tax_variant(prefix)
+    return with_floor(floor_pct, *ab_rows("E13", v, rel, metric=e13.TAX, base_ms=16.0, p=p))
+
+
+for _cid, _prefix in (("C30", e13.CONTROLLED), ("C31", e13.SMALL)):
+    case(_cid, lambda p=_prefix: e13_rows(p, 2.7),
+         lambda p=_prefix: e13_rows(p, 9.9, floor_pct=1.0),  # decided above the 5% bound
+         lambda p=_prefix: e13_rows(p, 2.7, floor_pct=3.0))  # a real tax? not beyond the floor
+
+
+def e13_mean(agree):
+    return rows(("E13", e13.RUNNING_MEAN, e13.AGREE, "value", agree),
+                ("E13", e13.RUNNING_MEAN, e13.MAX_ABS_DIFF, "value", 1e-7 if agree else 1e-3))
+
+
+case("C32", lambda: e13_mean(1.0), lambda: e13_mean(0.0))
+
+
+# ------------------------------------------------------------------ E14 the profiler
+
+
+def e14_overhead(over, iqr):
+    return rows(("E14", e14.PROFILER_OVERHEAD, e14.OVERHEAD, "value", over),
+                ("E14", e14.PROFILER_OVERHEAD, e14.OVERHEAD_REL, "value", 100 * over / 16.5),
+                ("E14", e14.UNPROFILED, e14.STEP_LATENCY, "iqr", iqr))
+
+
+case("C33", lambda: e14_overhead(9.6, 0.2), lambda: e14_overhead(-1.0, 0.2),
+     lambda: e14_overhead(0.1, 0.5))
+
+
+def e05_phases(**ms):
+    """E05's synchronized phases: {phase: (median ms, IQR ms)}; shares from the medians."""
+    total = sum(m for m, _ in ms.values())
+    specs = []
+    for ph, (m, iqr) in ms.items():
+        specs += [("E05", f"sync/{ph}", "phase_time", "median", m),
+                  ("E05", f"sync/{ph}", "phase_time", "iqr", iqr),
+                  ("E05", f"sync/{ph}", "phase_share", "value", 100 * m / total)]
+    return specs
+
+
+def e14_ranges(floor_pct=2.0, top="optimizer", **ms):
+    ranges = {"forward": 33.6, "backward": 78.5, "optimizer": 114.7}
+    if top != "optimizer":
+        ranges[top], ranges["optimizer"] = ranges["optimizer"], ranges[top]
+    ranges.update(ms)
+    phases = e05_phases(forward=(2.9, 0.1), backward=(4.7, 0.2), optimizer=(8.4, 0.2))
+    return with_floor(floor_pct, *phases, *[("E14", e14.range_variant(r), e14.RANGE_DEVICE_TIME,
+                                             "value", x) for r, x in ranges.items()])
+
+
+case("C34", e14_ranges, lambda: e14_ranges(top="backward"),
+     lambda: e14_ranges(backward=113.5))  # the profiler's top two within the floor
+
+
+# ------------------------------------------------------------------ E15-E17 interventions
+
+
+def e15_rows(precision, small, large, floor_pct=2.0):
+    return with_floor(floor_pct, ("E15", e15.batch_variant(256, precision), e15.TIME_PCT_OF_FP32,
+                                  "value", small),
+                      ("E15", e15.batch_variant(2048, precision), e15.TIME_PCT_OF_FP32,
+                       "value", large))
+
+
+case("C35", lambda: e15_rows(e15.FP16, 95.5, 40.1),
+     lambda: e15_rows(e15.FP16, 95.0, 93.0, floor_pct=1.0),  # 2 points: decided below 10
+     lambda: e15_rows(e15.FP16, 95.0, 80.0, floor_pct=8.0))  # 15 points, 5 from 10: the floor 8
+case("C36", lambda: e15_rows(e15.BF16, 135.4, 142.1), lambda: e15_rows(e15.BF16, 122.0, 39.2),
+     lambda: e15_rows(e15.BF16, 103.0, 104.0, floor_pct=5.0))
+
+
+def e16_rows(time_small=133.0, time_large=131.0, mem_small=100.0, mem_large=72.0, floor_pct=2.0):
+    out = []
+    for b, t, m in ((256, time_small, mem_small), (4096, time_large, mem_large)):
+        v = e16.batch_variant(b, e16.CHECKPOINTED)
+        out += [("E16", v, e16.TIME_PCT_OF_NORMAL, "value", t),
+                ("E16", v, e16.MEMORY_PCT_OF_NORMAL, "value", m)]
+    return with_floor(floor_pct, *out)
+
+
+case("C37", e16_rows, lambda: e16_rows(mem_large=99.0),
+     lambda: e16_rows(time_small=101.0, time_large=101.0, floor_pct=3.0))
+
+
+def e17_rows(diff=2e-9, peak_k8=838.5):
+    specs = [("E17", e17.k_variant(k), e17.GRAD_MAX_ABS_DIFF, "value", diff) for k in (2, 4, 8)]
+    specs.append(("E17", e17.k_variant(2), e17.GRAD_SCALE, "value", 1.7e-3))
+    specs += [("E17", e17.k_variant(k), "peak_allocated", "max", p)
+              for k, p in ((1, 1249.1), (2, 1054.2), (8, peak_k8))]
+    return rows(*specs)
+
+
+case("C38", e17_rows, lambda: e17_rows(peak_k8=1300.0))
+
+
+# ------------------------------------------------------------------ E18 attention: bytes
+
+
+def e18_rows(manual=(576.3, 2160.3), sdpa=(108.6, 201.0), manual_ooms=True, sdpa_ooms=False):
+    specs = [("E18", e18.BUDGET_VARIANT, e18.MEMORY_BUDGET, "value", 9625.6)]
+    for t, m, s in zip((1024, 2048), manual, sdpa):
+        specs += [("E18", e18.seq_variant(t, e18.MANUAL), "peak_allocated", "max", m),
+                  ("E18", e18.seq_variant(t, e18.SDPA), "peak_allocated", "max", s)]
+    for impl, ooms in ((e18.MANUAL, manual_ooms), (e18.SDPA, sdpa_ooms)):
+        specs.append(("E18", e18.seq_variant(4096, impl), "peak_allocated", "value", None,
+                      "oom", "CUDA out of memory") if ooms else
+                     ("E18", e18.seq_variant(4096, impl), "peak_allocated", "max", 354.0))
+    return rows(*specs)
+
+
+case("C39", e18_rows, lambda: e18_rows(manual_ooms=False))  # manual fit the cap
+
+
+# ------------------------------------------------------------------ E19, E20 compile
+
+
+def e19_rows(mlp=0.988, pointwise=12.4, floor_pct=1.0):
+    specs = []
+    for prefix, speedup in ((e19.MLP, mlp), (e19.POINTWISE, pointwise)):
+        specs.append(("E19", e19.comparison_variant(prefix), e19.SPEEDUP, "median", speedup))
+        specs += ab_rows("E19", e19.difference_variant(prefix), 100 * (1 / speedup - 1),
+                         metric=e19.FORWARD_LATENCY, base_ms=3.0)
+    return with_floor(floor_pct, *specs)
+
+
+case("C40", e19_rows, lambda: e19_rows(mlp=1.389),
+     lambda: e19_rows(mlp=1.05, floor_pct=6.0))  # 4.8% faster: 4.3 points from the band's edge
+
+
+def e20_rows(cold=10.945, warm=2.542, steady_cold=0.892, steady_warm=0.885):
+    c, w = e19.side_variant(e20.COLD, e20.COMPILED), e19.side_variant(e20.WARM, e20.COMPILED)
+    return rows(("E20", c, e20.FIRST_CALL, "value", cold), ("E20", w, e20.FIRST_CALL, "value", warm),
+                ("E20", c, e20.FORWARD_LATENCY, "median", steady_cold),
+                ("E20", w, e20.FORWARD_LATENCY, "median", steady_warm))
+
+
+# two processes' steady states: no between-process floor, so the holding rows stay undecided
+case("C41", e20_rows, lambda: e20_rows(warm=9.0), lambda: e20_rows(steady_warm=1.5),
+     holds_gives=claims.INCONCLUSIVE)
+
+
+# ------------------------------------------------------------------ E21 recompilation: counts
+
+
+def e21_rows(static=1, dynamic=0, raised=True, breaks=1, graphs=2, diff=1.8e-7):
+    fullgraph = (("E21", e21.FULLGRAPH_VARIANT, e21.GRAPH_BREAK, "value", None, "error",
+                  "fullgraph=True raised Unsupported") if raised else
+                 ("E21", e21.FULLGRAPH_VARIANT, e21.GRAPH_BREAK, "value", 0.0))
+    return rows(("E21", e21.shapes_variant(e21.DEFAULT_CASE), e21.RECOMPILES, "value", static),
+                ("E21", e21.shapes_variant(e21.DYNAMIC_CASE), e21.RECOMPILES, "value", dynamic),
+                ("E21", e21.new_batch_variant(e21.DEFAULT_CASE, 512), e21.NEW_SHAPE_FIRST_CALL,
+                 "value", 1995.0), fullgraph,
+                ("E21", e21.EXPLAIN_VARIANT, e21.GRAPH_BREAKS, "value", breaks),
+                ("E21", e21.EXPLAIN_VARIANT, e21.GRAPHS, "value", graphs),
+                ("E21", e21.BROKEN_COMPILED_VARIANT, e21.MAX_ABS_DIFF, "value", diff))
+
+
+case("C44", e21_rows, lambda: e21_rows(dynamic=1))
+case("C45", e21_rows, lambda: e21_rows(raised=False))
+
+
+# ------------------------------------------------------------------ E23 instrument cost: A/Bs
+
+
+def e23_rows(phase_sync=5.0, profiler=58.0, floor_pct=1.0):
+    specs = []
+    for inst, rel in ((e23.PHASE_SYNC, phase_sync), (e23.PROFILER, profiler)):
+        specs += ab_rows("E23", e23.cost_variant(inst), rel, metric=e23.COST, base_ms=16.5)
+    return with_floor(floor_pct, *specs)
+
+
+case("C42", e23_rows, lambda: e23_rows(phase_sync=20.0),
+     lambda: e23_rows(phase_sync=9.5, floor_pct=2.0))
+
+
+# ------------------------------------------------------------------ E24 input pipeline
+
+
+def e24_workers(share=91.0, s0=61.0, s4=4.2, floor_pct=2.0, pair_p=None):
+    specs = [("E24", e24.REFERENCE, e24.INPUT_WAIT_SHARE, "value", share),
+             ("E24", e24.workers_variant(0), e24.STEP_LATENCY, "median", s0),
+             ("E24", e24.workers_variant(4), e24.STEP_LATENCY, "median", s4),
+             ("E24", e24.workers_variant(4, pinned=True), e24.STEP_LATENCY, "median", s4 * 0.9)]
+    if pair_p is not None:  # the interleaved pair's own judgement (runs after E24 judged it)
+        specs += ab_rows("E24", e24.pair_variant(e24.workers_variant(4)),
+                         100 * (s4 - s0) / s0, base_ms=s0, p=pair_p)[4:]
+    return with_floor(floor_pct, *specs)
+
+
+case("C46", e24_workers, lambda: e24_workers(share=10.0),
+     lambda: e24_workers(share=32.0, s0=20.4, s4=14.69, floor_pct=31.0))  # the noisy CPU rerun
+
+
+def e24_copy(pinned=0.040, pageable=0.099, floor_pct=2.0, p=0.001):
+    d = f"{e24.COPY_PINNED}_minus_{e24.COPY_PAGEABLE}"
+    return with_floor(floor_pct,
+                      ("E24", e24.COPY_PINNED, e24.HOST_TO_DEVICE, "median", pinned),
+                      ("E24", e24.COPY_PAGEABLE, e24.HOST_TO_DEVICE, "median", pageable),
+                      *ab_rows("E24", d, 100 * (pinned - pageable) / pageable,
+                               metric=e24.HOST_TO_DEVICE, base_ms=pageable, p=p))
+
+
+case("C47", e24_copy, lambda: e24_copy(pinned=0.2),
+     lambda: e24_copy(pinned=0.098, p=0.4))
+
+
+# ------------------------------------------------------------------ E25 the worked pass
+
+
+def e25_rows(rel=-24.0, floor_pct=2.0, p=0.001):
+    return with_floor(floor_pct, ("E25", e25.DIFFERENCE, e25.THROUGHPUT_REL, "value", -rel),
+                      *ab_rows("E25", e25.DIFFERENCE, rel, base_ms=19.1, p=p))
+
+
+case("C43", e25_rows, lambda: e25_rows(rel=5.0), lambda: e25_rows(rel=-1.0))
+
+
+# ------------------------------------------------------------------ the tests
+
+#: the claims this file covers so far (C01-C22 follow the E01-E08 modules' vocabulary)
+COVERED = {cid for cid in claims.registry() if int(cid.lstrip("C")) >= 23}
+
+
+def test_every_claim_has_its_cases():
+    assert set(CASES) == COVERED
+
+
+def test_a_claim_without_an_inside_case_says_why_it_has_no_noise_question():
+    for cid, c in CASES.items():
+        exact = claims.registry()[cid].exact
+        assert bool(exact) == (c.inside is None), cid
+
+
+@pytest.mark.parametrize("cid", sorted(CASES, key=lambda c: int(c[1:])))
+def test_finding_holds(cid):
+    v = verdict(cid, CASES[cid].holds())
+    assert v.verdict == CASES[cid].holds_gives, (cid, v)
+
+
+@pytest.mark.parametrize("cid", sorted(CASES, key=lambda c: int(c[1:])))
+def test_finding_fails(cid):
+    v = verdict(cid, CASES[cid].fails())
+    assert v.verdict == claims.DIFFERS, (cid, v)
+    assert v.mechanism, f"{cid}: a DIFFERS names what the data shows instead"
+
+
+@pytest.mark.parametrize("cid", sorted(c for c in CASES if CASES[c].inside is not None))
+def test_inside_the_noise(cid):
+    v = verdict(cid, CASES[cid].inside())
+    assert v.verdict == claims.INCONCLUSIVE, (cid, v)
+    assert "inside the noise" in v.measured or "not resolved" in v.measured, (cid, v)
+    assert v.noise_tested
+
+
+@pytest.mark.parametrize("cid", sorted(c for c in CASES if CASES[c].inside is None))
+def test_an_exact_claim_takes_no_noise_input(cid):
+    """INCONCLUSIVE cannot arise: no noise test takes part in its verdict, and an A/A floor
+    wider than any effect, added to its rows, changes nothing."""
+    for make in (CASES[cid].holds, CASES[cid].fails):
+        frame = make()
+        v = verdict(cid, frame)
+        assert not v.noise_tested, (cid, v)
+        wide = verdict(cid, pd.concat([frame, rows(*floor(1e6))], ignore_index=True))
+        assert (wide.verdict, wide.measured) == (v.verdict, v.measured), cid
+
+
+@pytest.mark.parametrize("cid", sorted(CASES, key=lambda c: int(c[1:])))
+def test_missing_noise_evidence_is_never_support(cid):
+    """The holding rows without C00's floor: a claim that needs it is not decided."""
+    frame = CASES[cid].holds()
+    frame = frame[frame.experiment != "C00"]
+    v = verdict(cid, frame)
+    if claims.registry()[cid].exact:
+        assert v.verdict == claims.REPRODUCED, (cid, v)
+    else:
+        assert v.verdict in (claims.REPRODUCED, claims.INCONCLUSIVE), (cid, v)
+        if v.verdict == claims.REPRODUCED:  # decided by a spread of its own series
+            assert "noise" in v.measured or "IQR" in v.measured, (cid, v)
+
+
+@pytest.mark.parametrize("cid", sorted(CASES, key=lambda c: int(c[1:])))
+def test_an_instrument_error_is_never_a_finding(cid):
+    """Each row of the claim's experiment in turn an error: the verdict is ERROR, or (a row
+    the claim does not need, or only its noise) what it was; never DIFFERS."""
+    frame = CASES[cid].holds()
+    before = verdict(cid, frame).verdict
+    own = [i for i, e in enumerate(frame.experiment) if e == claims.registry()[cid].eid
+           and frame.status.iloc[i] == "ok"]
+    got = {verdict(cid, as_error(frame, i)).verdict for i in own}
+    assert claims.ERROR in got, cid
+    assert got <= {claims.ERROR, before, claims.INCONCLUSIVE}, (cid, got)
+
+
+# ------------------------------------------------------------------ mixed predicates
+
+
+def test_one_parts_noise_never_hides_another_parts_failure():
+    """C42: per-phase sync decided above its 10% bound while the profiler's lead over it is
+    inside the floor: DIFFERS, naming the part that failed; C46: workers shorten the step
+    beyond the floor but input wait is decided not to dominate: DIFFERS."""
+    v = verdict("C42", e23_rows(phase_sync=20.0, profiler=21.0, floor_pct=2.0))
+    assert v.verdict == claims.DIFFERS
+    assert "phase sync below 10% fails" in v.mechanism and "profiler" not in v.mechanism
+    v = verdict("C46", e24_workers(share=10.0, s0=20.0, s4=19.9))
+    assert v.verdict == claims.DIFFERS and "input wait dominates fails" in v.mechanism
+
+
+def test_a_part_inside_the_noise_is_named():
+    v = verdict("C30", e13_rows(e13.CONTROLLED, 5.3, floor_pct=1.0))
+    assert v.verdict == claims.INCONCLUSIVE
+    assert "the tax is below 5%" in v.mechanism and "other parts hold" in v.mechanism
+
+
+def test_workers_pair_judgement_decides_where_e24_wrote_one():
+    assert verdict("C46", e24_workers(pair_p=0.001)).verdict == claims.REPRODUCED
+    inside = verdict("C46", e24_workers(pair_p=0.4))
+    assert inside.verdict == claims.INCONCLUSIVE and "workers shorten" in inside.mechanism
+
+
+def test_e05_absent_leaves_c34_not_run():
+    """No fallback to the chapter's answer: without E05 there is nothing to compare with."""
+    frame = e14_ranges()
+    v = verdict("C34", frame[frame.experiment != "E05"])
+    assert v.verdict == claims.NOT_RUN and "E05" in v.measured
+
+
+def test_article_claims_say_what_they_measured():
+    ok = verdict("C44", e21_rows())
+    assert "1995 ms" in ok.measured
+    assert verdict("C44", e21_rows(static=2, dynamic=1)).mechanism == "dynamic=True still recompiled"
+    split = verdict("C45", e21_rows(breaks=0, graphs=1))
+    assert split.verdict == claims.DIFFERS and "did not break the graph" in split.mechanism
+    assert verdict("C45", e21_rows(diff=0.1)).verdict == claims.DIFFERS
+    assert "with 4 (" in verdict("C46", e24_workers()).measured  # the /pinned variant is no count
+    cpu = rows(*[("E24", v, e24.HOST_TO_DEVICE, "value", None, "unsupported",
+                  "CPU device: there is no host-to-device copy")
+                 for v in (e24.COPY_PINNED, e24.COPY_PAGEABLE)])
+    assert verdict("C47", cpu).verdict == claims.UNSUPPORTED
