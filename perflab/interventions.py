@@ -111,6 +111,13 @@ def amp_one_step(fresh: nn.Module, w: workloads.Workload, x: torch.Tensor,
     return {"loss": float(loss.detach().float()), "grad_norm": norm, "params": params}
 
 
+def grads_of(model: nn.Module) -> list[torch.Tensor]:
+    """A copy of every parameter's gradient; zeros where it has none (frozen, or unused in
+    the forward), so two models' gradients compare parameter by parameter."""
+    return [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
+            for p in model.parameters()]
+
+
 def max_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max(float((u.float() - v.float()).abs().max()) for u, v in zip(a, b))
 

@@ -33,32 +33,74 @@ def factory(name: str, lr: float = 1e-3) -> OptimizerFactory:
 SAME_ALGORITHM_AS = {"adamw_fused": "adamw_foreach"}
 
 
+def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters an optimizer should hold: those that require a gradient (frozen ones not)."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def step_gradients(step) -> list[torch.Tensor | None]:
+    """The gradients ``step`` leaves on its model's parameters when its optimizer step begins.
+
+    ``step`` (a :class:`perflab.steps.Step`) runs once with an ``SGD(lr=0)``
+    optimizer of its own (the parameters do not move); a global optimizer step
+    pre-hook copies every parameter's gradient (None where it has none: frozen,
+    or unused in the forward) — after any unscaling a GradScaler does, before
+    the update. A step that makes no optimizer step (a GradScaler that skipped
+    it) raises :class:`perflab.workloads.NotApplicable`.
+    """
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from perflab.workloads import NotApplicable
+
+    model = step.model
+    params = trainable(model)
+    if not params:
+        raise NotApplicable("the model has no parameter that requires a gradient")
+    captured: list[list[torch.Tensor | None]] = []
+
+    def copy_grads(_opt, _args, _kwargs):
+        if not captured:
+            captured.append([None if p.grad is None else p.grad.detach().clone()
+                             for p in model.parameters()])
+
+    handle = register_optimizer_step_pre_hook(copy_grads)
+    try:
+        step.train_step(model, torch.optim.SGD(params, lr=0.0), step.next_batch())
+    finally:
+        handle.remove()
+    if not captured:
+        raise NotApplicable("the step made no optimizer step (a GradScaler may have skipped "
+                            "it): no gradients to step from")
+    return captured[0]
+
+
+def set_gradients(model: torch.nn.Module, grads: list[torch.Tensor | None]) -> None:
+    """Put copies of ``grads`` (from :func:`step_gradients`) on ``model``'s parameters."""
+    for p, g in zip(model.parameters(), grads, strict=True):
+        p.grad = None if g is None else g.clone()
+
+
 def one_step_agreement(
     model: torch.nn.Module,
-    loss_fn,
-    x: torch.Tensor,
-    y: torch.Tensor | None,
+    grads: list[torch.Tensor | None],
     make_a: OptimizerFactory,
     make_b: OptimizerFactory,
 ) -> dict[str, float]:
     """One step of optimizer A and one of B from identical state and identical gradients.
 
-    Returns the max abs difference between the two updated parameter sets, the
-    parameter scale (mean |p| before the step) and the update scale (mean
-    |Δp| of A), so a difference can be read against what it is a difference of.
+    ``grads`` (one per parameter of ``model``, None where it has none; see
+    :func:`step_gradients`) are copied onto two deep copies of ``model``, each
+    stepped by its optimizer over its trainable parameters. Returns the max abs
+    difference between the two updated parameter sets, the parameter scale
+    (mean |p| before the step) and the update scale (mean |Δp| of A), so a
+    difference can be read against what it is a difference of.
     """
     model_a = copy.deepcopy(model)
     model_b = copy.deepcopy(model)
-    for m in (model_a, model_b):
-        for p in m.parameters():
-            p.grad = None
-    # gradients computed once, then copied, so both optimizers see the same bits
-    loss = loss_fn(model_a(x), y)
-    loss.backward()
-    for pa, pb in zip(model_a.parameters(), model_b.parameters()):
-        pb.grad = pa.grad.detach().clone()
+    set_gradients(model_a, grads)
+    set_gradients(model_b, grads)
     before = [p.detach().clone() for p in model_a.parameters()]
-    opt_a, opt_b = make_a(model_a.parameters()), make_b(model_b.parameters())
+    opt_a, opt_b = make_a(trainable(model_a)), make_b(trainable(model_b))
     opt_a.step()
     opt_b.step()
     with torch.no_grad():

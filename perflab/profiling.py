@@ -36,7 +36,7 @@ import torch
 from perflab import ab, io
 from perflab.steps import STEP_PHASES
 
-#: the ``record_function`` ranges of :func:`perflab.steps.ranged_train_step`, in order
+#: the ``record_function`` ranges E14 reads (:func:`perflab.phases.ranged`), in order
 PHASE_RANGES = STEP_PHASES
 
 _clock = time.perf_counter

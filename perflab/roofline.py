@@ -82,8 +82,17 @@ def _nbytes(tree: Any) -> int:
     return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
 
 
+def _crosses_devices(args: Any, out: Any) -> bool:
+    leaves = [t for t in tree_flatten((args, out))[0] if isinstance(t, torch.Tensor)]
+    return len({t.device for t in leaves}) > 1
+
+
 class ByteCounter(TorchDispatchMode):
-    """Sum of the bytes of every tensor each ATen op reads (inputs) and writes (outputs)."""
+    """Sum of the bytes of every tensor each ATen op reads (inputs) and writes (outputs).
+
+    A copy between devices (host to device) counts its bytes once: they cross
+    the link once, and the link is the ceiling such a copy is set against.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -94,7 +103,10 @@ class ByteCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if not getattr(func, "is_view", False) and func._schema.name not in _NO_TRAFFIC:
-            self.bytes += _nbytes((args, kwargs)) + _nbytes(out)
+            if _crosses_devices((args, kwargs), out):
+                self.bytes += _nbytes(out)
+            else:
+                self.bytes += _nbytes((args, kwargs)) + _nbytes(out)
             self.ops += 1
         return out
 
@@ -116,27 +128,41 @@ def count(fn: Callable[[], Any]) -> tuple[Work, Any]:
     return Work(int(flops.get_total_flops()), int(moved.bytes), moved.ops), out
 
 
-def step_work(model, w, opt, x_host, y_host, device) -> dict[str, Work]:
-    """The work of each phase of one steady-state training step (optimizer state exists),
-    by phase name (:data:`perflab.experiments.r01_roofline.WORK_PHASES`).
+class _PhaseWork:
+    """A :mod:`perflab.phases` listener: the counters' totals read at each boundary."""
 
-    One uncounted step runs first so AdamW's state is allocated, as in every
-    step after the first.
+    def __init__(self, flops: FlopCounterMode, moved: ByteCounter):
+        self.flops, self.moved = flops, moved
+        self.phase: str | None = None
+        self.work: dict[str, Work] = {}
+        self._at = (0, 0, 0)
+
+    def enter(self, phase: str | None) -> None:
+        now = (int(self.flops.get_total_flops()), self.moved.bytes, self.moved.ops)
+        if self.phase is not None:
+            w = self.work.get(self.phase, Work(0, 0, 0))
+            self.work[self.phase] = Work(w.flops + now[0] - self._at[0],
+                                         w.bytes + now[1] - self._at[1],
+                                         w.ops + now[2] - self._at[2])
+        self.phase, self._at = phase, now
+
+
+def step_work(step) -> dict[str, Work]:
+    """The work of each phase of one steady-state step (optimizer state exists), by phase
+    name (:data:`perflab.phases.PHASES`; R01 reads :data:`perflab.experiments.r01_roofline.WORK_PHASES`).
+
+    ``step`` is a :class:`perflab.steps.Step`; its phases are read from the
+    hooks of :mod:`perflab.phases`, so an opaque step is counted as the
+    chapter's is. One uncounted step runs first so the optimizer's state is
+    allocated, as in every step after the first.
     """
-    x = x_host.to(device)
-    y = y_host.to(device) if y_host is not None else None
-    opt.zero_grad(set_to_none=True)
-    w.loss_fn(model(x), y).backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    moved = _nbytes((x_host, y_host)) if torch.device(device).type != "cpu" else 0
-    work = {"host_to_device": Work(0, moved, 2 if y_host is not None else 1)}
-    work["forward"], out = count(lambda: model(x))
-    work["loss"], loss = count(lambda: w.loss_fn(out, y))
-    work["backward"], _ = count(loss.backward)
-    work["optimizer"], _ = count(opt.step)
-    opt.zero_grad(set_to_none=True)
-    return work
+    from perflab import phases
+
+    step()
+    listener = _PhaseWork(FlopCounterMode(display=False), ByteCounter())
+    with listener.flops, listener.moved:
+        phases.observe(step, listener)
+    return {ph: listener.work.get(ph, Work(0, 0, 0)) for ph in phases.PHASES}
 
 
 # ------------------------------------------------------------------ ceilings

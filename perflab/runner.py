@@ -91,6 +91,9 @@ class Context:
             "batch_size": w.batch_size,
             "input_shape": w.input_shape(),
             "dtype": str(w.dtype).removeprefix("torch."),
+            "loader": type(w.loader).__name__ if w.loader is not None else "make_batch",
+            "train_step": getattr(w.train_step, "__qualname__", "own") if w.train_step
+            else "default (zero_grad, forward, loss, backward, step)",
         }
         self.set_defaults(
             workload=name,
@@ -111,24 +114,38 @@ class Context:
         """
         w = self.workload(name, **overrides)
         if w.make_optimizer is None:
-            for variant in variants:
-                self.unsupported(variant=variant, metric=metric, unit=unit,
-                                 reason=f"workload {w.name!r} has no optimizer: no training step")
+            self._no_step(w, variants, metric, unit)
             return None
         return w, w.make_optimizer(w.model.parameters())
 
-    def training_step(self, name: str | None = None) -> Callable[[], Any] | None:
-        """The controlled training step (zero_grad, forward, loss, backward, step).
+    def _no_step(self, w: workloads.Workload, variants, metric: str, unit: str) -> None:
+        for variant in variants:
+            self.unsupported(variant=variant, metric=metric, unit=unit,
+                             reason=f"workload {w.name!r} has no optimizer: no training step")
 
-        Built on this device from the configured workload with its batch
-        resident on the device; None (with an ``unsupported`` row) without an optimizer.
+    def step(
+        self, name: str | None = None, *, resident: bool = True, batch_size: int | None = None,
+        variants: tuple[str, ...] = ("all",), metric: str = "step_latency", unit: str = "ms",
+        **overrides: Any,
+    ) -> steps.Step | None:
+        """The training step every experiment times (:func:`perflab.steps.build`).
+
+        The configured workload's own ``train_step`` fed from its own ``loader``
+        where it gives them, else the chapter's step on ``make_batch``'s batch
+        (``resident``: on the device once; else on the host, copied every step;
+        ``batch_size`` examples, default the workload's).
+        None, with an ``unsupported`` row per name in ``variants``, for a
+        workload with neither an optimizer nor a train_step of its own.
         """
-        parts = self.trainable(name)
-        if parts is None:
+        w = self.workload(name, **overrides)
+        if w.make_optimizer is None and w.train_step is None:
+            self._no_step(w, variants, metric, unit)
             return None
-        w, opt = parts
-        x, y = w.batch_on(self.device)
-        return steps.train_step(w.model, w, opt, x, y)
+        return steps.build(w, self.device, resident=resident, batch_size=batch_size)
+
+    def training_step(self, name: str | None = None) -> steps.Step | None:
+        """The controlled training step, :meth:`step` with the chapter's resident batch."""
+        return self.step(name)
 
     def set_defaults(self, **kw: Any) -> None:
         unknown = set(kw) - set(io.COLUMNS)
@@ -345,6 +362,10 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             f"flush denormals {bool(contract.get('flush_denormal', False))}")
         try:
             measure(ctx)
+        except workloads.NotApplicable as exc:  # the rows so far stand; the rest cannot run
+            log(f"not applicable to this workload: {exc}")
+            ctx.unsupported(variant="experiment", metric="applicable", unit="bool",
+                            reason=str(exc))
         except Exception:
             log("FAILED; no result written:\n" + traceback.format_exc())
             raise

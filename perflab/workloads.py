@@ -10,6 +10,13 @@ either a registered builder (``mlp``, ``pointwise``, ``attention``, ``convnet``,
     def make_workload(device: torch.device, **params) -> perflab.workloads.Workload
 
 so a user's model is measured by exactly the rules the chapter's model is.
+
+A workload may also bring its own ``loader`` (any re-iterable of host batches,
+e.g. a ``torch.utils.data.DataLoader``, or a function returning one epoch's
+iterable) and its own ``train_step(model, optimizer, batch) -> loss``; every
+experiment that times "the step" then times that, fed from that loader
+(:mod:`perflab.steps`). Without them the loader serves ``make_batch``'s batch
+again and again and the step is :func:`default_train_step`, the chapter's.
 """
 
 from __future__ import annotations
@@ -38,38 +45,150 @@ class WorkloadError(ValueError):
         self.param = param
 
 
+class NotApplicable(Exception):
+    """An experiment needs a part of the workload this one does not give.
+
+    Raised by the stand-in for an absent ``make_batch`` or ``loss_fn`` (a
+    workload that brings its own loader and train_step need not give them);
+    the harness turns it into an ``unsupported`` row carrying the message.
+    """
+
+
+def _absent(field_name: str, why: str) -> Callable[..., Any]:
+    """A stand-in for a field the workload does not give: calling it says which and why."""
+
+    def missing(*_args: Any, **_kwargs: Any) -> Any:
+        raise NotApplicable(f"the workload gives no {field_name} ({why}); this experiment "
+                            f"rebuilds the step from model, {field_name} and make_batch")
+
+    missing.perflab_absent = True  # type: ignore[attr-defined]
+    return missing
+
+
 @dataclass
 class Workload:
-    """One controlled training step's ingredients.
+    """One training step's ingredients (the fields are documented in the README).
 
     ``make_batch(batch_size)`` returns host (CPU) tensors ``(x, y)`` drawn from a
     fixed-seed generator; ``loss_fn(output, y)`` returns a scalar;
     ``make_optimizer(params)`` returns a fresh optimizer, or is ``None`` for a
     workload with nothing to optimize (experiments that need a step then write
     ``unsupported`` rows).
+
+    ``loader`` (optional): the batches the step is fed, a re-iterable (a
+    DataLoader, a list) or a zero-argument function returning one epoch's
+    iterable; perflab starts a new pass whenever one runs dry. ``train_step``
+    (optional): ``train_step(model, optimizer, batch) -> loss``, the user's own
+    step, which copies the batch to the device itself and returns the loss (a
+    scalar tensor or a number). Given both, ``make_batch`` and ``loss_fn`` may
+    be omitted: the experiments that rebuild the step from them (forward-only
+    questions, optimizer swaps on fixed gradients, AMP, checkpointing,
+    accumulation, memory by phase) then write ``unsupported`` rows saying so.
     """
 
     name: str
     model: nn.Module
-    make_batch: Callable[[int], tuple[Tensor, Tensor | None]]
-    loss_fn: Callable[[Tensor, Tensor | None], Tensor]
-    batch_size: int
-    description: str
+    make_batch: Callable[[int], tuple[Tensor, Tensor | None]] | None = None
+    loss_fn: Callable[[Any, Tensor | None], Tensor] | None = None
+    batch_size: int = 0
+    description: str = ""
     make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None
     optimizer_name: str = "none"
     dtype: torch.dtype = torch.float32
     params: dict[str, Any] = field(default_factory=dict)
+    loader: Any = None
+    train_step: Callable[[nn.Module, Any, Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        why = "it brings its own loader and train_step"
+        if self.make_batch is None:
+            self.make_batch = _absent("make_batch", why)
+        if self.loss_fn is None:
+            self.loss_fn = _absent("loss_fn", why)
+        if not self.batch_size and isinstance(getattr(self.loader, "batch_size", None), int):
+            self.batch_size = self.loader.batch_size  # a DataLoader knows its batch size
+        if not self.description and isinstance(self.model, nn.Module):
+            self.description = type(self.model).__name__
+
+    def gives(self, name: str) -> bool:
+        """Whether the workload gives field ``name`` (not None, not an absent stand-in)."""
+        value = getattr(self, name)
+        return value is not None and not getattr(value, "perflab_absent", False)
 
     def batch_on(self, device: torch.device | str, batch_size: int | None = None):
         x, y = self.make_batch(batch_size or self.batch_size)
         return x.to(device), (y.to(device) if y is not None else None)
 
     def input_shape(self, batch_size: int | None = None) -> str:
-        x, _ = self.make_batch(batch_size or self.batch_size)
-        return "[" + ", ".join(str(s) for s in x.shape) + "]"
+        """The shape of the model's input (the loader's first tensor when it has no make_batch)."""
+        if self.gives("make_batch"):
+            x, _ = self.make_batch(batch_size or self.batch_size)
+            return _shape(x)
+        if not hasattr(self, "_first_shape"):
+            self._first_shape = _shape(first_tensor(first_batch(self.loader)))
+        return self._first_shape
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+
+def _shape(t: Tensor | None) -> str:
+    return "[]" if t is None else "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def _is_iterable(obj: Any) -> bool:
+    try:
+        iter(obj)
+    except TypeError:
+        return False
+    return True
+
+
+def one_pass(loader: Any) -> Iterable[Any]:
+    """One epoch of ``loader``: itself when iterable, else what calling it returns."""
+    if not _is_iterable(loader) and callable(loader):
+        return loader()
+    return loader
+
+
+def first_batch(loader: Any) -> Any:
+    """The first batch of a fresh pass over ``loader`` (None when it yields none)."""
+    return next(iter(one_pass(loader)), None)
+
+
+def tensors_in(batch: Any) -> list[Any]:
+    """The leaves of a batch (tuples, lists, dicts nested), in order."""
+    if isinstance(batch, dict):
+        return [leaf for v in batch.values() for leaf in tensors_in(v)]
+    if isinstance(batch, (tuple, list)):
+        return [leaf for v in batch for leaf in tensors_in(v)]
+    return [batch]
+
+
+def first_tensor(batch: Any) -> Tensor | None:
+    return next((t for t in tensors_in(batch) if isinstance(t, Tensor)), None)
+
+
+def default_train_step(w: Workload, device: torch.device | str):
+    """The chapter's step as a ``train_step``: copy ``(x, y)`` to the device (non_blocking),
+    zero_grad(set_to_none), loss_fn(model(x), y), backward, optimizer step; returns the loss.
+
+    On a batch already on the device the copies are no-ops, so the step is exactly
+    the one the chapter times (zero_grad, forward, loss, backward, step).
+    """
+    device = torch.device(device)
+
+    def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any) -> Tensor:
+        x, y = batch
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True) if y is not None else None
+        optimizer.zero_grad(set_to_none=True)
+        loss = w.loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return train_step
 
 
 # --------------------------------------------------------------------------- models
@@ -400,20 +519,42 @@ def resolve_target(target: str) -> Callable[..., Workload]:
     return fn
 
 
+def _cast_floats(batch: Any, dtype: torch.dtype) -> Any:
+    """``batch`` with every floating tensor in ``dtype`` (tuples, lists, dicts kept)."""
+    if isinstance(batch, Tensor):
+        return batch.to(dtype) if batch.is_floating_point() else batch
+    if isinstance(batch, dict):
+        return {k: _cast_floats(v, dtype) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)) and not hasattr(batch, "_fields"):
+        return type(batch)(_cast_floats(v, dtype) for v in batch)
+    return batch
+
+
+class _CastLoader:
+    """A loader whose batches' floating tensors are cast to ``dtype`` (re-iterable as its source)."""
+
+    def __init__(self, loader: Any, dtype: torch.dtype):
+        self.loader, self.dtype = loader, dtype
+        self.batch_size = getattr(loader, "batch_size", None)
+
+    def __iter__(self):
+        return (_cast_floats(b, self.dtype) for b in one_pass(self.loader))
+
+
 def cast(w: Workload, dtype: torch.dtype) -> Workload:
     """The same workload with parameters and floating inputs in ``dtype``."""
     if dtype == w.dtype:
         return w
     w.model.to(dtype)
-    make = w.make_batch
+    if w.gives("make_batch"):
+        make = w.make_batch
 
-    def make_batch(b: int):
-        x, y = make(b)
-        x = x.to(dtype) if x.is_floating_point() else x
-        y = y.to(dtype) if y is not None and y.is_floating_point() else y
-        return x, y
+        def make_batch(b: int):
+            return _cast_floats(make(b), dtype)
 
-    w.make_batch = make_batch
+        w.make_batch = make_batch
+    if w.loader is not None:
+        w.loader = _CastLoader(w.loader, dtype)
     w.dtype = dtype
     return w
 
@@ -477,19 +618,38 @@ def build(target: str, device: torch.device | str, **params: Any) -> Workload:
             f"workload target {target!r} returned {type(w).__name__}, "
             "expected perflab.workloads.Workload"
         )
+    problems = _field_problems(w)
+    if problems:
+        raise WorkloadError(f"workload {target!r}: " + "; ".join(problems))
+    if w.gives("make_batch"):
+        _check_make_batch(target, w)
+    return w
+
+
+def _field_problems(w: Workload) -> list[str]:
+    """What is wrong with the fields' kinds (nothing is run here)."""
     problems = []
     if not isinstance(w.model, nn.Module):
         problems.append(f"model must be a torch.nn.Module, got {type(w.model).__name__}")
-    if not callable(w.make_batch):
-        problems.append("make_batch must be callable")
-    if not callable(w.loss_fn):
-        problems.append("loss_fn must be callable")
+    for name in ("make_batch", "loss_fn", "train_step"):
+        value = getattr(w, name)
+        if value is not None and not callable(value):
+            problems.append(f"{name} must be callable")
     if w.make_optimizer is not None and not callable(w.make_optimizer):
         problems.append("make_optimizer must be callable or None")
+    if w.loader is not None and not (_is_iterable(w.loader) or callable(w.loader)):
+        problems.append(f"loader must be an iterable of batches (e.g. a DataLoader) or a "
+                        f"function returning one, got {type(w.loader).__name__}")
+    if w.loader is None and not w.gives("make_batch"):
+        problems.append("make_batch is required unless the workload gives a loader")
+    if w.train_step is None and not w.gives("loss_fn"):
+        problems.append("loss_fn is required unless the workload gives a train_step")
     if not isinstance(w.batch_size, int) or isinstance(w.batch_size, bool) or w.batch_size < 1:
         problems.append(f"batch_size must be a positive int, got {w.batch_size!r}")
-    if problems:
-        raise WorkloadError(f"workload {target!r}: " + "; ".join(problems))
+    return problems
+
+
+def _check_make_batch(target: str, w: Workload) -> None:
     try:
         batch = w.make_batch(w.batch_size)
     except Exception as exc:
@@ -502,40 +662,129 @@ def build(target: str, device: torch.device | str, **params: Any) -> Workload:
             f"workload {target!r}: make_batch must return (x, y) with x a tensor, "
             f"got {type(batch).__name__}"
         )
-    return w
+
+
+def _describe(obj: Any) -> str:
+    kind = type(obj)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def _batch_problem(batch: Any) -> str:
+    """Why ``batch`` cannot feed a step ('' when it can): no tensor in it, or arrays uncollated."""
+    leaves = tensors_in(batch)
+    arrays = [leaf for leaf in leaves if type(leaf).__module__ == "numpy"]
+    if arrays:
+        return (f"yields {_describe(arrays[0])} in its batches: collate them into tensors "
+                "(torch.utils.data.default_collate does)")
+    if not any(isinstance(leaf, Tensor) for leaf in leaves):
+        return (f"yields a batch with no tensor ({_describe(batch)} of "
+                f"{', '.join(sorted({_describe(v) for v in leaves})) or 'nothing'}): "
+                "collate the examples into tensors")
+    return ""
+
+
+def check_loader(target: str, w: Workload) -> Any:
+    """The loader's first batch, after checking it can feed every experiment.
+
+    A loader that raises, yields nothing or no tensor, is a one-shot iterator
+    (perflab starts a new pass whenever one runs dry, so it must be re-iterable
+    or a function returning one epoch), or whose second pass is empty is a
+    :class:`WorkloadError` naming ``loader``.
+    """
+    where = f"workload {target!r}: loader"
+    if _is_iterable(w.loader) and iter(w.loader) is w.loader:
+        raise WorkloadError(f"{where} is a one-shot iterator ({_describe(w.loader)}): perflab "
+                            "starts a new pass over the loader whenever one runs dry, so give "
+                            "a re-iterable (a DataLoader, a list) or a function returning one "
+                            "epoch's iterable")
+    batches = []
+    for n in (1, 2):
+        try:
+            batches.append(first_batch(w.loader))
+        except Exception as exc:
+            raise WorkloadError(f"{where} raised on the first batch of pass {n} "
+                                f"({type(exc).__name__}: {exc})") from exc
+        if batches[-1] is None:
+            raise WorkloadError(f"{where} yielded no batch on pass {n}: perflab starts a new "
+                                "pass whenever one runs dry, and each must yield batches")
+    problem = _batch_problem(batches[0])
+    if problem:
+        raise WorkloadError(f"{where} {problem}")
+    return batches[0]
+
+
+def check_loss(target: str, what: str, loss: Any) -> None:
+    """A loss must be a scalar tensor (or, from a train_step, a number)."""
+    if isinstance(loss, Tensor) and loss.dim() == 0:
+        return
+    if what == "train_step" and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        return
+    if loss is None:
+        raise WorkloadError(f"workload {target!r}: {what} returned None: it must return the "
+                            "loss (a scalar tensor)")
+    got = str(list(loss.shape)) if isinstance(loss, Tensor) else _describe(loss)
+    raise WorkloadError(f"workload {target!r}: {what} must return a scalar tensor, "
+                        f"got {got}")
+
+
+def _phase(target: str, name: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        raise WorkloadError(
+            f"workload {target!r}: the {name} raised ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def check(target: str, device: torch.device | str = "cpu", **params: Any) -> Workload:
-    """Build ``target`` and run one training step on a 2-example batch; return the workload.
+    """Build ``target`` and run one training step; return the workload.
 
-    The pre-flight of ``perflab diagnose``:
-    a model whose forward, loss, backward or optimizer step raises, or whose
-    loss is not a scalar, is reported as a :class:`WorkloadError` naming the
-    target and the phase, before any experiment starts.
+    The pre-flight of ``perflab check`` / ``perflab diagnose``, before any
+    measurement: a model whose forward, loss, backward or optimizer step
+    raises, or whose loss is not a scalar (on a 2-example batch of
+    ``make_batch``); a loader that raises, runs dry or yields no tensors; a
+    ``train_step`` that raises or returns no scalar loss — each a
+    :class:`WorkloadError` naming the target and the field or phase.
     """
     w = build(target, device, **params)
-    x, y = w.batch_on(device, min(2, w.batch_size))
-
-    def phase(name: str, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except Exception as exc:
-            raise WorkloadError(
-                f"workload {target!r}: the {name} raised ({type(exc).__name__}: {exc})"
-            ) from exc
-
-    out = phase("model's forward", lambda: w.model(x))
-    if not isinstance(out, Tensor):
-        raise WorkloadError(f"workload {target!r}: the model returned {type(out).__name__}, "
-                            "expected a tensor (loss_fn(output, y) takes it)")
-    loss = phase("loss_fn", lambda: w.loss_fn(out, y))
-    if not (isinstance(loss, Tensor) and loss.dim() == 0):
-        shape = list(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
-        raise WorkloadError(f"workload {target!r}: loss_fn must return a scalar tensor, "
-                            f"got {shape}")
-    if w.make_optimizer is not None:
-        phase("backward", loss.backward)
-        opt = phase("make_optimizer", lambda: w.make_optimizer(w.model.parameters()))
-        phase("optimizer step", opt.step)
-        w.model.zero_grad(set_to_none=True)
+    if w.gives("make_batch") and w.gives("loss_fn"):
+        _check_model_and_loss(target, w, device)
+    if w.loader is not None or w.train_step is not None:
+        _check_step(target, w, device)
     return w
+
+
+def _check_model_and_loss(target: str, w: Workload, device: torch.device | str) -> None:
+    x, y = w.batch_on(device, min(2, w.batch_size))
+    out = _phase(target, "model's forward", lambda: w.model(x))
+    loss = _phase(target, "loss_fn", lambda: w.loss_fn(out, y))
+    check_loss(target, "loss_fn", loss)
+    if w.make_optimizer is not None and w.train_step is None:
+        _phase(target, "backward", loss.backward)
+        opt = _phase(target, "make_optimizer", lambda: w.make_optimizer(w.model.parameters()))
+        _phase(target, "optimizer step", opt.step)
+    w.model.zero_grad(set_to_none=True)
+
+
+def _check_step(target: str, w: Workload, device: torch.device | str) -> None:
+    """The step the experiments time, once: the loader's first batch through train_step."""
+    if w.loader is not None:
+        batch = check_loader(target, w)
+    else:
+        batch = w.make_batch(w.batch_size)
+    if w.train_step is None:
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2
+                and isinstance(batch[0], Tensor)):
+            raise WorkloadError(f"workload {target!r}: loader must yield (x, y) batches for the "
+                                "default step (loss_fn(model(x), y)), or give a train_step "
+                                f"that takes its batches; got {_describe(batch)}")
+        if w.make_optimizer is None:
+            return
+    opt = None
+    if w.make_optimizer is not None:
+        opt = _phase(target, "make_optimizer", lambda: w.make_optimizer(w.model.parameters()))
+    step = w.train_step or default_train_step(w, device)
+    what = "train_step" if w.train_step is not None else "default step"
+    loss = _phase(target, what, lambda: step(w.model, opt, batch))
+    check_loss(target, "train_step" if w.train_step is not None else "loss_fn", loss)
+    w.model.zero_grad(set_to_none=True)

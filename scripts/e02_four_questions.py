@@ -2,7 +2,8 @@
 
 Times one model and one batch four legitimate ways — forward under
 inference_mode, forward with grad enabled, forward + backward, the full
-training step — each warmed and synchronized. With ``compile: true`` the
+training step (the workload's own train_step fed from its loader where it
+gives them) — each warmed and synchronized. With ``compile: true`` the
 same four run on ``torch.compile(model)``, the first compiled call of each
 reported apart from its steady state (the first call is compilation). The
 steady states of all of them, eager and compiled, are one interleaved round
@@ -18,12 +19,18 @@ from perflab.runner import run
 SYNCED = "synchronized at both ends of each call"
 
 
-def four_questions(w, model, opt, x, y):
+def four_questions(w, model, opt, x, y, device):
+    """(mode, callable or why not) of each question; the step is the workload's own if it has one."""
+    why = "the workload gives no make_batch and loss_fn (its own loader and train_step)"
+    rebuilt = x is not None and w.gives("loss_fn")
+    step = (steps.build(w, device, model=model, optimizer=opt)
+            if opt is not None or w.train_step is not None else "workload has no optimizer")
     return {
-        "forward_inference": ("inference", steps.forward_inference(model, x)),
-        "forward_grad": ("train", steps.forward_grad(model, x)),
-        "forward_backward": ("train", steps.forward_backward(model, w, x, y)),
-        "train_step": ("train", steps.train_step(model, w, opt, x, y) if opt else None),
+        "forward_inference": ("inference", steps.forward_inference(model, x) if x is not None
+                              else why),
+        "forward_grad": ("train", steps.forward_grad(model, x) if x is not None else why),
+        "forward_backward": ("train", steps.forward_backward(model, w, x, y) if rebuilt else why),
+        "train_step": ("train", step),
     }
 
 
@@ -31,10 +38,10 @@ def _first_compiled_calls(ctx, w, opt, x, y):
     """Each compiled question's first call (compilation), alone; the steps that compiled."""
     compiled = torch.compile(w.model)
     ok = {}
-    for variant, (mode, fn) in four_questions(w, compiled, opt, x, y).items():
-        if fn is None:
+    for variant, (mode, fn) in four_questions(w, compiled, opt, x, y, ctx.device).items():
+        if isinstance(fn, str):
             ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
-                            execution="compiled", reason="workload has no optimizer")
+                            execution="compiled", reason=fn)
             continue
         torch._dynamo.reset()  # each variant's first call traces and compiles afresh
         try:
@@ -57,13 +64,13 @@ def _first_compiled_calls(ctx, w, opt, x, y):
 def measure(ctx):
     t, p = ctx.timing, ctx.params
     w = ctx.workload()
-    x, y = w.batch_on(ctx.device)
+    x, y = w.batch_on(ctx.device) if w.gives("make_batch") else (None, None)
     opt = w.make_optimizer(w.model.parameters()) if w.make_optimizer else None
     timed = {}
-    for variant, (mode, fn) in four_questions(w, w.model, opt, x, y).items():
-        if fn is None:
+    for variant, (mode, fn) in four_questions(w, w.model, opt, x, y, ctx.device).items():
+        if isinstance(fn, str):
             ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
-                            reason="workload has no optimizer")
+                            reason=fn)
             continue
         timed[("eager", variant)] = (mode, fn)
     if p["compile"]:

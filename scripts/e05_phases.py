@@ -8,33 +8,34 @@ same seven operations, one sync at the end) measured in this job. The same
 brackets without the per-phase sync show where the time lands when the clock
 reads submission: the first host read (logging) absorbs the backlog.
 
-The batch starts on the host, as from a data loader; on CPU host_to_device is
-a no-op copy and the syncs are no-ops.
+The step is the workload's own (its train_step fed from its loader) where it
+gives them, else the chapter's with its batch on the host, as from a data
+loader; the phase boundaries come from hooks (perflab/phases.py), so the
+user's code is not edited. Each step ends with a host read of its loss, as a
+loop's logging would. On CPU host_to_device is a no-op copy and the syncs are
+no-ops.
 """
 
-from perflab import steps, timing
+from perflab import phases as ph
+from perflab import timing
 from perflab.runner import run
 
 
 def measure(ctx):
     t = ctx.timing
-    parts = ctx.trainable(metric="phase_time")
-    if parts is None:
+    step = ctx.step(resident=False, metric="phase_time")
+    if step is None:
         return
-    w, opt = parts
-    x_host, y_host = w.make_batch(w.batch_size)  # resident on the host, like a loaded batch
-
-    def get_batch():
-        return x_host, y_host
-
-    synced = steps.phased_train_step(w.model, w, opt, get_batch, ctx.device, ctx.sync)
-    unsynced = steps.phased_train_step(w.model, w, opt, get_batch, ctx.device, None)
-    plain = steps.plain_train_step(w.model, w, opt, get_batch, ctx.device)
+    synced = ph.timed(step, ctx.sync)
+    unsynced = ph.timed(step, None)
+    plain = step.and_read()
     timing.warm(plain, t["warmup"], ctx.sync)
-    window = f"steady state after warmup {t['warmup']}; batch starts on the host"
+    fed = "the workload's loader" if step.workload.loader is not None else \
+        "one batch served from the host"
+    window = f"steady state after warmup {t['warmup']}; batches from {fed}"
 
-    phases = steps.phase_samples(synced, t["repeats"])
-    boundary = f"sync ({ctx.sync_name}) at every phase boundary"
+    phases, entries = ph.samples(synced, t["repeats"])
+    boundary = f"sync ({ctx.sync_name}) at every phase boundary (hooks)"
     medians = {}
     for phase, samples in phases.items():
         medians[phase] = ctx.summary(samples, variant=f"sync/{phase}", metric="phase_time",
@@ -58,7 +59,12 @@ def measure(ctx):
             value=100 * gap / total["median"], unit="%", n=t["repeats"], window=window,
             sync_boundary="sum of phase medians - uninstrumented median, % of the latter")
 
-    free = steps.phase_samples(unsynced, t["repeats"])
+    for phase, counts in entries.items():
+        ctx.row(variant=f"sync/{phase}", metric="entries_per_step",
+                value=sorted(counts)[len(counts) // 2], unit="count", statistic="median",
+                n=len(counts), window=window, sync_boundary="how often the hooks entered the "
+                "phase in one step (0: its boundary never fired, e.g. no optimizer step)")
+    free, _ = ph.samples(unsynced, t["repeats"])
     for phase, samples in free.items():
         ctx.summary(samples, variant=f"nosync/{phase}", metric="phase_time", window=window,
                     sync_boundary="clock read at each boundary with no sync: submission times; "

@@ -1,12 +1,15 @@
 """E07 — intervene on the optimizer: .step() in isolation, and fused vs foreach AdamW.
 
-Gradients are computed once; then each optimizer's ``.step()`` alone is timed
-(warmed, synchronized) with those same gradients present: SGD, SGD with
+Gradients are computed once (the training step's own — the workload's
+train_step where it gives one — copied as its optimizer step begins); then
+each optimizer's ``.step()`` alone is timed (warmed, synchronized) with those
+same gradients present: SGD, SGD with
 momentum, AdamW foreach (the default), AdamW fused. The correctness column
 compares one fused step with one foreach step from identical state and
 gradients (max abs difference against the parameter and update scales).
-Finally the whole training step with foreach and with fused AdamW runs as an
-interleaved pair, so the end-to-end change is measured back to back.
+Finally the whole training step (the workload's own where it gives one) with
+foreach and with fused AdamW runs as an interleaved pair, so the end-to-end
+change is measured back to back.
 """
 
 import copy
@@ -17,19 +20,23 @@ from perflab.runner import run
 
 def measure(ctx):
     p, t = ctx.params, ctx.timing
-    w = ctx.workload()
+    step = ctx.step(variants=tuple(p["optimizers"]), metric="optimizer_step")
+    if step is None:
+        return
+    w = step.workload
     lr = w.params.get("lr", 1e-3)
-    x, y = w.batch_on(ctx.device)
     fresh = copy.deepcopy(w.model)  # the initial state, for the correctness check and the pair
 
-    # gradients once; every optimizer below steps with these same gradients present
-    w.loss_fn(w.model(x), y).backward()
+    # gradients once (the step's own, up to its optimizer step); every optimizer below
+    # steps with these same gradients present
+    grads = optim.step_gradients(step)
+    optim.set_gradients(w.model, grads)
     ctx.sync()
     window = (f"isolated .step() after warmup {t['warmup']}; same gradients present, "
               "parameters move with each call")
     for name in p["optimizers"]:
         try:
-            opt = optim.factory(name, lr)(w.model.parameters())
+            opt = optim.factory(name, lr)(optim.trainable(w.model))
             samples = timing.time_calls(opt.step, warmup=t["warmup"], repeats=t["repeats"],
                                         sync=ctx.sync)
         except (RuntimeError, TypeError, ValueError) as exc:  # e.g. fused not built here
@@ -43,7 +50,7 @@ def measure(ctx):
         del opt
 
     try:
-        agree = optim.one_step_agreement(fresh, w.loss_fn, x, y, optim.factory("adamw_foreach", lr),
+        agree = optim.one_step_agreement(fresh, grads, optim.factory("adamw_foreach", lr),
                                          optim.factory("adamw_fused", lr))
     except (RuntimeError, TypeError, ValueError) as exc:
         ctx.unsupported(variant="fused_vs_foreach", metric="max_abs_diff", unit="abs",
@@ -58,8 +65,9 @@ def measure(ctx):
             f"(parameter scale {agree['parameter_scale']:.2e}, update {agree['update_scale']:.2e})")
 
     model_a, model_b = copy.deepcopy(fresh), copy.deepcopy(fresh)
-    step_a = steps.train_step(model_a, w, optim.factory("adamw_foreach", lr)(model_a.parameters()), x, y)
-    step_b = steps.train_step(model_b, w, optim.factory("adamw_fused", lr)(model_b.parameters()), x, y)
+    step_a, step_b = (steps.build(w, ctx.device, model=m, batches=step.batches,
+                                  optimizer=optim.factory(name, lr)(optim.trainable(m)))
+                      for m, name in ((model_a, "adamw_foreach"), (model_b, "adamw_fused")))
     res = timing.interleaved_ab(step_a, step_b, blocks=p["pair_blocks"], inner=p["pair_inner"],
                                 warmup=t["warmup"], sync=ctx.sync)
     d = ctx.ab(res, a="step_adamw_foreach", b="step_adamw_fused", batch_size=w.batch_size,

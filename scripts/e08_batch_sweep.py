@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from perflab import config as cfgmod
-from perflab import memory, steps, sweep, timing, workloads
+from perflab import memory, sweep, timing, workloads
 from perflab.experiments.e08_batch_sweep import FREE_RUNNING_STEP
 from perflab.runner import base_parser, config_from_args, execute, log_to
 
@@ -48,7 +48,9 @@ def build_step(ctx, batch: int):
 
     The batch size reaches the builder as a ``batch`` override when it takes
     one (the registered workloads do); a user's builder without that
-    parameter is built as configured and only its batch factory sees B.
+    parameter is built as configured and only its batch factory sees B (a
+    workload with its own loader then cannot be swept: the row says so). The
+    step is the workload's own train_step where it gives one.
     Returns ``None`` (with an ``unsupported`` row) for a workload without an
     optimizer.
     """
@@ -58,13 +60,16 @@ def build_step(ctx, batch: int):
         overrides = {"batch": batch}
     except workloads.WorkloadError:  # a builder without a batch parameter: only B batches
         overrides = {}
-    parts = ctx.trainable(variants=(sweep.variant(batch),), **overrides)
-    if parts is None:
+    step = ctx.step(variants=(sweep.variant(batch),), batch_size=batch, **overrides)
+    if step is None:
         return None
-    w, opt = parts
-    x, y = w.batch_on(ctx.device, batch)
-    ctx.set_defaults(input_shape="[" + ", ".join(str(d) for d in x.shape) + "]")
-    return steps.train_step(w.model, w, opt, x, y)
+    w = step.workload
+    if w.loader is not None and not overrides:
+        raise workloads.NotApplicable(
+            f"the workload's loader fixes the batch at {w.batch_size} and its builder takes no "
+            "'batch' parameter: the sweep cannot set B")
+    ctx.set_defaults(input_shape=w.input_shape(batch))
+    return step
 
 
 def _peak_rows(ctx) -> list[tuple[str, str]]:

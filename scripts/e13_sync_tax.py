@@ -65,15 +65,11 @@ def _stretch(inner: int) -> tuple[int, int]:
 def sync_tax(ctx, prefix, name, label):
     """One interleaved A/B: the step with no host read against the step and loss.item()."""
     p, t = ctx.params, ctx.timing
-    parts = ctx.trainable(name, variants=(side_variant(prefix, NONE),), metric=STEP_LATENCY)
-    if parts is None:
+    step = ctx.step(name, variants=(side_variant(prefix, NONE),), metric=STEP_LATENCY)
+    if step is None:
         return
-    w, opt = parts
-    x, y = w.batch_on(ctx.device)
-    step = steps.train_step(w.model, w, opt, x, y)
-
-    def step_and_read():
-        return step().item()
+    w = step.workload
+    step_and_read = step.and_read()
 
     k, calls = _stretch(p["inner"])
     warm_calls = max(1, math.ceil(t["warmup"] / k))
@@ -118,18 +114,18 @@ def running_mean_check(ctx):
     """The logged running-mean loss read every step, every ``log_every`` steps and once."""
     p = ctx.params
     n, every = p["running_mean_steps"], p["log_every"]
-    w = ctx.workload()  # the controlled workload; row defaults follow it
-    if w.make_optimizer is None:
-        ctx.unsupported(variant=RUNNING_MEAN, metric=MAX_ABS_DIFF, unit="loss",
-                        reason=f"workload {w.name!r} has no optimizer: no training step")
+    first = ctx.step(variants=(RUNNING_MEAN,), metric=MAX_ABS_DIFF, unit="loss")
+    if first is None:  # the controlled workload; row defaults follow it
         return
-    x, y = w.batch_on(ctx.device)
+    w = first.workload
     initial = copy.deepcopy(w.model)
 
     def fresh_step():
-        """The training step from the same initial weights with a fresh optimizer."""
+        """The training step from the same initial weights with a fresh optimizer, its
+        loader from its start (the same seed: the same batches in the same order)."""
+        torch.manual_seed(ctx.contract["seed"])
         model = copy.deepcopy(initial)
-        return steps.train_step(model, w, w.make_optimizer(model.parameters()), x, y)
+        return steps.build(w, ctx.device, model=model)
 
     def zero():
         return torch.zeros((), device=ctx.device, dtype=torch.float32)
@@ -137,12 +133,12 @@ def running_mean_check(ctx):
     # (a) .item() every step, averaged on the host
     step, total = fresh_step(), 0.0
     for _ in range(n):
-        total += step().item()
+        total += steps.read_loss(step())
     host = total / n
     # (b) a device-side running sum, read every `every` steps (and once for any remainder)
     step, running, total = fresh_step(), zero(), 0.0
     for i in range(n):
-        running += step().detach().float()
+        running += steps.device_loss(step(), ctx.device)
         if (i + 1) % every == 0 or i + 1 == n:
             total += running.item()
             running.zero_()
@@ -150,11 +146,11 @@ def running_mean_check(ctx):
     # (c) accumulated on the device, read once
     step, running = fresh_step(), zero()
     for _ in range(n):
-        running += step().detach().float()
+        running += steps.device_loss(step(), ctx.device)
     once = running.item() / n
 
     window = (f"mean training loss over {n} steps from the same initial weights (a deep copy) "
-              "with a fresh optimizer, same batch")
+              "with a fresh optimizer, the same batches")
     for read, value, how in (
         (READ_EVERY_STEP, host, "loss.item() every step, summed on the host"),
         (read_every(every), every_k,

@@ -1,7 +1,8 @@
 """E14 — the profiler localizes; it does not measure.
 
-The training step with a ``record_function`` range per phase (forward, loss,
-backward, optimizer) runs under ``torch.profiler`` with
+The training step (the workload's own where it gives one) with a
+``record_function`` range per phase (forward, loss, backward, optimizer),
+opened and closed by the phase hooks of perflab/phases.py, runs under ``torch.profiler`` with
 ``schedule(wait, warmup, active, repeat=1)`` and ``profile_memory=True``
 (activities: CPU, plus CUDA on a CUDA device), ``prof.step()`` after each
 step. Rows: the time of each phase range summed over the active steps (on
@@ -13,7 +14,7 @@ the same step unprofiled, and the difference: the profiler's overhead. The
 chrome trace of the active steps is written gzipped beside the CSV.
 """
 
-from perflab import profiling, steps, timing
+from perflab import phases, profiling, timing
 from perflab.experiments.e14_profiler import (
     OP_SELF_CPU_TIME,
     OP_SELF_DEVICE_TIME,
@@ -101,12 +102,10 @@ def _op_rows(ctx, prof_run, window: str, top: int) -> None:
 
 
 def measure(ctx):
-    parts = ctx.trainable()
-    if parts is None:
+    base = ctx.step()
+    if base is None:
         return
-    w, opt = parts
-    x, y = w.batch_on(ctx.device)
-    step = steps.ranged_train_step(w.model, w, opt, x, y)
+    step = phases.ranged(base, profiling.PHASE_RANGES)  # ranges opened and closed by hooks
     prof_run, window = _overhead(ctx, step, f"{ctx.sync_name} at both ends of each step")
     _range_rows(ctx, prof_run, window)
     _op_rows(ctx, prof_run, window, ctx.params["top_ops"])

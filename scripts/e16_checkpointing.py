@@ -30,7 +30,7 @@ def correctness(ctx, w, fresh, batch):
         loss = w.loss_fn(model(x), y)
         loss.backward()
         got[v] = {"loss": float(loss.detach()), "grad_norm": iv.grad_norm(model),
-                  "grads": [p.grad.detach().clone() for p in model.parameters()]}
+                  "grads": iv.grads_of(model)}
     kw = dict(n=1, window=f"one forward + backward from identical state, batch {batch}",
               sync_boundary="values read after backward", input_shape=w.input_shape(batch))
     for v in e16.VARIANTS:

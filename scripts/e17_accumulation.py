@@ -16,15 +16,11 @@ from perflab.experiments import e17_accumulation as e17
 from perflab.runner import run
 
 
-def _grads(model):
-    return [p.grad.detach().clone() for p in model.parameters()]
-
-
 def equivalence(ctx, w, fresh, batch, ks):
     x, y = w.batch_on(ctx.device, batch)
     full_model = copy.deepcopy(fresh).to(ctx.device)
     iv.accumulate_grads(full_model, w, x, y, 1)
-    full = _grads(full_model)
+    full = iv.grads_of(full_model)
     del full_model
     scale = iv.mean_abs(full)
     largest = max(float(g.abs().max()) for g in full)
@@ -33,7 +29,7 @@ def equivalence(ctx, w, fresh, batch, ks):
             continue
         model = copy.deepcopy(fresh).to(ctx.device)
         iv.accumulate_grads(model, w, x, y, k)
-        diff = iv.max_abs_diff(_grads(model), full)
+        diff = iv.max_abs_diff(iv.grads_of(model), full)
         kw = dict(variant=e17.k_variant(k), n=1, input_shape=w.input_shape(batch // k),
                   window=f"one accumulated gradient of {k} micro-batches of {batch // k} vs one "
                          f"pass over the full batch of {batch}, identical state",

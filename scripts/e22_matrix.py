@@ -2,7 +2,9 @@
 
 Four cells of the controlled training step (zero_grad, forward, loss,
 backward, AdamW step), each from the same initial state with a fresh
-optimizer: eager fp32, eager AMP, compiled fp32, compiled AMP. AMP is
+optimizer: eager fp32, eager AMP, compiled fp32, compiled AMP. A workload
+with its own train_step runs it in the fp32 cells (compiled: on the compiled
+model); it decides its own precision, so its AMP cells say so. AMP is
 ``torch.autocast`` at the configured dtype (bfloat16 by default; float16 adds
 a GradScaler); "compiled" is ``torch.compile(model)`` with the optimizer left
 eager. Each cell: the first step (for compiled cells, the compilation), ms/step
@@ -18,7 +20,7 @@ import gc
 
 import torch
 
-from perflab import compiling, memory, timing
+from perflab import compiling, memory, steps, timing
 from perflab.experiments import e22_matrix as e22
 from perflab.runner import run
 
@@ -26,7 +28,7 @@ SYNCED = "synchronized at both ends of each call"
 
 
 def make_step(ctx, model, w, opt, x, y, amp_dtype):
-    """The training step of one cell; ``amp_dtype`` None means no autocast."""
+    """The chapter's training step under autocast at ``amp_dtype`` (fp16: with a GradScaler)."""
     scaler = None
     if amp_dtype is torch.float16 and ctx.is_cuda:
         scaler = torch.amp.GradScaler("cuda")
@@ -58,7 +60,7 @@ def first_step(ctx, cell, compiled, step, kw):
     try:
         ctx.sync()
         t0 = timing._clock()
-        loss = float(step().detach())
+        loss = steps.read_loss(step())
         ctx.sync()
         first = (timing._clock() - t0) * 1e3
     except Exception as exc:
@@ -107,22 +109,30 @@ def peaks(ctx, cell, kw):
 
 def measure(ctx):
     p = ctx.params
-    parts = ctx.trainable(variants=list(e22.CELL_NAMES))
-    if parts is None:
+    base = ctx.step(variants=list(e22.CELL_NAMES))
+    if base is None:
         return
-    w, _ = parts
+    w = base.workload
     fresh = copy.deepcopy(w.model)
-    x, y = w.batch_on(ctx.device)
     amp = getattr(torch, p["amp_dtype"])
     reference = None
     for cell, compiled, use_amp in e22.CELLS:
         kw = dict(execution="compiled" if compiled else "eager",
                   dtype=f"autocast {p['amp_dtype']}" if use_amp else ctx.contract["dtype"])
+        if use_amp and w.train_step is not None:
+            ctx.unsupported(variant=cell, metric="step_latency", unit="ms", reason=(
+                "the workload's own train_step decides its precision: perflab does not wrap "
+                "it in autocast"), **kw)
+            continue
         torch._dynamo.reset()
         model = copy.deepcopy(fresh)
-        opt = w.make_optimizer(model.parameters())
+        opt = w.make_optimizer(model.parameters()) if w.make_optimizer else None
         runner_model = torch.compile(model) if compiled else model
-        step = make_step(ctx, runner_model, w, opt, x, y, amp if use_amp else None)
+        if use_amp:
+            x, y = w.batch_on(ctx.device)
+            step = make_step(ctx, runner_model, w, opt, x, y, amp)
+        else:  # the step every experiment times (its loader from the start in each cell)
+            step = steps.build(w, ctx.device, model=runner_model, optimizer=opt)
         gc.collect()
         if ctx.is_cuda:
             torch.cuda.empty_cache()

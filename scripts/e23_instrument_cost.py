@@ -3,11 +3,10 @@
 Three instruments on the controlled step, each against the same step without
 it (one model and optimizer throughout, so both sides see the same state):
 
-* per-phase synchronization: ``steps.phased_train_step`` with the device's
-  synchronize before each phase's clock read (7 synchronization points a
-  step: 6 synchronize calls and the loss read) against
-  ``steps.plain_train_step``, the same seven operations with only the loss
-  read;
+* per-phase synchronization: ``phases.timed`` (the phase hooks) with the
+  device's synchronize before each phase's clock read against the same step
+  with only the loss read (E05's step: batch from the host or the workload's
+  loader);
 * ``.item()`` every step: the training step followed by ``loss.item()``
   against the step with no host read;
 * the profiler: ``torch.profiler`` with a schedule and ``record_function``
@@ -26,7 +25,7 @@ spread. This regenerates the chapter's forensic-vs-performance-mode table.
 import math
 import statistics
 
-from perflab import profiling, steps, timing
+from perflab import phases, profiling, steps, timing
 from perflab.experiments.e23_instrument_cost import (
     BRACKET_DRIFT,
     COST,
@@ -118,32 +117,26 @@ def _profiler(ctx, base, ranged):
 
 
 def measure(ctx):
-    parts = ctx.trainable(variants=tuple(cost_variant(key) for key in INSTRUMENTS), metric=COST)
-    if parts is None:
+    base = ctx.step(variants=tuple(cost_variant(key) for key in INSTRUMENTS), metric=COST)
+    if base is None:
         return
-    w, opt = parts
-    x, y = w.batch_on(ctx.device)
-    x_host, y_host = w.make_batch(w.batch_size)
-
-    def get_batch():
-        return x_host, y_host
-
-    base = steps.train_step(w.model, w, opt, x, y)
-
-    def base_and_read():
-        return base().item()
-
-    plain = steps.plain_train_step(w.model, w, opt, get_batch, ctx.device)
-    phased = steps.phased_train_step(w.model, w, opt, get_batch, ctx.device, ctx.sync)
-    ranged = steps.ranged_train_step(w.model, w, opt, x, y)
+    base_and_read = base.and_read()
+    # E05's step: its batch from the host (or the workload's loader), the loss read at the end
+    host = steps.build(base.workload, ctx.device, model=base.model, optimizer=base.optimizer,
+                       resident=False,
+                       batches=base.batches if base.workload.loader is not None else None)
+    plain = host.and_read()
+    phased = phases.timed(host, ctx.sync)
+    ranged = phases.ranged(base, profiling.PHASE_RANGES)
     cpu = "" if ctx.is_cuda else " (CPU: synchronize is a no-op, so only the clock reads remain)"
 
     results = {
         PHASE_SYNC: _ab(ctx, PHASE_SYNC, plain, phased,
-                          "plain_train_step: batch copy, step, one loss read",
-                          "phased_train_step: the same, with a sync and a clock read at each "
-                          "phase boundary",
-                          f"{len(PHASES)} synchronization points a step against 1" + cpu),
+                          "the step (batch copy included) and one loss read",
+                          "the same, with a sync and a clock read at each phase boundary "
+                          "(hooks)",
+                          f"a synchronize at each of the {len(PHASES)} phases' boundaries "
+                          "against the loss read alone" + cpu),
         ITEM: _ab(ctx, ITEM, base, base_and_read, "no host read",
                     "loss.item() after every step",
                     "a host read of the loss every step against none"

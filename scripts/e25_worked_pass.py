@@ -16,7 +16,7 @@ import gc
 
 import torch
 
-from perflab import memory, optim, stats, steps, timing
+from perflab import memory, optim, phases, stats, steps, timing
 from perflab.experiments.e25_worked_pass import (
     BASELINE,
     DIFFERENCE,
@@ -36,10 +36,11 @@ from perflab.experiments.e25_worked_pass import (
 from perflab.runner import run
 
 
-def isolated_peak(ctx, fresh, w, x, y, opt_name, lr, calls):
+def isolated_peak(ctx, fresh, w, opt_name, lr, calls):
     """Peak allocated/reserved MiB of one variant alone on the device."""
     model = copy.deepcopy(fresh).to(ctx.device)
-    step = steps.train_step(model, w, optim.factory(opt_name, lr)(model.parameters()), x, y)
+    step = steps.build(w, ctx.device, model=model,
+                       optimizer=optim.factory(opt_name, lr)(optim.trainable(model)))
     gc.collect()
     torch.cuda.empty_cache()
     memory.reset_cuda_peaks(ctx.device)
@@ -66,13 +67,15 @@ def _measure(ctx, w, base_step, window: str) -> dict[str, float]:
     return base
 
 
-def _localize(ctx, w, base_opt, window: str, base_median: float):
-    """2. localize: per-phase synchronization on the same model and optimizer."""
+def _localize(ctx, w, base_step, window: str, base_median: float):
+    """2. localize: per-phase synchronization (the phase hooks) on the same model and
+    optimizer, its batch from the host (or the workload's loader), as E05."""
     repeats = ctx.timing["repeats"]
-    x_host, y_host = w.make_batch(w.batch_size)
-    phased = steps.phased_train_step(w.model, w, base_opt, lambda: (x_host, y_host), ctx.device,
-                                     ctx.sync)
-    per_phase = steps.phase_samples(phased, repeats)
+    host_step = steps.build(w, ctx.device, model=base_step.model, optimizer=base_step.optimizer,
+                            resident=False,
+                            batches=base_step.batches if w.loader is not None else None)
+    phased = phases.timed(host_step, ctx.sync)
+    per_phase, _ = phases.samples(phased, repeats)
     medians = {ph: stats.summarize(v)["median"] for ph, v in per_phase.items()}
     total = sum(medians.values())
     for ph, med in medians.items():
@@ -85,14 +88,17 @@ def _localize(ctx, w, base_opt, window: str, base_median: float):
     return phased
 
 
-def _intervene(ctx, w, fresh, x, y, lr) -> bool:
+def _intervene(ctx, w, fresh, batches, lr) -> bool:
     """3. intervene on one mechanism, and check it computes the same update.
 
     False (and an unsupported row) when fused AdamW is unavailable here.
     """
     try:
-        agree = optim.one_step_agreement(fresh.to(ctx.device), w.loss_fn, x, y,
-                                         optim.factory(FOREACH, lr), optim.factory(FUSED, lr))
+        start = copy.deepcopy(fresh).to(ctx.device)
+        # the gradients of the step itself (the workload's own where it gives one)
+        grads = optim.step_gradients(steps.build(w, ctx.device, model=start, batches=batches))
+        agree = optim.one_step_agreement(start, grads, optim.factory(FOREACH, lr),
+                                         optim.factory(FUSED, lr))
     except (RuntimeError, TypeError, ValueError) as exc:
         ctx.unsupported(variant=FUSED_VS_FOREACH, metric=MAX_ABS_DIFF, unit="abs",
                         reason=f"fused AdamW unavailable, no intervention: {exc}")
@@ -105,14 +111,13 @@ def _intervene(ctx, w, fresh, x, y, lr) -> bool:
     return True
 
 
-def _remeasure(ctx, w, fresh, x, y, lr) -> None:
-    """4. remeasure under the same contract: the pair, back to back."""
+def _remeasure(ctx, w, fresh, batches, lr) -> None:
+    """4. remeasure under the same contract: the pair, back to back, on one batch stream."""
     p, t = ctx.params, ctx.timing
     model_a, model_b = copy.deepcopy(fresh).to(ctx.device), copy.deepcopy(fresh).to(ctx.device)
-    step_a = steps.train_step(model_a, w, optim.factory(FOREACH, lr)(model_a.parameters()),
-                              x, y)
-    step_b = steps.train_step(model_b, w, optim.factory(FUSED, lr)(model_b.parameters()),
-                              x, y)
+    step_a, step_b = (steps.build(w, ctx.device, model=m, batches=batches,
+                                  optimizer=optim.factory(name, lr)(optim.trainable(m)))
+                      for m, name in ((model_a, FOREACH), (model_b, FUSED)))
     res = timing.interleaved_ab(step_a, step_b, blocks=p["blocks"], inner=p["inner"],
                                 warmup=t["warmup"], sync=ctx.sync)
     d = ctx.ab(res, a=FOREACH, b=FUSED, batch_size=w.batch_size,
@@ -126,7 +131,7 @@ def _remeasure(ctx, w, fresh, x, y, lr) -> None:
     del step_a, step_b, model_a, model_b
 
 
-def _peak_rows(ctx, w, fresh, x, y, lr) -> None:
+def _peak_rows(ctx, w, fresh, lr) -> None:
     """5. the other dimensions: peak memory of each variant alone."""
     warmup = ctx.timing["warmup"]
     for name in (FOREACH, FUSED):
@@ -135,7 +140,7 @@ def _peak_rows(ctx, w, fresh, x, y, lr) -> None:
                             reason="CPU: an in-process RSS peak cannot separate two variants "
                                    "(freed memory stays resident); E08 measures peak RSS per process")
             continue
-        alloc, resv = isolated_peak(ctx, fresh, w, x, y, name, lr, calls=warmup)
+        alloc, resv = isolated_peak(ctx, fresh, w, name, lr, calls=warmup)
         kw = dict(variant=name, n=warmup, statistic="max",
                   window=f"{warmup} steps of this variant alone, peaks reset before",
                   sync_boundary="allocator peak counters after a final sync")
@@ -148,18 +153,18 @@ def measure(ctx):
     w = ctx.workload()
     lr = w.params.get("lr", 1e-3)
     fresh = copy.deepcopy(w.model).cpu()  # the initial state, off the device
-    x, y = w.batch_on(ctx.device)
     window = f"steady state after warmup {ctx.timing['warmup']}"
-    base_opt = optim.factory(FOREACH, lr)(w.model.parameters())
-    base_step = steps.train_step(w.model, w, base_opt, x, y)
+    # the step every experiment times (the workload's own where it gives one), AdamW foreach
+    base_step = steps.build(w, ctx.device,
+                            optimizer=optim.factory(FOREACH, lr)(optim.trainable(w.model)))
     base = _measure(ctx, w, base_step, window)
-    phased = _localize(ctx, w, base_opt, window, base["median"])
-    if not _intervene(ctx, w, fresh, x, y, lr):
+    phased = _localize(ctx, w, base_step, window, base["median"])
+    batches = base_step.batches
+    if not _intervene(ctx, w, fresh, batches, lr):
         return
-    fresh = fresh.cpu()
-    del base_step, base_opt, phased
-    _remeasure(ctx, w, fresh, x, y, lr)
-    _peak_rows(ctx, w, fresh, x, y, lr)
+    del base_step, phased
+    _remeasure(ctx, w, fresh, batches, lr)
+    _peak_rows(ctx, w, fresh, lr)
 
 
 if __name__ == "__main__":

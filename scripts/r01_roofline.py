@@ -17,7 +17,7 @@ fraction of the ceilings. A workload without an optimizer gets ceilings only.
 
 import torch
 
-from perflab import roofline, steps, timing
+from perflab import phases, roofline, timing
 from perflab.experiments import r01_roofline as r01
 from perflab.runner import run
 
@@ -138,12 +138,10 @@ COUNTED = ("FLOPs: torch.utils.flop_counter (elementwise ops count 0); bytes: si
            "every tensor each ATen op reads and writes (views skipped)")
 
 
-def _phase_medians(ctx, w, opt, get_batch, window: str, boundary: str) -> dict[str, float]:
+def _phase_medians(ctx, step, window: str, boundary: str) -> dict[str, float]:
     """Each work phase's median ms with the device synchronized at every boundary (as E05)."""
-    phased = steps.phased_train_step(w.model, w, opt, get_batch, ctx.device, ctx.sync)
-    timing.warm(steps.plain_train_step(w.model, w, opt, get_batch, ctx.device),
-                ctx.timing["warmup"], ctx.sync)
-    times = steps.phase_samples(phased, ctx.params["repeats"])
+    timing.warm(step.and_read(), ctx.timing["warmup"], ctx.sync)
+    times, _ = phases.samples(phases.timed(step, ctx.sync), ctx.params["repeats"])
     medians = {}
     for ph in r01.WORK_PHASES:
         medians[ph] = ctx.summary(times[ph], variant=r01.phase_variant(ph), metric=r01.PHASE_TIME,
@@ -193,21 +191,16 @@ def _group_rows(ctx, name, members, work, medians, ceilings, window: str, bounda
 
 
 def phase_fractions(ctx, peak: float | None, link: float | None, bandwidth: float | None):
-    parts = ctx.trainable(metric=r01.FLOPS, unit="FLOP",
-                          variants=tuple(r01.phase_variant(ph) for ph in r01.WORK_PHASES))
-    if parts is None:
+    step = ctx.step(resident=False, metric=r01.FLOPS, unit="FLOP",
+                    variants=tuple(r01.phase_variant(ph) for ph in r01.WORK_PHASES))
+    if step is None:
         return
-    w, opt = parts
-    x_host, y_host = w.make_batch(w.batch_size)
-    work = roofline.step_work(w.model, w, opt, x_host, y_host, ctx.device)
-
-    def get_batch():
-        return x_host, y_host
+    work = roofline.step_work(step)  # the phases from the hooks (perflab/phases.py)
 
     window = (f"steady-state step (optimizer state allocated); phase times: median of "
               f"{ctx.params['repeats']} after warmup {ctx.timing['warmup']}")
     boundary = f"sync ({ctx.sync_name}) at every phase boundary, as in E05"
-    medians = _phase_medians(ctx, w, opt, get_batch, window, boundary)
+    medians = _phase_medians(ctx, step, window, boundary)
     for name, members in r01.PHASE_GROUPS.items():
         _group_rows(ctx, name, members, work, medians, (peak, link, bandwidth), window, boundary)
 
