@@ -8,8 +8,10 @@ or target stops here with the same message), runs ``perflab check`` in a child
 process on the resolved device (a model that raises is reported with the target
 and the phase, before any job starts; the child's CUDA context is gone before
 the first measured job), then runs Snakemake on the experiments the verdict
-reads, and prints the verdict. Extra arguments after ``--`` go to
-Snakemake unchanged.
+reads with ``--keep-going`` (one experiment that fails does not stop the
+others), and prints the verdict — where a job failed, drawn from what ran,
+naming each experiment that did not finish and why (its log's last line).
+Extra arguments after ``--`` go to Snakemake unchanged.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from perflab import config as cfgmod
-from perflab import workloads
+from perflab import partial, workloads
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/diagnose.py), after C00: the
@@ -84,7 +87,7 @@ def diagnose(args, snakemake_args: list[str]) -> int:
         return rc
     workdir = Path(args.directory).resolve()
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-           "--directory", str(workdir), "--cores", str(args.cores)]
+           "--directory", str(workdir), "--cores", str(args.cores), "--keep-going"]
     for f in args.configfile:
         cmd += ["--configfile", str(Path(f).resolve())]
     cmd += ["--config", f"workload={args.target}", f"run={args.run}", f"device={args.device}"]
@@ -92,12 +95,30 @@ def diagnose(args, snakemake_args: list[str]) -> int:
         cmd.append(f"scale={args.scale}")
     cmd += snakemake_args
     print("perflab: " + " ".join(cmd), file=sys.stderr)
+    started = time.time()
     rc = subprocess.call(cmd, env=env)
     md = workdir / cfgmod.result_dir(cfg) / "diagnosis.md"
-    if rc == 0 and md.is_file():
+    if rc != 0 and "-n" not in snakemake_args and "--dry-run" not in snakemake_args \
+            and not (md.is_file() and md.stat().st_mtime >= started):
+        # a job failed, so the diagnosis rule never ran: draw the verdict from what did
+        _partial_diagnosis(cfg, workdir, started)
+    if md.is_file() and (rc == 0 or md.stat().st_mtime >= started):
         print(md.read_text())
         print(f"ledger, report and evidence: {md.parent}")
     return rc
+
+
+def _partial_diagnosis(cfg: dict, workdir: Path, started: float) -> None:
+    """The verdict from the result files that exist (the workflow's paths are relative)."""
+    here = Path.cwd()
+    os.chdir(workdir)
+    try:
+        partial.diagnosis(cfg, cfg["resolved_experiments"], f"logs/{cfg['resolved_tag']}",
+                          started)
+    except Exception as exc:  # nothing to draw from, or unreadable rows: say so, keep rc
+        print(f"perflab: no partial diagnosis ({type(exc).__name__}: {exc})", file=sys.stderr)
+    finally:
+        os.chdir(here)
 
 
 def main(argv: list[str] | None = None) -> int:

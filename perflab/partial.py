@@ -83,6 +83,59 @@ def failures(cfg: Mapping[str, Any], experiments: Iterable[str], logs_dir: str |
     return out
 
 
+def last_line(text: str) -> str:
+    """The last non-empty line of a log excerpt: a failed job's exception."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "(the log is empty)"
+
+
+def missing_lines(failed: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Markdown: each experiment without a result, its status and why (its log's last line)."""
+    if not failed:
+        return []
+    out = ["**Not measured in this run** (the verdict is drawn from the experiments that ran; a "
+           "candidate that needs a missing one says `not measured`):", ""]
+    for eid, f in failed.items():
+        why = last_line(f["excerpt"]) if f["status"] == "failed" else f["excerpt"]
+        out.append(f"- {eid} ({f['title']}) {f['status']}: {why}"
+                   + (f" (log: `{f['log']}`)" if f["log"] else ""))
+    return out
+
+
+def diagnosis(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Path,
+              since: float) -> Path:
+    """The verdict drawn from the result files that exist, naming each experiment that has none.
+
+    Writes ``diagnosis.md`` and ``diagnosis.csv`` in the run's result directory (paths are
+    relative to the working directory, as the workflow's are); returns the Markdown's path.
+    """
+    import pandas as pd
+
+    from perflab import diagnose, io
+
+    results = cfgmod.result_dir(cfg)
+    failed = failures(cfg, experiments, logs_dir, since)
+    present = [cfgmod.experiment_outputs(cfg, e)["csv"] for e in experiments if e not in failed]
+    frame = io.read_results(present) if present else pd.DataFrame(columns=io.COLUMNS)
+    d = diagnose.diagnose(frame)
+    table, md = diagnose.to_frame(d), diagnose.render_markdown(d)
+    lines = md.splitlines()
+    at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("**Verdict")), len(lines))
+    if failed:
+        lines = lines[:at] + [""] + missing_lines(failed) + lines[at:]
+    md = "\n".join(lines).rstrip("\n") + "\n"
+    gone = pd.DataFrame([{"candidate": "missing", "label": f"{eid} {f['status']}",
+                          "outcome": f["status"], "verdict": False, "source": eid,
+                          "because": last_line(f["excerpt"]) if f["status"] == "failed"
+                          else f["excerpt"]} for eid, f in failed.items()],
+                        columns=diagnose.COLUMNS)
+    io.atomic_write_csv(results / "diagnosis.csv", pd.concat([table, gone], ignore_index=True)
+                        if failed else table)
+    out = results / "diagnosis.md"
+    io.atomic_write_text(out, md)
+    return out
+
+
 def _render_report_module(root: Path):
     spec = importlib.util.spec_from_file_location("perflab_render_report",
                                                   root / "scripts" / "render_report.py")

@@ -198,3 +198,74 @@ def test_a_deciding_number_near_its_threshold_is_flagged():
     # without C00 nothing is flagged: no floor to judge the margin by
     assert not any(f.borderline for f in diagnose.diagnose(
         frame(phases(), sync_tax(9.9), host)).findings)
+
+
+# ------------------------------------------------------------------ a run with a failed job
+
+FAILED_LINE = "AttributeError: 'NoneType' object has no attribute 'detach'"
+
+
+def _half_run(tmp_path):
+    """A run whose E07 failed: the others' rows (the shipped CPU reference's) and E07's log."""
+    import shutil
+    from pathlib import Path
+
+    from perflab import config
+    from perflab.catalogue import EXPERIMENTS
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = config.load([root / "config" / "test.yaml"],
+                      {"device": "cpu", "run": "E01,E05,E07,E13,R01"})
+    results = tmp_path / config.result_dir(cfg)
+    results.mkdir(parents=True)
+    ran = ("E01", "E05", "E13", "R01")
+    for eid in ran:
+        name = f"{EXPERIMENTS[eid].slug}.csv"
+        shutil.copy(root / "report" / "reference" / "cpu-2c" / "results" / name, results / name)
+    logs = tmp_path / "logs" / cfg["resolved_tag"]
+    logs.mkdir(parents=True)
+    (logs / f"{EXPERIMENTS['E07'].slug}.log").write_text(
+        "[E07 +0.1s] FAILED; no result written:\nTraceback (most recent call last):\n"
+        f"  File \"optim.py\", line 60\n{FAILED_LINE}\n")
+    return cfg, [results / f"{EXPERIMENTS[e].slug}.csv" for e in ran]
+
+
+def test_a_failed_experiment_does_not_cost_the_verdict(tmp_path, monkeypatch):
+    import time
+
+    from perflab import partial
+
+    cfg, present = _half_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    md = partial.diagnosis(cfg, cfg["resolved_experiments"], f"logs/{cfg['resolved_tag']}",
+                           time.time() - 60).read_text()
+    whole = diagnose.diagnose(io.read_results(present))  # the verdict of what ran
+    assert f"**Verdict: {whole.label}**" in md
+    assert "E07 (" in md and f"failed: {FAILED_LINE}" in md
+    rows = pd.read_csv(tmp_path / present[0].parent / "diagnosis.csv", keep_default_na=False)
+    gone = rows[rows.candidate == "missing"]
+    assert list(gone.source) == ["E07"] and gone.because.iloc[0] == FAILED_LINE
+    assert rows.verdict.astype(str).eq("True").any()
+
+
+def test_diagnose_keeps_going_and_prints_the_verdict_of_what_ran(tmp_path, monkeypatch, capsys):
+    """`perflab diagnose` asks Snakemake to keep going; when a job failed (so the diagnosis rule
+    never ran) it prints the verdict drawn from the results that exist, naming the failure."""
+    from perflab import cli
+
+    calls = []
+
+    def fake_call(cmd, env=None):
+        calls.append(cmd)
+        if "snakemake" in cmd:
+            _half_run(tmp_path)  # the jobs that ran wrote their rows; E07 failed
+            return 1
+        return 0  # the pre-flight
+
+    monkeypatch.setattr(cli.subprocess, "call", fake_call)
+    rc = cli.main(["diagnose", "mlp", "--device", "cpu", "--run", "E01,E05,E07,E13,R01",
+                   "--configfile", "config/test.yaml", "--directory", str(tmp_path)])
+    assert rc == 1  # a job failed, and the exit status says so
+    assert "--keep-going" in calls[-1]
+    out = capsys.readouterr().out
+    assert "**Verdict:" in out and FAILED_LINE in out

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from experiments import forget_package, run_tiny, write_user_package
 
-from perflab import cli, config, io, ledger, workloads
+from perflab import cli, config, io, ledger, steps, workloads
 from perflab.workloads import WorkloadError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,6 +74,79 @@ def scalar_loss_missing(device, **kw):
     w = make_step(device)
     w.loss_fn = lambda out, y: (out - y) ** 2  # not reduced to a scalar
     return w
+
+
+# ---- a workload with its own loader and train_step, and the ways each can be wrong
+
+
+def _step(model, optimizer, batch):
+    x, y = batch
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def own(device, *, loader=None, train_step=_step, width=8, batch=4):
+    w = make_step(device, width=width, batch=batch)
+    batches = [w.make_batch(batch) for _ in range(3)]
+    return Workload(name="own", model=w.model, loader=batches if loader is None else loader,
+                    train_step=train_step, batch_size=batch, description="own step",
+                    make_optimizer=w.make_optimizer)
+
+
+class Corrupt(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        raise ValueError(f"corrupt record {i}")
+
+
+def loader_raises(device, **kw):
+    return own(device, loader=torch.utils.data.DataLoader(Corrupt(), batch_size=4))
+
+
+def loader_of_strings(device, **kw):
+    return own(device, loader=[(["a", "b"], ["c", "d"])])
+
+
+def loader_of_arrays(device, **kw):
+    import numpy as np
+    return own(device, loader=[(np.zeros((4, 8)), np.zeros((4, 1)))])
+
+
+def loader_one_shot(device, **kw):
+    return own(device, loader=(b for b in [(torch.zeros(4, 8), torch.zeros(4, 1))]))
+
+
+def loader_empty(device, **kw):
+    return own(device, loader=[])
+
+
+def loader_factory_runs_dry(device, **kw):
+    passes = []
+
+    def epoch():  # a first epoch, then nothing
+        passes.append(1)
+        return [(torch.zeros(4, 8), torch.zeros(4, 1))] if len(passes) == 1 else []
+
+    return own(device, loader=epoch)
+
+
+def step_raises(device, **kw):
+    def train_step(model, optimizer, batch):
+        raise RuntimeError("boom in my step")
+    return own(device, train_step=train_step)
+
+
+def step_returns_nothing(device, **kw):
+    return own(device, train_step=lambda model, optimizer, batch: None)
+
+
+def step_returns_a_vector(device, **kw):
+    return own(device, train_step=lambda model, optimizer, batch: model(batch[0]).sum(dim=1))
 """
 
 
@@ -127,6 +201,16 @@ def test_missing_module_stops_snakemake_naming_the_target(tmp_path):
     ("model_raises", "the model's forward raised \\(RuntimeError: boom in forward\\)"),
     ("builder_raises", "raised while building \\(ValueError: no such checkpoint\\)"),
     ("scalar_loss_missing", "loss_fn must return a scalar tensor, got \\[2, 1\\]"),
+    # a loader and a train_step of the workload's own, each named before any measurement
+    ("loader_raises", "loader raised on the first batch of pass 1 \\(ValueError: corrupt record"),
+    ("loader_of_strings", "loader yields a batch with no tensor \\(tuple of str\\)"),
+    ("loader_of_arrays", "loader yields numpy.ndarray in its batches: collate them"),
+    ("loader_one_shot", "loader is a one-shot iterator \\(generator\\)"),
+    ("loader_empty", "loader yielded no batch on pass 1"),
+    ("loader_factory_runs_dry", "loader yielded no batch on pass 2"),
+    ("step_raises", "the train_step raised \\(RuntimeError: boom in my step\\)"),
+    ("step_returns_nothing", "train_step returned None: it must return the loss"),
+    ("step_returns_a_vector", "train_step must return a scalar tensor, got \\[4\\]"),
 ])
 def test_bad_targets_name_the_target(user_module, attr, message):
     target = f"{user_module}:{attr}"
@@ -139,9 +223,51 @@ def test_bad_targets_name_the_target(user_module, attr, message):
     assert target in str(stop.value.code)
 
 
-def test_check_accepts_a_good_target(user_module, capsys):
-    assert cli.main(["check", f"{user_module}:make_step", "--device", "cpu"]) == 0
+@pytest.mark.parametrize("attr", ["make_step", "own"])
+def test_check_accepts_a_good_target(user_module, attr, capsys):
+    assert cli.main(["check", f"{user_module}:{attr}", "--device", "cpu"]) == 0
     assert "OK on cpu" in capsys.readouterr().out
+
+
+def test_a_step_is_fed_from_its_loader_pass_after_pass(user_module):
+    """perflab starts a new pass whenever the loader runs dry; a loader that fails mid-run
+    is named."""
+    w = workloads.build(f"{user_module}:own", "cpu")
+    seen = []
+    step = steps.build(w, "cpu")
+    step.train_step = lambda model, optimizer, batch: seen.append(batch) or 0.0
+    for _ in range(7):
+        step()
+    assert step.batches.passes == 3 and step.batches.drawn == 7
+    assert seen[3] is w.loader[0] and seen[6] is w.loader[0]  # each pass from the start
+
+    def flaky():
+        yield w.loader[0]
+        raise OSError("the file system went away")
+
+    stream = steps.BatchStream(flaky)
+    stream.next()
+    with pytest.raises(WorkloadError, match="loader raised on batch 2 \\(OSError"):
+        stream.next()
+
+
+def test_the_default_step_is_the_chapters(user_module):
+    """Without a train_step of its own a workload's step is zero_grad, forward, loss,
+    backward, step on its batch: the same parameters as doing it by hand."""
+    import copy
+
+    w = workloads.build(f"{user_module}:make_step", "cpu")
+    by_hand = copy.deepcopy(w.model)
+    opt = w.make_optimizer(by_hand.parameters())
+    step = steps.build(w, "cpu", resident=False)
+    x, y = w.make_batch(w.batch_size)
+    for _ in range(3):
+        step()
+        opt.zero_grad(set_to_none=True)
+        w.loss_fn(by_hand(x), y).backward()
+        opt.step()
+    for a, b in zip(step.model.parameters(), by_hand.parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_experiments_that_do_not_apply_say_why(user_module, tmp_path):
@@ -197,3 +323,24 @@ def test_diagnose_preflights_in_a_child_process(user_module, tmp_path, monkeypat
     err = capfd.readouterr().err
     assert f"{user_module}:model_raises" in err and "boom in forward" in err
     assert "-m snakemake" not in err  # stopped before Snakemake
+
+
+def test_the_example_loader_and_step_are_what_e05_times(tmp_path, monkeypatch):
+    """examples/mypkg/classifier.py (a DataLoader with a worker, autocast, clipping) passes the
+    pre-flight, and E05 localizes its own step: the loader's wait, its copies, its forward,
+    backward and optimizer step, each entered once a step."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    small = dict(vocab=50, seq=8, dim=16, depth=1, batch=8, examples=64, workers=1)
+    w = workloads.check("mypkg.classifier:make_step", "cpu", **small)
+    assert w.loader.num_workers == 1 and w.train_step is not None
+    cfg = config.load([TEST_CONFIG], {"device": "cpu", "workload": "ex", "workloads": {
+        "ex": {"target": "mypkg.classifier:make_step", **small}}})
+    _, out = run_tiny(cfg, "E05", tmp_path)
+    rows = io.read_results([out["csv"]])
+    entries = rows[rows.metric == "entries_per_step"].set_index("variant").value
+    for phase in ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer"):
+        assert entries[f"sync/{phase}"] == 1, phase
+    wait = rows[(rows.variant == "sync/input_wait") & (rows.metric == "phase_time")
+                & (rows.statistic == "median")].value.iloc[0]
+    assert wait > 0
+    assert (rows.model == w.description).all()
