@@ -37,8 +37,9 @@ AMP_DTYPES: dict[str, torch.dtype | None] = {
     "fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-class NotApplicable(RuntimeError):
-    """The intervention does not apply to this workload (the row says why)."""
+#: the intervention does not apply to this workload (the row says why); the harness's one
+#: exception for "this experiment cannot run on this workload"
+NotApplicable = workloads.NotApplicable
 
 
 # ------------------------------------------------------------------ workloads

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
 
-from perflab import figures, io, profiling, steps, tables, workloads
+from perflab import figures, io, phases, profiling, steps, tables, workloads
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e14_profiler.py"
 
@@ -120,9 +120,7 @@ def test_time_fields_fall_back_across_torch_versions():
 
 def test_profile_steps_times_every_step_and_reads_ranges(tmp_path):
     w = workloads.build("mlp", "cpu", dim=16, depth=1, num_classes=4, batch=4)
-    opt = w.make_optimizer(w.model.parameters())
-    x, y = w.batch_on("cpu")
-    step = steps.ranged_train_step(w.model, w, opt, x, y)
+    step = phases.ranged(steps.build(w, "cpu"), profiling.PHASE_RANGES)
     run = profiling.profile_steps(step, device="cpu", sync=lambda: None, wait=1, warmup=1,
                                   active=3)
     assert len(run.step_ms) == 5 and len(run.active_ms) == 3
