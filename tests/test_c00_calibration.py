@@ -227,8 +227,10 @@ def test_aa_runs_on_two_independent_copies(tiny_contract, monkeypatch):
         mod._noise_floor(ctx, step, ctx.training_step())
     (fa, fb), = sides
     assert fa is not fb
-    models = [{id(c.cell_contents) for c in f.__closure__} for f in (fa, fb)]
-    assert not models[0] & models[1]  # no object (model, optimizer, batch) is shared
+    parts = [{id(f.model), id(f.optimizer), id(f.batches), *map(id, f.model.parameters())}
+             for f in (fa, fb)]
+    assert not parts[0] & parts[1]  # no object (model, optimizer, batch stream) is shared
+    assert fa.next_batch() is not fb.next_batch()
 
 
 # ------------------------------------------------------------------ GPU-state validity gate
