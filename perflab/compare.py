@@ -53,7 +53,8 @@ def result_csvs(d: str | Path) -> list[Path]:
     for p in sorted(Path(d).glob("*.csv")):
         if p.name.endswith("_samples.csv"):
             continue
-        head = pd.read_csv(p, nrows=0)
+        # a file that is not a CSV at all (garbage, empty, cut short) is refused, named
+        head = io.read_csv_checked(p, allow_empty=True)
         if all(c in head.columns for c in io.COLUMNS):
             out.append(p)
     return out
@@ -66,10 +67,10 @@ def load_rows(d: str | Path) -> pd.DataFrame:
 def load_samples(d: str | Path) -> pd.DataFrame:
     frames = []
     for p in sorted(Path(d).glob("*_samples.csv")):
-        try:
+        head = io.read_csv_checked(p, allow_empty=True)  # garbage, empty, cut: refused
+        if all(c in head.columns for c in io.SAMPLE_COLUMNS):  # else not ours to read
             frames.append(io.read_samples(p))
-        except io.ContractError:  # a file named like samples that is not: not ours to read
-            continue
+    frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=io.SAMPLE_COLUMNS)
 
@@ -259,7 +260,7 @@ def sample_tests(this: pd.DataFrame, ref: pd.DataFrame, alpha: float = 0.05) -> 
 
 def _read_table(d: Path, name: str) -> pd.DataFrame | None:
     p = d / name
-    return pd.read_csv(p, keep_default_na=False) if p.is_file() else None
+    return io.read_table(p) if p.is_file() else None
 
 
 def figure(rows: pd.DataFrame, out_png: str | Path, title: str) -> Path:

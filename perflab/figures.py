@@ -265,7 +265,7 @@ def read_samples(path: str | Path | None) -> pd.DataFrame:
     """The raw samples CSV, or an empty frame when there is none."""
     if path is None or not Path(path).is_file():
         return pd.DataFrame(columns=io.SAMPLE_COLUMNS)
-    return io.read_samples(path)
+    return io.read_samples(path)  # a malformed samples file is refused, named
 
 
 def make_figure(eid: str, csv_path: str | Path, samples_path: str | Path | None,

@@ -12,11 +12,15 @@ rename, so a job that dies leaves either the old file or none, never half.
 
 from __future__ import annotations
 
+import csv
+import glob
 import json
 import math
 import os
+import socket
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
@@ -100,7 +104,9 @@ def atomic_write(path: str | Path, write, *, binary: bool = False) -> None:
     """Call ``write(fh)`` on a temp file beside ``path``, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_stale_temps(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_TEMP_OWNER}.", suffix=".tmp",
+                               dir=path.parent)
     try:
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline="")) as fh:
             write(fh)
@@ -117,6 +123,49 @@ def atomic_write(path: str | Path, write, *, binary: bool = False) -> None:
         except OSError:
             pass
         raise
+
+
+#: who writes a temp file: host and pid, so a later writer can tell a dead writer's leftover
+_TEMP_OWNER = f"{socket.gethostname().split('.')[0] or 'host'}-{os.getpid()}"
+#: a temp file of another host (a cluster's shared file system) is stale after this long
+STALE_TEMP_S = 24 * 3600
+
+
+def _writer_alive(owner: str, mtime: float) -> bool:
+    """Whether the process that named a temp file ``owner`` (``host-pid``) may still write it."""
+    host, _, pid = owner.rpartition("-")
+    if host != _TEMP_OWNER.rpartition("-")[0] or not pid.isdigit():
+        return time.time() - mtime < STALE_TEMP_S  # another machine's, or an older name
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    return True
+
+
+def clean_stale_temps(directory: str | Path, name: str = "*") -> list[Path]:
+    """Remove the hidden temp files of writes that died (killed mid-write) in ``directory``.
+
+    A temp is ``.<file>.<host>-<pid>.<random>.tmp``; ``name`` limits the sweep to
+    one destination file. A temp whose writer still runs (this host, a live pid)
+    is left alone; one of another host, or without an owner, once a day old.
+    Returns the paths removed.
+    """
+    removed = []
+    pattern = "*" if name == "*" else glob.escape(name)
+    for tmp in Path(directory).glob(f".{pattern}.*.tmp"):
+        parts = tmp.name[: -len(".tmp")].rsplit(".", 2)
+        owner = parts[1] if len(parts) == 3 else ""
+        try:
+            if _writer_alive(owner, tmp.stat().st_mtime):
+                continue
+            tmp.unlink()
+            removed.append(tmp)
+        except OSError:  # gone already (another cleaner), or not ours to remove
+            pass
+    return removed
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -166,6 +215,7 @@ def validate_rows(frame: pd.DataFrame) -> None:
                 raise ContractError(f"{where}: status {row['status']} needs a reason")
             if not is_nan:
                 raise ContractError(f"{where}: status {row['status']} must not carry a value")
+    check_signs(frame)
 
 
 def rows_to_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -207,22 +257,12 @@ def renamed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame if metric is frame.metric else frame.assign(metric=metric)
 
 
-def read_samples(path: str | Path) -> pd.DataFrame:
-    """One raw-samples CSV: its numeric samples, old metric names replaced."""
-    s = pd.read_csv(path, keep_default_na=False)
-    missing = [c for c in SAMPLE_COLUMNS if c not in s.columns]
-    if missing:
-        raise ContractError(f"{path}: not a samples CSV (missing columns {missing})")
-    s["value"] = pd.to_numeric(s["value"], errors="coerce")
-    return renamed(s.dropna(subset=["value"]))
-
-
 def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Concatenate result CSVs (validating each; old metric names replaced)."""
     frames = []
     for p in paths:
         # text is text: "n/a" or "None" in a window or reason must not become NaN
-        f = pd.read_csv(p, keep_default_na=False, dtype=str)
+        f = read_csv_checked(p, count_key="rows")
         missing = [c for c in COLUMNS if c not in f.columns]
         if missing:
             raise ContractError(f"{p}: not a result CSV (missing columns {missing})")
@@ -255,3 +295,169 @@ def log_to(path: str | Path):
             raise
         finally:
             sys.stderr = saved
+
+
+# ---------------------------------------------------------------- malformed files
+# Every reader of a run's files (ledger, claims, diagnosis, figures, report, compare)
+# goes through these: a file that is not what a job wrote is refused, naming the
+# file, the row and the reason, never read as silent garbage.
+
+#: time units, and the metrics that are durations (never negative) in them; a variant
+#: named ``b_minus_a`` is a difference, which may be
+TIME_UNITS = ("ns", "us", "ms", "s")
+DURATION_SUFFIXES = ("_latency", "_time")
+DURATION_METRICS = ("block_median", "first_call", "first_step", "tick", "event_elapsed",
+                    "process_wall")
+#: statistics that are spreads (never negative, whatever the unit)
+SPREADS = ("iqr", "std")
+
+
+def check_signs(frame: pd.DataFrame) -> None:
+    """Raise :class:`ContractError` at the first measured row whose sign is impossible:
+    a negative duration (:data:`DURATION_METRICS`, metrics ending in
+    :data:`DURATION_SUFFIXES`, in :data:`TIME_UNITS`, of a variant that is not a
+    difference), a negative spread, or a negative sample count ``n``."""
+    if frame.empty:
+        return
+    value = pd.to_numeric(frame["value"], errors="coerce")
+    n = pd.to_numeric(frame["n"], errors="coerce")
+    metric, variant = frame["metric"].astype(str), frame["variant"].astype(str)
+    duration = (frame["unit"].isin(TIME_UNITS) & ~variant.str.contains("_minus_")
+                & (metric.str.endswith(DURATION_SUFFIXES) | metric.isin(DURATION_METRICS)))
+    checks = (
+        (frame["statistic"].isin(SPREADS) & (value < 0), "negative spread"),
+        (duration & (value < 0), "negative duration"),
+        (n < 0, "negative sample count n"),
+    )
+    for bad, what in checks:
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            r = frame.iloc[i]
+            raise ContractError(
+                f"row {i} ({r['experiment']}/{r['variant']}/{r['metric']}): {what} "
+                f"({r['statistic']} {r['value']} {r['unit']}, n {r['n']})")
+
+
+def _provenance_of(csv: Path) -> Path:
+    """The provenance JSON a job writes beside its CSV (``x.csv``/``x_samples.csv`` -> ``x.json``)."""
+    stem = csv.name.removesuffix(".csv").removesuffix("_samples")
+    return csv.with_name(f"{stem}.json")
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON object from a file, or a :class:`ContractError` naming the file and the reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise ContractError(f"{path}: does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not text.strip():
+        raise ContractError(f"{path}: empty file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                            f"{exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: must hold a JSON object, not {type(data).__name__}")
+    return data
+
+
+def read_csv_checked(path: str | Path, *, count_key: str | None = None,
+                     allow_empty: bool = False) -> pd.DataFrame:
+    """A CSV as text cells, or a :class:`ContractError` naming the file, the row and the reason.
+
+    Refused: a missing or empty file; bytes that are not UTF-8 text; a line that does
+    not parse; a header without rows (unless ``allow_empty``); a row with fewer fields
+    than the header, or a last line without its newline (a file cut short); and, where
+    the job's provenance JSON lies beside the file and records a count under
+    ``count_key`` (``rows`` or ``samples``), any other number of rows — how a file cut
+    at a row boundary is caught.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ContractError(f"{path}: does not exist")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise ContractError(f"{path}: empty file")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                            "not a file a job wrote") from None
+    if not raw.endswith(b"\n"):
+        raise ContractError(f"{path}: the last line has no newline: the file was cut short")
+    _check_fields(path, raw.decode("utf-8"))
+    try:
+        # text is text: "n/a" or "None" in a window or reason must not become NaN
+        f = pd.read_csv(path, keep_default_na=False, dtype=str)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ContractError(f"{path}: does not parse as CSV ({str(exc).strip()})") from None
+    if f.empty and not allow_empty:
+        raise ContractError(f"{path}: a header and no rows")
+    if count_key:
+        _check_count(path, len(f), count_key)
+    return f
+
+
+def _check_fields(path: Path, text: str) -> None:
+    """Every record has the header's number of fields (pandas would take a longer first
+    row's extra fields as an index, and fill a shorter row's missing ones)."""
+    reader = csv.reader(text.splitlines(keepends=True))
+    try:
+        header = next(reader, [])
+        for i, record in enumerate(reader):
+            if len(record) != len(header):
+                what = "a line cut short" if len(record) < len(header) else "more than the header"
+                raise ContractError(f"{path}: row {i} (line {reader.line_num}) has "
+                                    f"{len(record)} of {len(header)} fields: {what}")
+    except csv.Error as exc:
+        raise ContractError(f"{path}: does not parse as CSV (line {reader.line_num}: {exc})") \
+            from None
+
+
+def _check_count(path: Path, n: int, key: str) -> None:
+    prov = _provenance_of(path)
+    if not prov.is_file():
+        return  # no job's record beside it (the chapter's numbers, a hand-made file)
+    data = read_json(prov)
+    expected = data.get(key)
+    if isinstance(expected, int) and "experiment" in data and expected != n:
+        raise ContractError(f"{path}: {n} rows, but the job that wrote it recorded {expected} "
+                            f"in {prov.name}: the file was cut short or changed since")
+
+
+def read_samples(path: str | Path) -> pd.DataFrame:
+    """One raw-samples CSV (:data:`SAMPLE_COLUMNS`), old metric names replaced; checked as
+    :func:`read_csv_checked` checks (its count against the provenance's ``samples``),
+    every value a finite number."""
+    path = Path(path)
+    f = read_csv_checked(path, count_key="samples", allow_empty=True)
+    missing = [c for c in SAMPLE_COLUMNS if c not in f.columns]
+    if missing:
+        raise ContractError(f"{path}: not a samples CSV (missing columns {missing})")
+    values = pd.to_numeric(f["value"], errors="coerce")
+    bad = ~values.map(lambda v: math.isfinite(v) if v == v else False)
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise ContractError(f"{path}: row {i} (line {i + 2}): sample value "
+                            f"{f['value'].iloc[i]!r} is not a finite number")
+    out = f.copy()
+    out["value"] = values.astype(float)
+    for col in ("block", "index"):
+        out[col] = pd.to_numeric(out[col], errors="coerce")
+    return renamed(out)
+
+
+def read_table(path: str | Path, required: Iterable[str] = ()) -> pd.DataFrame:
+    """A derived table (``claims.csv``, ``diagnosis.csv``, ...) checked as
+    :func:`read_csv_checked` checks, with the columns ``required``."""
+    path = Path(path)
+    f = read_csv_checked(path)
+    missing = [c for c in required if c not in f.columns]
+    if missing:
+        raise ContractError(f"{path}: missing columns {missing}")
+    # checked: now read as its readers always have (numbers as numbers)
+    return pd.read_csv(path, keep_default_na=False)

@@ -8,7 +8,6 @@ cannot measure honestly.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ def _provenance(csv_paths: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
     for p in csv_paths:
         j = Path(p).with_suffix(".json")
         if j.is_file():
-            data = json.loads(j.read_text())
+            data = io.read_json(j)
             out[data["experiment"]] = data
     return out
 

@@ -21,7 +21,6 @@ workload, shape, dtype, mode and execution are the same).
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,7 @@ def load_chapter(root: str | Path | None = None) -> ReferenceRun:
     root = Path(root) if root else REFERENCE_DIR
     rows = io.read_results([root / "chapter.csv"])
     meta_path = root / "chapter.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta = io.read_json(meta_path) if meta_path.is_file() else {}
     return ReferenceRun(CHAPTER, rows, meta, path=root)
 
 
@@ -77,9 +76,9 @@ def result_csvs(results: str | Path) -> list[Path]:
 def load_run(path: str | Path) -> ReferenceRun:
     """A shipped run: ``results/*.csv``, ``run.json`` and, when present, ledger and claims."""
     path = Path(path)
-    meta = json.loads((path / "run.json").read_text())
+    meta = io.read_json(path / "run.json")
     rows = io.read_results(result_csvs(path / "results"))
-    claims = pd.read_csv(path / "claims.csv", keep_default_na=False) \
+    claims = io.read_table(path / "claims.csv", ["claim", "verdict"]) \
         if (path / "claims.csv").is_file() else None
     ledger = (path / "ledger.md").read_text() if (path / "ledger.md").is_file() else ""
     return ReferenceRun(path.name, rows, meta, claims, ledger, path)
@@ -115,7 +114,7 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
         js = csv.with_suffix(".json")
         if js.is_file():
             # committed with the repository: no machine's directories in it
-            data = env.scrub_paths(json.loads(js.read_text()))
+            data = env.scrub_paths(io.read_json(js))
             io.atomic_write_json(dest / "results" / js.name, data)
             provenance[csv.stem] = data
     for name in ("ledger.md", "ledger.csv", "claims.csv", "diagnosis.md", "diagnosis.csv",
