@@ -291,3 +291,49 @@ def scrub_paths(obj: Any, root: str | None = None) -> Any:
             return obj[obj.index("/.snakemake/") + 1:]
         return portable_path(obj)
     return obj
+
+
+# ---------------------------------------------------------------- instrument code
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: modules that only read results (views, claims, the command line): a change to them
+#: changes no measurement, so they are not part of a result's instrument code
+READ_SIDE = ("__init__", "__main__", "catalogue", "claims", "cli", "compare", "config",
+             "diagnose", "figures", "ledger", "partial", "preflight", "reference", "sanitize",
+             "tables")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def instrument_code(script: str | Path | None = None) -> dict[str, Any]:
+    """The code a measurement runs: a hash per file of the perflab package's measuring
+    modules (all but :data:`READ_SIDE` and the per-experiment read side) and of the job's
+    script, and one hash over them all."""
+    files = {f"perflab/{p.name}": _sha(p) for p in sorted(PACKAGE_DIR.glob("*.py"))
+             if p.stem not in READ_SIDE}
+    if script is not None and Path(script).is_file():
+        files[f"scripts/{Path(script).name}"] = _sha(Path(script))
+    blob = json.dumps(files, sort_keys=True).encode()
+    return {"hash": hashlib.sha256(blob).hexdigest()[:12], "files": files}
+
+
+def code_changes(provenance: dict[str, dict[str, Any]],
+                 scripts_dir: str | Path | None = None) -> dict[str, list[str]]:
+    """{experiment: files whose code differs from this checkout's} for each result whose
+    provenance records its instrument code (:func:`instrument_code`); a file this checkout
+    lacks counts as changed."""
+    scripts_dir = Path(scripts_dir) if scripts_dir else PACKAGE_DIR.parent / "scripts"
+    out = {}
+    for eid, prov in provenance.items():
+        recorded = (prov.get("instrument_code") or {}).get("files")
+        if not recorded:
+            continue
+        script = next((scripts_dir / Path(f).name for f in recorded if f.startswith("scripts/")),
+                      None)
+        now = instrument_code(script)["files"]
+        changed = sorted(f for f in set(recorded) | set(now) if recorded.get(f) != now.get(f))
+        if changed:
+            out[eid] = changed
+    return out

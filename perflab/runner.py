@@ -32,10 +32,13 @@ from typing import Any
 
 import torch
 
-from perflab import ab, env, io, stats, steps, timing, workloads
+from perflab import ab, devicelock, env, io, stats, steps, timing, workloads
 from perflab import config as cfgmod
 from perflab.catalogue import EXPERIMENTS
 from perflab.io import log_to  # noqa: F401  (scripts import it from here too)
+
+#: the experiment scripts, whose code is part of each result's instrument code
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 class Context:
@@ -345,7 +348,9 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
     def log(msg: str) -> None:
         print(f"[{eid} +{time.perf_counter() - t_start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    with _logging(log_path), _private_compile_cache(contract) as cache_dir:
+    what = f"{eid} of {contract.get('tag', '?')}"
+    with _logging(log_path), _private_compile_cache(contract) as cache_dir, \
+            devicelock.held(contract["device"], what, log) as lock:
         torch.manual_seed(contract["seed"])
         if contract["threads"] != "auto":
             torch.set_num_threads(int(contract["threads"]))
@@ -370,6 +375,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             log("FAILED; no result written:\n" + traceback.format_exc())
             raise
         gpu_after = env.gpu_state(gpu_index) if ctx.is_cuda else None
+        lock["load_average_after"] = devicelock.loadavg()
         provenance = {
             "experiment": eid,
             "title": EXPERIMENTS[eid].title,
@@ -387,6 +393,10 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "argv": [env.portable_path(a) for a in sys.argv],
             "rows": len(ctx.rows),
             "samples": len(ctx.samples),
+            # the code it was measured with (the report flags results of other code) and
+            # who else was measuring on the device
+            "instrument_code": env.instrument_code(SCRIPTS / f"{EXPERIMENTS[eid].slug}.py"),
+            "device_lock": lock,
         }
         # rows are validated before anything is written: a contract violation writes nothing
         frame = io.rows_to_frame(ctx.rows)

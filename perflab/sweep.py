@@ -168,7 +168,7 @@ def aggregate(
     provenances: dict[int, dict] = {}
     frames, samples = [], []
     for files in batch_files:
-        prov = json.loads(Path(files["provenance"]).read_text())
+        prov = io.read_json(files["provenance"])
         batch = int(prov["contract"]["params"]["batch"])
         expected = _jsonable(batch_contract(contract, batch))
         if _jsonable(prov["contract"]) != expected:
@@ -183,7 +183,7 @@ def aggregate(
         if others:
             raise io.ContractError(f"{files['csv']}: rows of other batch sizes {sorted(others)}")
         frames.append(frame)
-        s = pd.read_csv(files["samples"], keep_default_na=False)
+        s = io.read_samples(files["samples"])
         samples.append(s)
         log(f"batch {batch}: {len(frame)} rows, {len(s)} samples from {files['csv']}")
     rows = pd.concat(frames, ignore_index=True)
@@ -216,6 +216,10 @@ def aggregate(
         "finished": max(p["finished"] for p in provenances.values()),
         "wall_s": round(sum(float(p.get("wall_s", 0.0)) for p in provenances.values()), 3),
         "workloads": first.get("workloads", {}),
+        # the batches' code: one record when they agree, else none (the report then flags it)
+        "instrument_code": (first.get("instrument_code") if len(
+            {json.dumps(p.get("instrument_code"), sort_keys=True)
+             for p in provenances.values()}) == 1 else {"files": {"(batches differ)": ""}}),
         "answers": {a["variant"]: (int(a["value"]) if a["status"] == "ok" else
                                    {"status": a["status"], "reason": a["reason"]})
                     for a in answers},
