@@ -24,10 +24,21 @@ import os
 from pathlib import Path
 
 import pandas as pd
-from IPython.display import HTML, Markdown, display
+from IPython.display import HTML, display
 
-from perflab import claims, io, reference, tables
+from perflab import claims, io, reference, sanitize, tables
+from perflab import env as perflab_env
 from perflab.catalogue import EXPERIMENTS
+
+
+class Markdown(HTML):
+    """Markdown shown through the sanitising renderer (IPython's name, so every cell keeps
+    using it): raw HTML in it (another run's directory name, a label in its diagnosis) is
+    escaped, a script link defused, never live."""
+
+    def __init__(self, text: str):
+        super().__init__(sanitize.markdown_html(text))
+
 
 RESULTS = Path(os.environ["PERFLAB_RESULTS"])
 FIGURES = Path(os.environ["PERFLAB_FIGURES"])
@@ -38,7 +49,7 @@ if not RESULTS.is_dir():
 PRESENT = {eid: e for eid, e in EXPERIMENTS.items() if (RESULTS / f"{e.slug}.csv").is_file()}
 ROWS = io.read_results([RESULTS / f"{e.slug}.csv" for e in PRESENT.values()])
 PROVENANCE = {
-    eid: json.loads((RESULTS / f"{e.slug}.json").read_text())
+    eid: io.read_json(RESULTS / f"{e.slug}.json")
     for eid, e in PRESENT.items()
     if (RESULTS / f"{e.slug}.json").is_file()
 }
@@ -52,7 +63,7 @@ REFERENCE = Path(os.environ.get("PERFLAB_REFERENCE", reference.REFERENCE_DIR))
 CHAPTER = (reference.load_chapter(REFERENCE) if (REFERENCE / "chapter.csv").is_file() else None)
 RUNS = reference.load_runs(REFERENCE)
 # the claims: this run's claims.csv (the `claims` rule), else evaluated here from the rows
-CLAIMS = (pd.read_csv(RESULTS / "claims.csv", keep_default_na=False)
+CLAIMS = (io.read_table(RESULTS / "claims.csv", ["claim", "verdict"])
           if (RESULTS / "claims.csv").is_file() else claims.evaluate(ROWS))
 
 
@@ -160,6 +171,17 @@ else:
     if len(commits) > 1:
         display(Markdown("**Note:** the experiments ran at different commits: "
                          + ", ".join(sorted(map(str, commits)))))
+    # each result records the code it was measured with (perflab.env.instrument_code)
+    changed = perflab_env.code_changes(PROVENANCE)
+    unrecorded = [eid for eid, p in PROVENANCE.items() if not p.get("instrument_code")]
+    if changed:
+        display(Markdown(
+            "**Measured with other instrument code than this checkout** (rerun them to measure "
+            "with this code; `--forcerun` the rule): " + "; ".join(
+                f"{eid} ({', '.join(files)})" for eid, files in changed.items())))
+    if unrecorded:
+        display(Markdown("**Instrument code not recorded** (measured before results recorded "
+                         "it): " + ", ".join(unrecorded)))
     # nested values (e.g. the thread environment) as one line each
     flat = {k: (", ".join(f"{kk}={vv}" for kk, vv in v.items()) if isinstance(v, dict) else v)
             for k, v in environment.items()}
@@ -364,7 +386,7 @@ diagnosis_md, diagnosis_csv = RESULTS / "diagnosis.md", RESULTS / "diagnosis.csv
 if diagnosis_md.is_file():
     display(Markdown(diagnosis_md.read_text()))
     if diagnosis_csv.is_file():
-        evidence = pd.read_csv(diagnosis_csv, keep_default_na=False)
+        evidence = io.read_table(diagnosis_csv)
         shown = evidence[["label", "outcome", "source", "value", "unit", "test", "passes"]]
         display(HTML(f"<details><summary>every evidence row read ({len(shown)})</summary>"
                      f"{html_table(shown).data}</details>"))
