@@ -92,15 +92,66 @@ def deep_merge(base: Mapping, patch: Mapping) -> dict:
     return out
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    loader.flatten_mapping(node)
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            line = first.setdefault(key, key_node.start_mark.line)
+        except TypeError:  # an unhashable key: the constructor below names it
+            continue
+        if line != key_node.start_mark.line:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {line + 1})",
+                key_node.start_mark)
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
 def load_yaml(path: str | Path) -> dict:
+    """A config file's mapping, or one :class:`ConfigError` naming the file (and the line)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {str(path)!r} is a directory, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    with open(path) as fh:
-        data = yaml.safe_load(fh) or {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read as text ({exc})") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise ConfigError(f"config file {str(path)!r}{where}: {what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r}: not valid YAML ({exc})") from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping at its top level")
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping at its top level "
+                          f"(keys such as device: or timing:), not a {type(data).__name__}")
     return data
+
+
+def user_layer(configfiles: list[str | Path], overrides: Mapping[str, Any] | None = None) -> dict:
+    """What the user set: their config files (read strictly) and overrides, merged in order.
+
+    A scale sets defaults beneath this layer, never over it (:func:`resolve`).
+    """
+    out: dict = {}
+    for f in configfiles:
+        out = deep_merge(out, load_yaml(f))
+    return deep_merge(out, overrides or {})
 
 
 def selected_experiments(run: str | list[str]) -> list[str]:
@@ -110,8 +161,11 @@ def selected_experiments(run: str | list[str]) -> list[str]:
         items = list(run)
     if not items:
         raise ConfigError("config error at 'run': no experiment named (use all or ids like E01,E03)")
-    if items == ["all"]:
+    if [i.lower() for i in items] == ["all"]:
         return list(EXPERIMENTS)
+    if any(i.lower() == "all" for i in items):
+        raise ConfigError("config error at 'run': 'all' selects every experiment and cannot be "
+                          f"combined with ids (got {', '.join(items)})")
     ids = []
     for item in items:
         eid = item.upper()
@@ -212,12 +266,96 @@ def _check_workloads(cfg: dict) -> None:
             ) from None
 
 
-def resolve(config: Mapping[str, Any], check_device: bool = True) -> dict:
+def _check_tag(cfg: dict) -> None:
+    """A tag is one directory name under results/, figures/ and logs/: never a path escape."""
+    tag = cfg["tag"]
+    if tag != "auto" and set(tag) == {"."}:
+        raise ConfigError(f"config error at 'tag': {tag!r} would name the directory above the "
+                          "results (a tag is one directory name: letters, digits, '.', '_', '-', "
+                          "not only dots)")
+
+
+def _check_accumulation(cfg: dict) -> None:
+    """E17's micro-batch counts must divide its batch (else a K measures another batch)."""
+    p = cfg["experiments"].get("E17", {})
+    batch, ks = p.get("batch"), p.get("ks", [])
+    bad = [k for k in ks if isinstance(batch, int) and batch % k]
+    if bad:
+        raise ConfigError(f"config error at 'experiments.E17.ks': {bad[0]} does not divide the "
+                          f"batch of {batch} (experiments.E17.batch); each K must")
+
+
+def _check_compare_to(cfg: dict) -> None:
+    """``compare_to`` must be another run's result directory or a shipped reference run."""
+    target = cfg["compare_to"]
+    if not target:
+        return
+    from perflab import compare, reference
+
+    shipped = ", ".join(f"report/reference/{r}" for r in sorted(
+        p.name for p in reference.REFERENCE_DIR.glob("*") if (p / "run.json").is_file()))
+    hint = (f"(a result directory results/<tag> of another run, or a shipped run: {shipped})")
+    d = Path(target)
+    if not d.is_dir():
+        what = "is a file" if d.exists() else "does not exist"
+        raise ConfigError(f"config error at 'compare_to': {target!r} {what} {hint}")
+    csvs, _ = compare.result_dir(d)
+    try:
+        found = compare.result_csvs(csvs)
+    except ValueError as exc:  # a CSV there that does not parse: named
+        raise ConfigError(f"config error at 'compare_to': {exc}") from None
+    if not found:
+        raise ConfigError(f"config error at 'compare_to': {target!r} holds no perflab result "
+                          f"CSV {hint}")
+
+
+def _scale_patch(cfg: dict, schema: dict, scale: str,
+                 user: Mapping[str, Any] | None) -> tuple[dict, dict]:
+    """``cfg`` with scale ``scale``'s patch applied beneath the user's own values.
+
+    A scale sets defaults, never overrides: every value ``user`` set (their config
+    files and overrides) is put back over the patch, and each one the patch would have
+    changed is returned with both values (said in the log and every affected contract).
+    """
+    if scale not in cfg["scales"]:
+        raise ConfigError(
+            f"config error at 'scale': unknown scale {scale!r} "
+            f"(defined: {', '.join(['auto', 'chapter', *sorted(cfg['scales'])])})"
+        )
+    patch = cfg["scales"][scale]
+    if "scales" in patch or "scale" in patch:
+        raise ConfigError(f"config error at 'scales.{scale}': a scale cannot set scale(s)")
+    out = deep_merge(cfg, patch)
+    kept = {}
+    if user:
+        mine = dict(_leaves(user))
+        for key, theirs in _leaves(patch):
+            if key in mine and mine[key] != theirs:
+                kept[key] = {"yours": mine[key], "scale": theirs}
+        out = deep_merge(out, {k: v for k, v in user.items() if k not in ("scale", "scales")})
+    _schema_check(out, schema, where=f" (after applying scales.{scale})")
+    return out, kept
+
+
+def _leaves(tree: Mapping[str, Any], prefix: str = ""):
+    """(dotted key, value) of every non-mapping value in a nested mapping."""
+    for k, v in tree.items():
+        if isinstance(v, Mapping) and v:
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def resolve(config: Mapping[str, Any], check_device: bool = True,
+            user: Mapping[str, Any] | None = None) -> dict:
     """Validate ``config`` and return the resolved run configuration.
 
     The result is the validated config with the scale patch applied and three
     derived keys: ``resolved_device`` (``cpu`` or ``cuda:N``),
     ``resolved_scale`` and ``resolved_tag`` (the result directory name).
+
+    ``user``: the values the user set (:func:`user_layer`); a scale's patch goes
+    beneath them, never over them. Without it every value may be scaled.
 
     ``check_device=False`` is for a cluster's submit host, which need not see
     the GPU its jobs will get: an explicit ``cuda`` device is taken on trust
@@ -242,17 +380,9 @@ def resolve(config: Mapping[str, Any], check_device: bool = True) -> dict:
     scale = cfg["scale"]
     if scale == "auto":
         scale = "chapter" if device.startswith("cuda") else "cpu"
+    kept: dict = {}
     if scale != "chapter":
-        if scale not in cfg["scales"]:
-            raise ConfigError(
-                f"config error at 'scale': unknown scale {scale!r} "
-                f"(defined: {', '.join(['auto', 'chapter', *sorted(cfg['scales'])])})"
-            )
-        patch = cfg["scales"][scale]
-        if "scales" in patch or "scale" in patch:
-            raise ConfigError(f"config error at 'scales.{scale}': a scale cannot set scale(s)")
-        cfg = deep_merge(cfg, patch)
-        _schema_check(cfg, schema, where=f" (after applying scales.{scale})")
+        cfg, kept = _scale_patch(cfg, schema, scale, user)
 
     if cfg["dtype"] == "float16" and device == "cpu":
         raise ConfigError(
@@ -260,6 +390,9 @@ def resolve(config: Mapping[str, Any], check_device: bool = True) -> dict:
             "pipeline measures (use float32 or bfloat16, or a CUDA device)"
         )
     _check_workloads(cfg)
+    _check_tag(cfg)
+    _check_accumulation(cfg)
+    _check_compare_to(cfg)
     experiments = selected_experiments(cfg["run"])
 
     from perflab.env import device_tag
@@ -277,6 +410,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True) -> dict:
         resolved_scale=scale,
         resolved_tag=tag,
         resolved_experiments=experiments,
+        scale_kept=kept,
     )
     return cfg
 
@@ -297,15 +431,30 @@ def workload_spec(cfg: Mapping[str, Any], name: str | None = None) -> tuple[str,
     return target, params
 
 
+def canonical(obj: Any) -> Any:
+    """``obj`` with every mapping's keys in sorted order, recursively (lists keep theirs).
+
+    Snakemake compares a job's params by their repr: two contracts equal in value but
+    built in another key order (a config file restating a default puts its keys first)
+    must not look changed and trigger a new measurement.
+    """
+    if isinstance(obj, Mapping):
+        return {k: canonical(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return [canonical(v) for v in obj]
+    return obj
+
+
 def contract(cfg: Mapping[str, Any], eid: str) -> dict:
     """The slice of the resolved config that experiment ``eid`` depends on.
 
     Passed to the job as its parameters, so changing anything else does not
-    invalidate its result, and written into its provenance.
+    invalidate its result, and written into its provenance. In canonical
+    (sorted) form: see :func:`canonical`.
     """
     exp = EXPERIMENTS[eid]
     names = {cfg["workload"] if w == "controlled" else w for w in exp.workloads}
-    return {
+    out = {
         "experiment": eid,
         "device": cfg["resolved_device"],
         "dtype": cfg["dtype"],
@@ -323,6 +472,13 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
         "workloads": {n: dict(zip(("target", "params"), workload_spec(cfg, n))) for n in sorted(names)},
         "params": dict(cfg["experiments"].get(eid, {})),
     }
+    # the user's values a scale would have changed, where this job uses them
+    mine = (f"experiments.{eid}.", "timing.", *(f"workloads.{n}." for n in names))
+    kept = {k: v for k, v in cfg.get("scale_kept", {}).items()
+            if k.startswith(mine) or "." not in k}
+    if kept:
+        out["scale_kept"] = kept
+    return canonical(out)
 
 
 def result_dir(cfg: Mapping[str, Any]) -> Path:
@@ -362,8 +518,5 @@ def figure_plan(cfg: Mapping[str, Any], eids: list[str]) -> list[dict[str, str]]
 
 def load(configfiles: list[str | Path] | None = None, overrides: Mapping[str, Any] | None = None) -> dict:
     """Read config/config.yaml, merge further files and overrides, and resolve."""
-    cfg = load_yaml(DEFAULT_CONFIG)
-    for f in configfiles or []:
-        cfg = deep_merge(cfg, load_yaml(f))
-    cfg = deep_merge(cfg, overrides or {})
-    return resolve(cfg)
+    user = user_layer(list(configfiles or []), overrides)
+    return resolve(deep_merge(load_yaml(DEFAULT_CONFIG), user), user=user)
