@@ -148,8 +148,37 @@ def build(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Path, 
           root: str | Path) -> Path | None:
     """Ledger, figures and report from the result files that exist; return the report's path.
 
-    Returns None (and says why on stderr) where there is nothing to report.
+    Returns None (and says why on stderr) where there is nothing to report; then a
+    report of an earlier run that no longer describes the results is removed
+    (:func:`retire_stale_report`): a failed run never leaves one looking complete.
     """
+    written = None
+    try:
+        written = _build(cfg, experiments, logs_dir, since, root)
+    finally:
+        if written is None:
+            retire_stale_report(cfg, experiments, since)
+    return written
+
+
+def retire_stale_report(cfg: Mapping[str, Any], experiments: list[str], since: float) -> bool:
+    """Remove ``report.html`` when it predates this (failed) run and no longer describes the
+    results: an experiment's result is missing, or newer than the report. True if removed."""
+    out = cfgmod.result_dir(cfg) / "report.html"
+    if not out.is_file() or out.stat().st_mtime >= since - 1:
+        return False
+    made = out.stat().st_mtime
+    csvs = [Path(cfgmod.experiment_outputs(cfg, e)["csv"]) for e in experiments]
+    if all(c.is_file() and c.stat().st_mtime <= made for c in csvs):
+        return False  # every result it shows is still the one it shows
+    out.unlink()
+    print(f"perflab: removed {out}: it was an earlier run's and no longer describes the "
+          "results (this run failed; the next successful run rebuilds it)", file=sys.stderr)
+    return True
+
+
+def _build(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Path, since: float,
+           root: str | Path) -> Path | None:
     from perflab import io, ledger
 
     root = Path(root)

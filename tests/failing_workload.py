@@ -26,6 +26,10 @@ from perflab.workloads import mlp
 def make(device: torch.device, **params):
     mode = os.environ.get("PERFLAB_TEST_FAIL", "")
     only = os.environ.get("PERFLAB_TEST_FAIL_ONLY", "")
+    # the faults are the measured job's: the run's pre-flight (a child process that sets
+    # PERFLAB_PREFLIGHT, perflab/preflight.py) builds the workload unharmed
+    if os.environ.get("PERFLAB_PREFLIGHT"):
+        mode = ""
     if mode and (not only or only in " ".join(sys.argv)):
         print(f"failing_workload: injecting {mode!r}", file=sys.stderr, flush=True)
         if mode == "raise":

@@ -17,12 +17,31 @@ from perflab.catalogue import EXPERIMENTS  # noqa: E402
 perflab_config.export_import_path(workflow.basedir)
 
 try:
+    # Snakemake has read the config files already, but keeps a key given twice silently:
+    # read again strictly (a duplicate names its file and line). What the user set
+    # (their files and --config) is a layer a scale never overrides.
+    perflab_config.load_yaml(perflab_config.DEFAULT_CONFIG)
+    USER_CONFIG = perflab_config.user_layer(
+        workflow.config_settings.configfiles, dict(workflow.config_settings.config)
+    )
     # submitting to a cluster (not a job on its node): the GPU is on the nodes, not here
     RUN = perflab_config.resolve(
-        config, check_device=workflow.local_exec or workflow.remote_exec
+        config,
+        check_device=workflow.local_exec or workflow.remote_exec,
+        user=USER_CONFIG,
     )
 except perflab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
+if RUN["scale_kept"] and not workflow.remote_exec:
+    print(
+        f"perflab: scale {RUN['resolved_scale']} sets defaults, not your values; kept: "
+        + "; ".join(
+            f"{k}={v['yours']!r} (the scale's: {v['scale']!r})"
+            for k, v in RUN["scale_kept"].items()
+        )
+        + " (recorded as scale_kept in each affected contract)",
+        file=sys.stderr,
+    )
 
 TAG = RUN["resolved_tag"]
 RESULTS = f"{RUN['results_dir']}/{TAG}"
@@ -222,9 +241,12 @@ def partial_report():
         wanted = {str(f) for f in workflow.dag.derived_targetfiles}
     except Exception:
         wanted = set()
-    if target not in wanted:
-        return
     from perflab import partial
+
+    # not asked for: still, an earlier run's report must not outlive its results
+    if target not in wanted:
+        partial.retire_stale_report(RUN, selected(), RUN_STARTED)
+        return
 
     try:
         partial.build(RUN, selected(), LOGS, RUN_STARTED, workflow.basedir)
@@ -233,3 +255,27 @@ def partial_report():
             f"perflab: partial report failed: {type(exc).__name__}: {exc}",
             file=sys.stderr,
         )
+
+
+# Before the first job (never in a dry run, nor when nothing is to be done): temps left by
+# jobs killed mid-write are removed, the controlled workload is built and stepped in a
+# child process (`perflab check`'s pre-flight, then a few timed full-batch steps), and the
+# measurement time of the jobs about to run is estimated (perflab/preflight.py). A failure
+# is one message, and no job starts.
+from perflab import preflight as perflab_preflight  # noqa: E402
+
+
+def before_first_job():
+    if workflow.remote_exec:
+        return
+    local = getattr(workflow, "_localrules", set())
+    contracts = [
+        job.params.contract
+        for job in workflow.dag.needrun_jobs()
+        if "contract" in job.params.keys() and job.rule.name not in local
+    ]
+    perflab_preflight.before_first_job(RUN, contracts, RESULTS)
+
+
+onstart:
+    before_first_job()
