@@ -302,8 +302,10 @@ def log_to(path: str | Path):
 # goes through these: a file that is not what a job wrote is refused, naming the
 # file, the row and the reason, never read as silent garbage.
 
-#: time units, and the metrics that are durations (never negative) in them; a variant
-#: named ``b_minus_a`` is a difference, which may be
+#: time units, and the metrics that are durations (never negative) in them: those named
+#: here at any statistic; those ending in a suffix here as summaries of their samples (an
+#: A/B writes its B - A under the side's metric with statistic ``value``, perflab.ab); a
+#: variant named ``b_minus_a`` is a difference, which may be negative
 TIME_UNITS = ("ns", "us", "ms", "s")
 DURATION_SUFFIXES = ("_latency", "_time")
 DURATION_METRICS = ("block_median", "first_call", "first_step", "tick", "event_elapsed",
@@ -313,17 +315,17 @@ SPREADS = ("iqr", "std")
 
 
 def check_signs(frame: pd.DataFrame) -> None:
-    """Raise :class:`ContractError` at the first measured row whose sign is impossible:
-    a negative duration (:data:`DURATION_METRICS`, metrics ending in
-    :data:`DURATION_SUFFIXES`, in :data:`TIME_UNITS`, of a variant that is not a
-    difference), a negative spread, or a negative sample count ``n``."""
+    """Raise :class:`ContractError` at the first row whose sign is impossible: a negative
+    duration (see :data:`TIME_UNITS`), a negative spread, or a negative sample count ``n``."""
     if frame.empty:
         return
     value = pd.to_numeric(frame["value"], errors="coerce")
     n = pd.to_numeric(frame["n"], errors="coerce")
     metric, variant = frame["metric"].astype(str), frame["variant"].astype(str)
+    summary = frame["statistic"] != "value"
     duration = (frame["unit"].isin(TIME_UNITS) & ~variant.str.contains("_minus_")
-                & (metric.str.endswith(DURATION_SUFFIXES) | metric.isin(DURATION_METRICS)))
+                & (metric.isin(DURATION_METRICS) | (metric.str.endswith(DURATION_SUFFIXES)
+                                                    & summary)))
     checks = (
         (frame["statistic"].isin(SPREADS) & (value < 0), "negative spread"),
         (duration & (value < 0), "negative duration"),
