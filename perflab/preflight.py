@@ -152,7 +152,9 @@ def run_child(spec: Mapping[str, Any], timeout_s: float = 1800) -> dict[str, Any
 
 
 def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the workload (one step on 2 examples), then time full-batch training steps."""
+    """Check the workload (:func:`perflab.workloads.check`), then time the step every
+    experiment times (:func:`perflab.steps.build`: the workload's own ``train_step`` on its
+    own ``loader`` where it gives them), a few calls after one untimed."""
     import torch
 
     from perflab import devicelock, steps, timing, workloads
@@ -163,13 +165,12 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     w = workloads.check(spec["target"], device, **dict(spec["params"]))
     out = {"ok": True, "device": str(device), "description": w.description,
            "batch": w.batch_size, "step_ms": None}
-    if w.make_optimizer is None:
-        return out
+    if w.make_optimizer is None and w.train_step is None:
+        return out  # no training step (the experiments write unsupported rows)
     with devicelock.held(device, f"pre-flight of {spec.get('tag', '?')}",
                          lambda m: print(f"perflab: {m}", file=sys.stderr, flush=True)):
         w = workloads.cast(w, getattr(torch, spec.get("dtype", "float32")))
-        x, y = w.batch_on(device)
-        step = steps.train_step(w.model, w, w.make_optimizer(w.model.parameters()), x, y)
+        step = steps.build(w, device)
         sync = timing.synchronizer(device)
         times = []
         for i in range(1 + TIMED_STEPS):
