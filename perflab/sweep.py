@@ -12,7 +12,8 @@ files through the harness::
 :func:`aggregate` concatenates them into the experiment's three standard
 outputs and adds the sweep's three answers as rows (variant
 ``lowest_latency``, ``highest_throughput``, ``largest_that_fits``; metric
-``batch_size``, the value is the batch size). An answer no batch qualifies for
+``batch_size``, the value is the batch size; the names are
+:mod:`perflab.experiments.e08_batch_sweep`'s). An answer no batch qualifies for
 is a non-ok row with the reason.
 """
 
@@ -27,27 +28,27 @@ from typing import Any
 import pandas as pd
 
 from perflab import env, io
-from perflab.catalogue import EXPERIMENTS
+from perflab.experiments.e08_batch_sweep import (
+    BATCH,
+    BATCH_SIZE,
+    ENTRY,
+    HIGHEST_THROUGHPUT,
+    LARGEST_THAT_FITS,
+    LOWEST_LATENCY,
+    batch_of,
+    batch_variant,
+)
 
-EID = "E08"
-SLUG = EXPERIMENTS[EID].slug
-VARIANT_PREFIX = "batch_"
+EID = ENTRY.eid
+SLUG = ENTRY.slug
 #: the answer rows, in the order they are written: variant -> what it answers
 ANSWERS = {
-    "lowest_latency": "batch size with the lowest median step latency",
-    "highest_throughput": "batch size with the highest examples/s (its throughput row: B / "
-                          "median ms per step of free-running stretches)",
-    "largest_that_fits": "largest swept batch size whose step ran (status ok); sizes above "
-                         "the sweep were not tried",
+    LOWEST_LATENCY: "batch size with the lowest median step latency",
+    HIGHEST_THROUGHPUT: "batch size with the highest examples/s (its throughput row: B / "
+                        "median ms per step of free-running stretches)",
+    LARGEST_THAT_FITS: "largest swept batch size whose step ran (status ok); sizes above "
+                       "the sweep were not tried",
 }
-
-
-def variant(batch: int | str) -> str:
-    return f"{VARIANT_PREFIX}{batch}"
-
-
-def batch_of(variant_name: str) -> int:
-    return int(variant_name.removeprefix(VARIANT_PREFIX))
 
 
 def batches(contract: Mapping[str, Any]) -> list[int]:
@@ -88,7 +89,7 @@ def _jsonable(obj: Any) -> Any:
 def _fits(rows: pd.DataFrame) -> dict[int, str]:
     """batch -> status of its step (the step_latency rows): ok, oom, unsupported, error."""
     out: dict[int, str] = {}
-    for v, sel in rows[rows.variant.str.startswith(VARIANT_PREFIX)].groupby("variant"):
+    for v, sel in rows[rows.variant.str.startswith(BATCH)].groupby("variant"):
         step = sel[sel.metric == "step_latency"]
         statuses = set(step.status) if not step.empty else set(sel.status)
         bad = sorted(statuses - {"ok"})
@@ -97,7 +98,7 @@ def _fits(rows: pd.DataFrame) -> dict[int, str]:
 
 
 def _value(rows: pd.DataFrame, batch: int, metric: str, statistic: str) -> float | None:
-    sel = rows[(rows.variant == variant(batch)) & (rows.metric == metric)
+    sel = rows[(rows.variant == batch_variant(batch)) & (rows.metric == metric)
                & (rows.statistic == statistic) & (rows.status == "ok")]
     return None if sel.empty else float(sel.value.iloc[0])
 
@@ -112,16 +113,16 @@ def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
     throughput = {b: t for b, t in throughput.items() if t is not None}
     chosen = {
         # ties go to the smaller batch size (dicts iterate in ascending batch order)
-        "lowest_latency": (min(medians, key=medians.get) if medians else None,
-                           "argmin of the median step latency"),
-        "highest_throughput": (max(throughput, key=throughput.get) if throughput else None,
-                               "argmax of examples/s"),
-        "largest_that_fits": (max(ok) if ok else None, "largest batch size with status ok"),
+        LOWEST_LATENCY: (min(medians, key=medians.get) if medians else None,
+                         "argmin of the median step latency"),
+        HIGHEST_THROUGHPUT: (max(throughput, key=throughput.get) if throughput else None,
+                             "argmax of examples/s"),
+        LARGEST_THAT_FITS: (max(ok) if ok else None, "largest batch size with status ok"),
     }
     bad = {s for s in status.values() if s != "ok"}
     out = []
     for name, (batch, how) in chosen.items():
-        src = rows[(rows.variant == variant(batch)) & (rows.metric == "step_latency")]
+        src = rows[(rows.variant == batch_variant(batch)) & (rows.metric == "step_latency")]
         base = src.iloc[0] if batch is not None and not src.empty else rows.iloc[0]
         r = {c: base[c] for c in ("workload", "model", "dtype", "device", "device_name",
                                   "mode", "execution")}
@@ -129,7 +130,7 @@ def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
             experiment=EID,
             variant=name,
             input_shape=base["input_shape"] if batch is not None else "",
-            metric="batch_size",
+            metric=BATCH_SIZE,
             window=f"{ANSWERS[name]}; among batch sizes {', '.join(map(str, status))}",
             sync_boundary=f"derived from the per-batch rows ({how})",
             statistic="value",
@@ -147,6 +148,62 @@ def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ aggregation
+
+
+def _read_batch(files: Mapping[str, str], contract: Mapping[str, Any]):
+    """(batch, provenance, rows, samples) of one batch size's files, checked against E08's
+    contract: results measured under another contract, or holding another batch size's
+    rows, are refused."""
+    prov = io.read_json(files["provenance"])
+    batch = int(prov["contract"]["params"]["batch"])
+    expected = _jsonable(batch_contract(contract, batch))
+    if _jsonable(prov["contract"]) != expected:
+        diff = sorted(k for k in set(expected) | set(prov["contract"])
+                      if expected.get(k) != prov["contract"].get(k))
+        raise io.ContractError(
+            f"{files['provenance']}: batch {batch} was measured under another contract "
+            f"(differs in {', '.join(diff)}); rerun that batch size")
+    frame = io.read_results([files["csv"]])
+    others = set(frame.variant) - {batch_variant(batch)}
+    if others:
+        raise io.ContractError(f"{files['csv']}: rows of other batch sizes {sorted(others)}")
+    return batch, prov, frame, io.read_samples(files["samples"])
+
+
+def _provenance(contract: Mapping[str, Any], provenances: dict[int, dict],
+                answers: list[dict[str, Any]], n_rows: int, n_samples: int) -> dict[str, Any]:
+    """E08's provenance: the first batch's environment (and which keys differ across
+    batches), the span of the jobs, the answers, and every batch's own provenance."""
+    first = provenances[min(provenances)]
+    environment = dict(first["environment"])
+    environment["config_hash"] = env.config_hash(contract)
+    differ = sorted(
+        k for k in environment
+        if k != "config_hash"
+        and any(p["environment"].get(k) != first["environment"].get(k)
+                for p in provenances.values())
+    )
+    return {
+        "experiment": EID,
+        "title": ENTRY.title,
+        "contract": dict(contract),
+        "environment": environment,
+        "environment_differs_across_batches": differ,
+        "started": min(p["started"] for p in provenances.values()),
+        "finished": max(p["finished"] for p in provenances.values()),
+        "wall_s": round(sum(float(p.get("wall_s", 0.0)) for p in provenances.values()), 3),
+        "workloads": first.get("workloads", {}),
+        # the batches' code: one record when they agree, else none (the report then flags it)
+        "instrument_code": (first.get("instrument_code") if len(
+            {json.dumps(p.get("instrument_code"), sort_keys=True)
+             for p in provenances.values()}) == 1 else {"files": {"(batches differ)": ""}}),
+        "answers": {a["variant"]: (int(a["value"]) if a["status"] == "ok" else
+                                   {"status": a["status"], "reason": a["reason"]})
+                    for a in answers},
+        "batches": {str(b): p for b, p in sorted(provenances.items())},
+        "rows": n_rows,
+        "samples": n_samples,
+    }
 
 
 def aggregate(
@@ -168,22 +225,9 @@ def aggregate(
     provenances: dict[int, dict] = {}
     frames, samples = [], []
     for files in batch_files:
-        prov = io.read_json(files["provenance"])
-        batch = int(prov["contract"]["params"]["batch"])
-        expected = _jsonable(batch_contract(contract, batch))
-        if _jsonable(prov["contract"]) != expected:
-            diff = sorted(k for k in set(expected) | set(prov["contract"])
-                          if expected.get(k) != prov["contract"].get(k))
-            raise io.ContractError(
-                f"{files['provenance']}: batch {batch} was measured under another contract "
-                f"(differs in {', '.join(diff)}); rerun that batch size")
+        batch, prov, frame, s = _read_batch(files, contract)
         provenances[batch] = prov
-        frame = io.read_results([files["csv"]])
-        others = set(frame.variant) - {variant(batch)}
-        if others:
-            raise io.ContractError(f"{files['csv']}: rows of other batch sizes {sorted(others)}")
         frames.append(frame)
-        s = io.read_samples(files["samples"])
         samples.append(s)
         log(f"batch {batch}: {len(frame)} rows, {len(s)} samples from {files['csv']}")
     rows = pd.concat(frames, ignore_index=True)
@@ -197,36 +241,7 @@ def aggregate(
                                     else f"{a['status']} ({a['reason']})"))
 
     sample_frame = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
-    first = provenances[min(provenances)]
-    environment = dict(first["environment"])
-    environment["config_hash"] = env.config_hash(contract)
-    differ = sorted(
-        k for k in environment
-        if k != "config_hash"
-        and any(p["environment"].get(k) != first["environment"].get(k)
-                for p in provenances.values())
-    )
-    provenance = {
-        "experiment": EID,
-        "title": EXPERIMENTS[EID].title,
-        "contract": dict(contract),
-        "environment": environment,
-        "environment_differs_across_batches": differ,
-        "started": min(p["started"] for p in provenances.values()),
-        "finished": max(p["finished"] for p in provenances.values()),
-        "wall_s": round(sum(float(p.get("wall_s", 0.0)) for p in provenances.values()), 3),
-        "workloads": first.get("workloads", {}),
-        # the batches' code: one record when they agree, else none (the report then flags it)
-        "instrument_code": (first.get("instrument_code") if len(
-            {json.dumps(p.get("instrument_code"), sort_keys=True)
-             for p in provenances.values()}) == 1 else {"files": {"(batches differ)": ""}}),
-        "answers": {a["variant"]: (int(a["value"]) if a["status"] == "ok" else
-                                   {"status": a["status"], "reason": a["reason"]})
-                    for a in answers},
-        "batches": {str(b): p for b, p in sorted(provenances.items())},
-        "rows": len(records),
-        "samples": len(sample_frame),
-    }
+    provenance = _provenance(contract, provenances, answers, len(records), len(sample_frame))
     frame = io.rows_to_frame(records)
     io.validate_rows(frame)  # nothing is written if any row breaks the contract
     io.write_samples(outputs["samples"], sample_frame.to_dict("records"))

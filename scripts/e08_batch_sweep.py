@@ -34,7 +34,16 @@ import torch
 
 from perflab import config as cfgmod
 from perflab import memory, sweep, timing, workloads
-from perflab.experiments.e08_batch_sweep import FREE_RUNNING_STEP
+from perflab.experiments.e08_batch_sweep import (
+    CPU_PEAK,
+    CUDA_PEAKS,
+    EID,
+    FREE_RUNNING_STEP,
+    LATENCY_PER_EXAMPLE,
+    PEAK_ALLOCATED,
+    PEAK_RESERVED,
+    batch_variant,
+)
 from perflab.runner import base_parser, config_from_args, execute, log_to
 
 SYNCED = "synchronized at both ends of each call"
@@ -60,7 +69,7 @@ def build_step(ctx, batch: int):
         overrides = {"batch": batch}
     except workloads.WorkloadError:  # a builder without a batch parameter: only B batches
         overrides = {}
-    step = ctx.step(variants=(sweep.variant(batch),), batch_size=batch, **overrides)
+    step = ctx.step(variants=(batch_variant(batch),), batch_size=batch, **overrides)
     if step is None:
         return None
     w = step.workload
@@ -75,11 +84,11 @@ def build_step(ctx, batch: int):
 def _peak_rows(ctx) -> list[tuple[str, str]]:
     """(metric, what it is) of the peak readings on this device."""
     if ctx.is_cuda:
-        return [("peak_allocated", "torch.cuda.max_memory_allocated: peak of live tensors"),
-                ("peak_reserved", ("torch.cuda.max_memory_reserved: peak held by the "
-                                   "caching allocator"))]
-    return [("peak_rss", ("VmHWM: peak resident set of this whole process (interpreter, "
-                          "libraries, model, optimizer state, activations)"))]
+        return [(PEAK_ALLOCATED, "torch.cuda.max_memory_allocated: peak of live tensors"),
+                (PEAK_RESERVED, ("torch.cuda.max_memory_reserved: peak held by the "
+                                 "caching allocator"))]
+    return [(CPU_PEAK, ("VmHWM: peak resident set of this whole process (interpreter, "
+                        "libraries, model, optimizer state, activations)"))]
 
 
 def _run(ctx, batch: int, warmup: int, repeats: int, where: list[str]) -> dict | None:
@@ -99,9 +108,9 @@ def _run(ctx, batch: int, warmup: int, repeats: int, where: list[str]) -> dict |
     ctx.sync()
     if ctx.is_cuda:
         c = memory.cuda_counters(ctx.device)
-        peaks = {"peak_allocated": c.max_allocated_mib, "peak_reserved": c.max_reserved_mib}
+        peaks = {PEAK_ALLOCATED: c.max_allocated_mib, PEAK_RESERVED: c.max_reserved_mib}
     else:
-        peaks = {"peak_rss": memory.vmhwm_mib()}
+        peaks = {CPU_PEAK: memory.vmhwm_mib()}
     # throughput is a training loop's rate: free-running stretches, one sync at each end
     where[0] = f"the {FREE_STRETCHES} free-running stretches"
     free = timing.free_running_ms_per_step(step, steps=max(1, repeats // FREE_STRETCHES),
@@ -112,7 +121,7 @@ def _run(ctx, batch: int, warmup: int, repeats: int, where: list[str]) -> dict |
 def measure(ctx):
     p, t = ctx.params, ctx.timing
     batch, repeats, warmup = int(p["batch"]), int(p["repeats"]), int(t["warmup"])
-    v = sweep.variant(batch)
+    v = batch_variant(batch)
     where = ["building the model, optimizer and batch"]
     oom = None
     try:
@@ -132,7 +141,7 @@ def measure(ctx):
             torch.cuda.empty_cache()
         ctx.log(f"batch {batch}: OOM ({oom})")
         for metric, unit in (("step_latency", "ms"), ("throughput", "examples/s"),
-                             (FREE_RUNNING_STEP, "ms"), ("latency_per_example", "ms"),
+                             (FREE_RUNNING_STEP, "ms"), (LATENCY_PER_EXAMPLE, "ms"),
                              *((m, "MiB") for m, _ in _peak_rows(ctx))):
             ctx.unsupported(variant=v, metric=metric, unit=unit, reason=oom, status="oom",
                             window=f"batch {batch}: did not fit", sync_boundary="n/a")
@@ -152,7 +161,7 @@ def measure(ctx):
     ctx.row(variant=v, metric="throughput", value=batch / free * 1e3, unit="examples/s",
             statistic="median", window=f"B / median ms per step ({stretch})",
             sync_boundary=timing.FREE_RUNNING_THROUGHPUT, n=FREE_STRETCHES)
-    ctx.row(variant=v, metric="latency_per_example", value=s["median"] / batch, unit="ms",
+    ctx.row(variant=v, metric=LATENCY_PER_EXAMPLE, value=s["median"] / batch, unit="ms",
             statistic="median", window=f"median step latency / B ({window})",
             sync_boundary=SYNCED, n=repeats)
     span = (f"from after the model and batch were built (peak reset there) through "
@@ -166,8 +175,8 @@ def measure(ctx):
         ctx.row(variant=v, metric=metric, value=result["peaks"][metric], unit="MiB",
                 window=f"{what}; {span}", sync_boundary=boundary, n=warmup + repeats)
     if not ctx.is_cuda:
-        why = "CUDA caching-allocator counters need a CUDA device; the CPU row is peak_rss"
-        for metric in ("peak_allocated", "peak_reserved"):
+        why = f"CUDA caching-allocator counters need a CUDA device; the CPU row is {CPU_PEAK}"
+        for metric in CUDA_PEAKS:
             ctx.unsupported(variant=v, metric=metric, unit="MiB", reason=why)
     peaks = ", ".join(f"{k} {val:.1f} MiB" for k, val in result["peaks"].items())
     ctx.log(f"batch {batch}: median {s['median']:.3f} ms (IQR {s['iqr']:.3f}), free-running "
@@ -179,25 +188,25 @@ def measure(ctx):
 
 def run_batch(cfg: dict, batch: int, log_path: str | None = None):
     """One batch size in this process: its per-batch csv, samples and provenance."""
-    contract = sweep.batch_contract(cfgmod.contract(cfg, sweep.EID), batch)
+    contract = sweep.batch_contract(cfgmod.contract(cfg, EID), batch)
     outputs = sweep.batch_outputs(cfgmod.result_dir(cfg), batch)
-    return execute(sweep.EID, measure, contract, outputs, log_path)
+    return execute(EID, measure, contract, outputs, log_path)
 
 
 def aggregate_cfg(cfg: dict, log=None):
     """Aggregate the per-batch files of ``cfg``'s sweep into E08's three outputs."""
-    contract = cfgmod.contract(cfg, sweep.EID)
+    contract = cfgmod.contract(cfg, EID)
     files = sweep.batch_files_for(cfgmod.result_dir(cfg), sweep.batches(contract))
-    return sweep.aggregate(files, contract, cfgmod.experiment_outputs(cfg, sweep.EID), log)
+    return sweep.aggregate(files, contract, cfgmod.experiment_outputs(cfg, EID), log)
 
 
 def _log(msg: str) -> None:
-    print(f"[{sweep.EID}] {msg}", file=sys.stderr, flush=True)
+    print(f"[{EID}] {msg}", file=sys.stderr, flush=True)
 
 
 def _parse_args(argv):
     p = base_parser(
-        "E08",
+        EID,
         "E08: latency, throughput and peak memory across batch sizes. Without --batch, runs "
         "every configured batch size in a fresh subprocess of its own, then aggregates them "
         "into the experiment's CSV, samples CSV and provenance JSON (the files the Snakemake "
@@ -223,7 +232,7 @@ def main(argv=None) -> None:
         for key in ("device", "scale", "outdir"):
             if getattr(args, key):
                 passed += [f"--{key}", getattr(args, key)]
-        for b in sweep.batches(cfgmod.contract(cfg, sweep.EID)):
+        for b in sweep.batches(cfgmod.contract(cfg, EID)):
             cmd = [sys.executable, str(Path(__file__).resolve()), "--batch", str(b), *passed]
             if args.log:
                 cmd += ["--log", f"{args.log}.b{b}"]
@@ -232,7 +241,7 @@ def main(argv=None) -> None:
             if proc.returncode != 0:
                 sys.exit(f"E08: batch {b} failed (exit {proc.returncode}); nothing aggregated")
     rows = aggregate_cfg(cfg, _log)
-    _log(f"{sweep.summary_line(rows)} -> {cfgmod.experiment_outputs(cfg, sweep.EID)['csv']}")
+    _log(f"{sweep.summary_line(rows)} -> {cfgmod.experiment_outputs(cfg, EID)['csv']}")
 
 
 if __name__ == "__main__":
@@ -240,7 +249,7 @@ if __name__ == "__main__":
     if smk is None:
         main()
     elif hasattr(smk.wildcards, "batch"):  # rule e08_batch: one batch size
-        execute(sweep.EID, measure, smk.params.contract, dict(smk.output.items()),
+        execute(EID, measure, smk.params.contract, dict(smk.output.items()),
                 smk.log[0] if smk.log else None)
     else:  # rule e08_batch_sweep: the aggregation
         with log_to(smk.log[0]):
