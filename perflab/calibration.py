@@ -5,49 +5,19 @@ synchronize at each end of a sample, the clock, the process a job runs in.
 C00 measures them on the machine at hand, with the A/A floor that every A/B
 comparison is held to: the 95% upper bound of the statistic an A/B is judged
 by (the median paired block difference, % of A) when both sides are
-independent copies of the same step. This
-module reads those rows back: :func:`floors` as numbers, :func:`floor_note`
-as the sentence a timing table carries, :func:`ab_comparisons` as the list of
-every A/B in a run re-judged against the A/A floor by :func:`perflab.stats.decide`.
+independent copies of the same step. This module reads those rows back through
+:func:`perflab.experiments.c00_calibration.floors`: :func:`noise_floor_pct`,
+:func:`floor_note` as the sentence a timing table carries, :func:`ab_comparisons`
+as the list of every A/B in a run re-judged against the A/A floor by
+:func:`perflab.stats.decide`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from perflab import stats, tables
-from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR
-
-CALIBRATION = "C00"
-
-#: (key, variant, metric, statistic) of the numbers :func:`floors` reads
-FLOOR_ROWS = (
-    ("clock_tick_ms", "clock/perf_counter", "tick", "median"),
-    ("sync_ms", "sync/idle", "sync_cost", "median"),
-    ("empty_call_ms", "floor/empty_call", "call_latency", "median"),
-    ("event_pair_ms", "events/empty_pair", "event_elapsed", "median"),
-    ("event_record_ms", "events/record_pair", "host_record_cost", "median"),
-    ("process_interpreter_ms", "process/interpreter", "process_wall", "median"),
-    ("process_import_torch_ms", "process/import_torch", "process_wall", "median"),
-    ("process_device_init_ms", "process/device_init", "process_wall", "median"),
-    ("profiler_overhead_pct", "profiler/overhead", "overhead_rel", "value"),
-    ("aa_floor_pct", *AA_FLOOR, "value"),
-    ("aa_block_ms", *AA_BLOCK, "value"),
-    ("timer_over_helper", "peer/timer_over_helper", "ratio", "value"),
-    ("do_bench_over_helper", "peer/do_bench_over_helper", "ratio", "value"),
-)
-
-
-def floors(frame: pd.DataFrame) -> dict[str, Any]:
-    """The calibration's numbers by key (:data:`FLOOR_ROWS`); a Missing where not measured."""
-    rows = frame[frame.experiment == CALIBRATION]
-    out: dict[str, Any] = {}
-    for key, variant, metric, statistic in FLOOR_ROWS:
-        v = tables.pick(rows, variant, metric, statistic)
-        out[key] = v if isinstance(v, tables.Missing) else float(v)
-    return out
+from perflab.experiments.c00_calibration import AA_DIFFERENCE, AA_FLOOR, EID, floors
 
 
 def noise_floor_pct(frame: pd.DataFrame) -> float | None:
@@ -57,7 +27,7 @@ def noise_floor_pct(frame: pd.DataFrame) -> float | None:
     ``aa_noise_floor``, the 95th percentile of single block-pair gaps) has none:
     that number gated another statistic and is not read as this one.
     """
-    v = tables.pick(frame[frame.experiment == CALIBRATION], *AA_FLOOR, "value")
+    v = tables.pick(frame[frame.experiment == EID], *AA_FLOOR, "value")
     return None if isinstance(v, tables.Missing) else float(v)
 
 
@@ -99,7 +69,7 @@ def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.Da
         if not {"ab_effect", "ab_effect_rel", "ab_ci_low", "ab_ci_high", "ab_p"} <= set(m):
             continue
         # the calibration's own A/A pair defines the floor: it is not judged against itself
-        floor = None if variant.startswith("aa_") else floor_pct
+        floor = None if (eid, variant) == (EID, AA_DIFFERENCE) else floor_pct
         _, exceeds, resolved = stats.decide(p=m["ab_p"], ci_low=m["ab_ci_low"],
                                             ci_high=m["ab_ci_high"],
                                             relative_pct=m["ab_effect_rel"],

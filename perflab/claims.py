@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from perflab import ab
+from perflab.experiments.c00_calibration import EID as C00
 from perflab.rows import Absent, Rows, Unmeasured
 
 REPRODUCED, DIFFERS, INCONCLUSIVE, ERROR, NOT_RUN, UNSUPPORTED = (
@@ -52,7 +53,6 @@ VERDICTS = (REPRODUCED, DIFFERS, INCONCLUSIVE, ERROR, NOT_RUN, UNSUPPORTED)
 DECIDED = (REPRODUCED, DIFFERS)
 CLAIM_COLUMNS = ["claim", "experiment", "statement", "chapter", "tolerance", "verdict",
                  "measured", "mechanism", "evidence", "command"]
-PHASES = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer", "logging")
 
 
 @dataclass
@@ -77,7 +77,7 @@ Decision = tuple[bool, str]
 
 def no_floor(ev: Evidence) -> str:
     """Why this run has no A/A floor to decide by (the reason an INCONCLUSIVE carries)."""
-    if ev.rows.empty or not (ev.rows.experiment == "C00").any():
+    if ev.rows.empty or not (ev.rows.experiment == C00).any():
         return "not resolved: no A/A floor (C00 did not run)"
     return "not resolved: no A/A floor (this run's C00 predates it)"
 
@@ -86,7 +86,7 @@ def _floor(ev: Evidence) -> float | None:
     from perflab import calibration
 
     # C00's rows, split off once per run (Rows.of), not the whole frame on every claim
-    return calibration.noise_floor_pct(ev.of("C00")) if ev.has("C00") else None
+    return calibration.noise_floor_pct(ev.of(C00)) if ev.has(C00) else None
 
 
 #: where the noise of an A/B comes from, in order; each returns None when it does not apply
@@ -403,24 +403,6 @@ def phase_shares(ev: Evidence, eid: str, prefix: str) -> dict[str, float]:
     if not got:
         raise Absent("no phase shares" + ("" if ev.has(eid) else f" ({eid} not run)"))
     return got
-
-
-def largest_phase(ev: Evidence) -> tuple[str, dict[str, float], Decision]:
-    """E05's largest synchronized phase, the shares, and whether it is ahead beyond the noise.
-
-    Decided when its median phase time exceeds the runner-up's by more than the wider of
-    the two phases' IQRs (E05 writes each phase's per-step samples' spread).
-    """
-    shares = phase_shares(ev, "E05", "sync/")
-    top, second = leader(shares)
-    if not second:
-        return top, shares, (True, "one phase")
-    med = {p: ev.value("E05", f"sync/{p}", "phase_time") for p in (top, second)}
-    iqr = [ev.maybe("E05", f"sync/{p}", "phase_time", "iqr") for p in (top, second)]
-    if None in iqr:
-        return top, shares, (False, "not resolved: no IQR of the phase times")
-    gap, noise = med[top] - med[second], max(iqr)
-    return top, shares, (gap > noise, f"{top} - {second} {gap:.3g} ms vs IQR {noise:.3g} ms")
 
 
 # ================================================================== E06 events vs wall

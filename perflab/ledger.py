@@ -16,6 +16,13 @@ from typing import Any
 import pandas as pd
 
 from perflab import io, tables
+from perflab.experiments import c00_calibration as c00
+from perflab.experiments import e01_lying_benchmark as e01
+from perflab.experiments import e03_warmup_spread as e03
+from perflab.experiments import e04_timer_vs_helper as e04
+from perflab.experiments import e05_phases as e05
+from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments import e07_optimizers as e07
 from perflab.experiments import (
     e09_memory_by_phase,
     e15_amp,
@@ -27,7 +34,7 @@ from perflab.experiments import (
     r01_roofline,
 )
 from perflab.rows import Rows
-from perflab.steps import PHASES
+from perflab.vocabulary import PHASES
 
 LEDGER_COLUMNS = ["section", "field", "value", "unit", "source"]
 
@@ -132,13 +139,14 @@ def _workload_rows(run: _Run, add) -> None:
 def _benchmark_rows(frame: pd.DataFrame, run: _Run, add) -> bool:
     """The benchmark line: the best warmed, synchronized series in this run; True if any."""
     bench = None
-    for eid, variant, stat_n in (
-        ("E03", "spread", "E03 spread"),
-        ("E01", "synchronized_warmed", "E01 synchronized_warmed"),
-        ("E04", "helper", "E04 helper"),
-        ("E06", "wall_clock", "E06 wall_clock"),
-        ("E25", e25_worked_pass.BASELINE, f"E25 {e25_worked_pass.BASELINE}"),
+    for eid, variant in (
+        (e03.EID, e03.SPREAD),
+        (e01.EID, e01.SYNCHRONIZED_WARMED),
+        (e04.EID, e04.HELPER),
+        (e06.EID, e06.WALL[0]),
+        ("E25", e25_worked_pass.BASELINE),
     ):
+        stat_n = f"{eid} {variant}"
         med = _get(frame, eid, variant, "step_latency", "median")
         if med is not None:
             iqr = _get(frame, eid, variant, "step_latency", "iqr")
@@ -162,58 +170,55 @@ def _benchmark_rows(frame: pd.DataFrame, run: _Run, add) -> bool:
 
 def _hygiene_rows(frame: pd.DataFrame, add) -> None:
     """What the hygiene experiment exposed: the cold first step, a naive loop's report (E01)."""
-    first = _get(frame, "E01", "first_step", "step_latency", "value")
+    first = _get(frame, e01.EID, e01.FIRST_STEP, "step_latency", "value")
     if first is not None:
-        add("hygiene", "first_step", first.value, "ms", "E01 first_step")
-    loops = frame[(frame.experiment == "E01") & frame.variant.str.startswith("naive_loop_")
-                  & (frame.status == "ok")]
-    if not loops.empty:
-        shortest = min(loops.variant.unique(), key=lambda v: int(v.rsplit("_", 1)[1]))
-        rep = _get(frame, "E01", shortest, "reported_ms_per_step", "value")
-        back = _get(frame, "E01", shortest, "backlog_at_final_sync", "value")
-        add("hygiene", f"{shortest}_reported", rep.value, "ms/step", f"E01 {shortest}")
-        add("hygiene", f"{shortest}_backlog", back.value, "ms", f"E01 {shortest}")
+        add("hygiene", e01.FIRST_STEP, first.value, "ms", f"{e01.EID} {e01.FIRST_STEP}")
+    loops = e01.loop_lengths(frame)
+    if loops:
+        shortest = e01.naive_loop(loops[0])
+        rep = _get(frame, *e01.loop_row(loops[0], e01.REPORTED_MS_PER_STEP))
+        back = _get(frame, *e01.loop_row(loops[0], e01.BACKLOG_AT_FINAL_SYNC))
+        add("hygiene", f"{shortest}_reported", rep.value, "ms/step", f"{e01.EID} {shortest}")
+        add("hygiene", f"{shortest}_backlog", back.value, "ms", f"{e01.EID} {shortest}")
 
 
 def _instrument_rows(frame: pd.DataFrame, add) -> None:
     """The step as each instrument saw it: wall clock, device time, idle-stream events, host
     submission, host-exposed time (E06) and Timer (E04)."""
-    from perflab.experiments import e06_events_vs_wall as e06
-
     for _, (variant, metric) in e06.SERIES:
-        r = _get(frame, "E06", variant, metric, "median")
+        r = _get(frame, e06.EID, variant, metric, "median")
         if r is not None:
-            add("instruments", variant, r.value, "ms", f"E06 {variant} {metric} median")
-    timer = _get(frame, "E04", "timer_blocked_autorange", "step_latency", "median")
+            add("instruments", variant, r.value, "ms", f"{e06.EID} {variant} {metric} median")
+    timer = _get(frame, e04.EID, e04.TIMER, "step_latency", "median")
     if timer is not None:
-        add("instruments", "timer_blocked_autorange", timer.value, "ms", "E04 median")
+        add("instruments", e04.TIMER, timer.value, "ms", f"{e04.EID} median")
 
 
 def _phase_rows(frame: pd.DataFrame, add) -> None:
     """Shares of the synchronized phase medians (E05), and their sum against the step."""
-    shares = {ph: _get(frame, "E05", f"sync/{ph}", "phase_share", "value") for ph in PHASES}
-    if any(v is not None for v in shares.values()):
-        for ph, r in shares.items():
-            if r is not None:
-                add("phases", ph, r.value, "%", f"E05 sync/{ph} phase_share")
-        gap = _get(frame, "E05", "sum_minus_total", "step_latency_rel", "value")
+    shares = e05.phase_shares(frame)
+    if shares:
+        for ph, share in shares.items():
+            eid, variant, metric, _ = e05.phase_share_row(ph)
+            add("phases", ph, share, "%", f"{eid} {variant} {metric}")
+        gap = _get(frame, *e05.SUM_GAP_ROW)
         if gap is not None:
-            add("phases", "sum_minus_total", gap.value, "%", "E05 sum_minus_total")
+            add("phases", e05.SUM_MINUS_TOTAL, gap.value, "%", f"{e05.EID} {e05.SUM_MINUS_TOTAL}")
     else:
         add("phases", "shares", None, "", "not measured in this run (needs E05)")
 
 
 def _optimizer_correctness_rows(frame: pd.DataFrame, add) -> None:
     """The one-step fused-vs-foreach agreement (E07, else E25), or why not."""
-    for eid in ("E07", "E25"):
-        diff = _get(frame, eid, "fused_vs_foreach", "max_abs_diff", "value")
+    for eid in (e07.EID, "E25"):  # E25 writes this check under E07's names
+        diff = _get(frame, eid, e07.FUSED_VS_FOREACH, e07.MAX_ABS_DIFF, "value")
         if diff is not None:
             add("correctness", "fused_vs_foreach_max_abs_diff", diff.value, "abs",
-                f"{eid} fused_vs_foreach")
-            scale = _get(frame, eid, "fused_vs_foreach", "parameter_scale", "value")
+                f"{eid} {e07.FUSED_VS_FOREACH}")
+            scale = _get(frame, eid, e07.FUSED_VS_FOREACH, e07.PARAMETER_SCALE, "value")
             if scale is not None:
                 add("correctness", "parameter_scale", scale.value, "mean |p|",
-                    f"{eid} fused_vs_foreach")
+                    f"{eid} {e07.FUSED_VS_FOREACH}")
             break
     else:
         add("correctness", "optimizer", None, "", "not measured in this run (needs E07)")
@@ -251,15 +256,15 @@ def _roofline_and_verdict(frame: pd.DataFrame, add) -> None:
 
 def _harness(frame: pd.DataFrame, prov: dict[str, dict[str, Any]], add) -> None:
     """The harness's own floors (C00) and the GPU-state validity of every job."""
-    from perflab import calibration, env
+    from perflab import env
 
-    f = calibration.floors(frame)
+    f = c00.floors(frame)
     if isinstance(f["empty_call_ms"], tables.Missing):
         add("harness", "floors", None, "", "not measured in this run (needs C00)")
-    for key, variant, metric, statistic in calibration.FLOOR_ROWS:
+    for key, variant, metric, statistic in c00.FLOOR_ROWS:
         if not isinstance(f[key], tables.Missing):
             unit = "%" if key.endswith("_pct") else "x" if "_over_" in key else "ms"
-            add("harness", key, f[key], unit, f"C00 {variant} {metric} {statistic}")
+            add("harness", key, f[key], unit, f"{c00.EID} {variant} {metric} {statistic}")
     flagged = {eid: env.judge_gpu_state(p) for eid, p in prov.items()}
     known = {eid: v for eid, v in flagged.items() if v["status"] != "unknown"}
     bad = {eid: v for eid, v in known.items() if v["status"] == "flagged"}
@@ -309,8 +314,8 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     else:
         lines.append(f"benchmark   {missing('benchmark')}")
     hyg = []
-    if val("hygiene", "first_step"):
-        hyg.append(f"first step {val('hygiene', 'first_step')} ms")
+    if val("hygiene", e01.FIRST_STEP):
+        hyg.append(f"first step {val('hygiene', e01.FIRST_STEP)} ms")
     for f in ledger[(ledger.section == "hygiene") & ledger.field.str.endswith("_reported")].field:
         base = f.removesuffix("_reported")
         n = base.rsplit("_", 1)[1]
@@ -319,13 +324,11 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     if hyg:
         lines.append("hygiene     " + " | ".join(hyg))
     ins = []
-    from perflab.experiments import e06_events_vs_wall as e06
-
     for f, label in ((e06.WALL[0], "wall"), (e06.DEVICE[0], "device (events, device ahead)"),
                      (e06.IDLE_EVENTS[0], "events on an idle stream"),
                      (e06.SUBMISSION[0], "host submission"),
                      (e06.HOST_EXPOSED[0], "host-exposed (wall - device)"),
-                     ("timer_blocked_autorange", "Timer")):
+                     (e04.TIMER, "Timer")):
         v = val("instruments", f)
         if v:
             ins.append(f"{label} {v} ms")
@@ -337,7 +340,7 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     if not phase_rows.empty:
         parts = [f"{labels.get(f, f)} {float(v):.1f}%" for f, v in
                  zip(phase_rows.field, phase_rows.value)]
-        gap = val("phases", "sum_minus_total", 1)
+        gap = val("phases", e05.SUM_MINUS_TOTAL, 1)
         lines.append("phases      " + " | ".join(parts)
                      + (f" | sum vs total {gap}%" if gap else ""))
     else:

@@ -31,14 +31,49 @@ import time
 import torch
 
 from perflab import profiling, stats, timing
-from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR, AA_FLOOR_SHORT, AA_SHORT_INNER
+from perflab.experiments.c00_calibration import (
+    AA_A,
+    AA_B,
+    AA_BLOCK,
+    AA_FLOOR,
+    AA_FLOOR_SHORT,
+    AA_SHORT_INNER,
+    CALL_LATENCY,
+    CLOCK,
+    EID,
+    EMPTY_CALL,
+    EVENT_ELAPSED,
+    EVENTS_EMPTY_PAIR,
+    EVENTS_RECORD_PAIR,
+    HOST_RECORD_COST,
+    OVERHEAD_REL,
+    PEER_DO_BENCH,
+    PEER_DO_BENCH_OVER_HELPER,
+    PEER_HELPER,
+    PEER_TIMER,
+    PEER_TIMER_OVER_HELPER,
+    PLANTED_2X,
+    PLANTED_A,
+    PROCESS_DEVICE_INIT,
+    PROCESS_IMPORT_TORCH,
+    PROCESS_INTERPRETER,
+    PROCESS_WALL,
+    PROFILER_OVERHEAD,
+    PROFILER_PROFILED,
+    PROFILER_UNPROFILED,
+    RATIO,
+    RESOLUTION_DECLARED,
+    SYNC_COST,
+    SYNC_IDLE,
+    TICK,
+)
 from perflab.runner import run
 
 #: the fresh-process variants: (variant, what the child does, code)
 PROCESS_STAGES = (
-    ("process/interpreter", "start the interpreter and exit", "pass"),
-    ("process/import_torch", "start, import torch, exit", "import torch"),
-    ("process/device_init", "start, import torch, first tensor on the device, synchronize",
+    (PROCESS_INTERPRETER, "start the interpreter and exit", "pass"),
+    (PROCESS_IMPORT_TORCH, "start, import torch, exit", "import torch"),
+    (PROCESS_DEVICE_INIT, "start, import torch, first tensor on the device, synchronize",
      "import torch\nd = torch.device({device!r})\nx = torch.zeros(1, device=d)\n"
      "torch.cuda.synchronize(d) if d.type == 'cuda' else None"),
 )
@@ -48,7 +83,7 @@ def _clock_floor(ctx):
     p, t = ctx.params, ctx.timing
     n = p["floor_repeats"]
     info = time.get_clock_info("perf_counter")
-    ctx.row(variant="clock/perf_counter", metric="resolution_declared",
+    ctx.row(variant=CLOCK, metric=RESOLUTION_DECLARED,
             value=info.resolution * 1e3, unit="ms", window="time.get_clock_info('perf_counter')",
             sync_boundary="n/a: a property of the clock", n=1)
     deltas, clock = [], time.perf_counter
@@ -58,7 +93,7 @@ def _clock_floor(ctx):
         while t1 == t0:
             t1 = clock()
         deltas.append((t1 - t0) * 1e3)
-    ctx.summary(deltas, variant="clock/perf_counter", metric="tick",
+    ctx.summary(deltas, variant=CLOCK, metric=TICK,
                 window=f"{n} pairs of back-to-back reads, the second repeated until it differs",
                 sync_boundary="no device involved", statistics=("median", "min", "p25", "p75"))
 
@@ -69,13 +104,13 @@ def _clock_floor(ctx):
         t0 = clock()
         ctx.sync()
         sync_ms.append((clock() - t0) * 1e3)
-    ctx.summary(sync_ms, variant="sync/idle", metric="sync_cost",
+    ctx.summary(sync_ms, variant=SYNC_IDLE, metric=SYNC_COST,
                 window=f"{n} calls of the sync on an idle device (queue already drained)",
                 sync_boundary=f"{ctx.sync_name} itself, timed by the host clock")
 
     # the empty callable through the helper: the floor every step time sits above
     empty = timing.time_calls(lambda: None, warmup=t["warmup"], repeats=n, sync=ctx.sync)
-    s = ctx.summary(empty, variant="floor/empty_call", metric="call_latency",
+    s = ctx.summary(empty, variant=EMPTY_CALL, metric=CALL_LATENCY,
                     window=f"timing.time_calls(lambda: None, warmup={t['warmup']}, repeats={n})",
                     sync_boundary="synchronized at both ends of each call (the helper's boundary)")
     ctx.log(f"clock tick {statistics.median(deltas) * 1e6:.0f} ns, idle sync "
@@ -87,14 +122,14 @@ def _events(ctx):
     p = ctx.params
     n = p["floor_repeats"]
     if not ctx.is_cuda:
-        for variant, metric in (("events/empty_pair", "event_elapsed"),
-                                ("events/record_pair", "host_record_cost")):
+        for variant, metric in ((EVENTS_EMPTY_PAIR, EVENT_ELAPSED),
+                                (EVENTS_RECORD_PAIR, HOST_RECORD_COST)):
             ctx.unsupported(variant=variant, metric=metric, unit="ms",
                             reason="CUDA events need a CUDA device")
         return
     ev = timing.time_events_idle_stream(lambda: None, warmup=ctx.timing["warmup"], repeats=n,
                                         device=ctx.device)
-    ctx.summary(ev, variant="events/empty_pair", metric="event_elapsed",
+    ctx.summary(ev, variant=EVENTS_EMPTY_PAIR, metric=EVENT_ELAPSED,
                 window=f"{n} pairs of events recorded back to back (nothing between them)",
                 sync_boundary="start.elapsed_time(end) after end.synchronize()")
     host = []
@@ -107,7 +142,7 @@ def _events(ctx):
         b.record()
         host.append((time.perf_counter() - t0) * 1e3)
     ctx.sync()
-    ctx.summary(host, variant="events/record_pair", metric="host_record_cost",
+    ctx.summary(host, variant=EVENTS_RECORD_PAIR, metric=HOST_RECORD_COST,
                 window=f"{n} host-side record() pairs, event objects made beforehand",
                 sync_boundary="host clock around the two record() calls; device drained before")
 
@@ -131,11 +166,11 @@ def _process_floor(ctx):
             samples[variant].append(dt)
     for variant, what, _ in PROCESS_STAGES:
         if variant in failed:
-            ctx.row(variant=variant, metric="process_wall", value=None, unit="ms",
+            ctx.row(variant=variant, metric=PROCESS_WALL, value=None, unit="ms",
                     window="fresh interpreter", sync_boundary="n/a", status="error",
                     reason=f"the child process failed: {failed[variant]}")
             continue
-        ctx.summary(samples[variant], variant=variant, metric="process_wall",
+        ctx.summary(samples[variant], variant=variant, metric=PROCESS_WALL,
                     window=f"{p['process_repeats']} fresh `{os.path.basename(sys.executable)} -c` "
                     f"processes: {what}; stages launched round robin",
                     sync_boundary="host clock around subprocess.run (launch to exit)",
@@ -159,18 +194,18 @@ def _profiler_overhead(ctx, step):
     window = (f"the reference step: {n} profiled steps (schedule wait 0, warmup 1, active {n}, "
               f"activities {acts}) between {n} unprofiled steps before and {n} after")
     synced = f"{ctx.sync_name} at both ends of each step"
-    ctx.summary(base, variant="profiler/unprofiled", metric="step_latency", window=window,
+    ctx.summary(base, variant=PROFILER_UNPROFILED, metric="step_latency", window=window,
                 sync_boundary=synced + "; no profiler",
                 statistics=("median", "iqr", "p25", "p75", "min", "max"),
                 block=[0] * n + [2] * n)
-    ctx.summary(prof, variant="profiler/profiled", metric="step_latency", window=window,
+    ctx.summary(prof, variant=PROFILER_PROFILED, metric="step_latency", window=window,
                 sync_boundary=synced + "; prof.step() outside the timed region",
                 statistics=("median", "iqr", "p25", "p75", "min", "max"), block=1)
     j = stats.judge(base, prof, paired=False)
-    ctx.row(variant="profiler/overhead", metric="overhead_rel", value=j.relative_pct, unit="%",
+    ctx.row(variant=PROFILER_OVERHEAD, metric=OVERHEAD_REL, value=j.relative_pct, unit="%",
             window=window, sync_boundary="profiled median over unprofiled median, minus 1",
             n=len(prof))
-    ctx.judgement(j, variant="profiler/overhead", window=window)
+    ctx.judgement(j, variant=PROFILER_OVERHEAD, window=window)
     ctx.log(f"profiler overhead on the reference step: {j.relative_pct:+.1f}% "
             f"({j.verdict}, p={j.p:.3g})")
 
@@ -189,7 +224,7 @@ def _noise_floor(ctx, step_a, step_b):
               f"after {t['warmup']} warmup calls per side")
     copies = "A/A: two independent copies of the step (model, optimizer, batch); "
     aa = timing.interleaved_ab(step_a, step_b, **common)
-    d = ctx.ab(aa, a="aa_a", b="aa_b", window=copies + window, noise_floor_pct=None)
+    d = ctx.ab(aa, a=AA_A, b=AA_B, window=copies + window, noise_floor_pct=None)
     bound = (f"{stats.AA_FLOOR_CONFIDENCE:.0%} upper bound of |median paired block difference "
              "(B - A)| / median(A): bootstrap over the block pairs (2000 resamples, seeded)")
     floor = stats.aa_floor_pct(aa.a_blocks, aa.b_blocks)
@@ -213,7 +248,7 @@ def _noise_floor(ctx, step_a, step_b):
         step_b()
 
     planted = timing.interleaved_ab(step_a, twice, **common)
-    d2 = ctx.ab(planted, a="planted_a", b="planted_2x",
+    d2 = ctx.ab(planted, a=PLANTED_A, b=PLANTED_2X,
                 window="planted slowdown: B calls the second copy twice; " + window,
                 noise_floor_pct=floor)
     ctx.log(f"planted 2x: B - A {d2['diff']:+.4f} ms (p={d2['p']:.3g}) -> "
@@ -232,18 +267,18 @@ def _do_bench(step, warmup_ms, rep_ms):
 def _peers(ctx, step):
     p, t = ctx.params, ctx.timing
     helper = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
-    h = ctx.summary(helper, variant="peer/helper", metric="step_latency",
+    h = ctx.summary(helper, variant=PEER_HELPER, metric="step_latency",
                     window=f"timing.time_calls: warmup {t['warmup']}, repeats {t['repeats']}",
                     sync_boundary="synchronized at both ends of each call",
                     statistics=("median", "iqr", "p25", "p75"))
     m = timing.timer_blocked_autorange(step, min_run_time=p["peer_min_run_time_s"])
     tw = f"torch.utils.benchmark.Timer.blocked_autorange(min_run_time={p['peer_min_run_time_s']})"
     tb = f"sync at each block's ends; per-call = block / {m['number_per_run']}"
-    ctx.row(variant="peer/timer", metric="step_latency", statistic="median",
+    ctx.row(variant=PEER_TIMER, metric="step_latency", statistic="median",
             value=m["median_ms"], unit="ms", n=m["runs"], window=tw, sync_boundary=tb)
-    ctx.row(variant="peer/timer", metric="step_latency", statistic="iqr", value=m["iqr_ms"],
+    ctx.row(variant=PEER_TIMER, metric="step_latency", statistic="iqr", value=m["iqr_ms"],
             unit="ms", n=m["runs"], window=tw, sync_boundary=tb)
-    ctx.row(variant="peer/timer_over_helper", metric="ratio", value=m["median_ms"] / h["median"],
+    ctx.row(variant=PEER_TIMER_OVER_HELPER, metric=RATIO, value=m["median_ms"] / h["median"],
             unit="x", n=m["runs"], window=tw + " median over the helper's median",
             sync_boundary="ratio of two medians of the same step")
     ctx.log(f"peers: helper {h['median']:.4f} ms, Timer {m['median_ms']:.4f} ms")
@@ -251,8 +286,8 @@ def _peers(ctx, step):
                  f"rep={p['do_bench_rep_ms']} ms), median; it clears the L2 cache before each "
                  "call and times with CUDA events")
     if not ctx.is_cuda:
-        for variant, metric, unit in (("peer/do_bench", "step_latency", "ms"),
-                                      ("peer/do_bench_over_helper", "ratio", "x")):
+        for variant, metric, unit in ((PEER_DO_BENCH, "step_latency", "ms"),
+                                      (PEER_DO_BENCH_OVER_HELPER, RATIO, "x")):
             ctx.unsupported(variant=variant, metric=metric, unit=unit,
                             reason="triton.testing.do_bench times with CUDA events and "
                             "needs a CUDA device")
@@ -261,15 +296,15 @@ def _peers(ctx, step):
         ms = _do_bench(step, p["do_bench_warmup_ms"], p["do_bench_rep_ms"])
     except Exception as exc:  # triton missing or broken: say so in a row, do not crash
         reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
-        for variant, metric, unit in (("peer/do_bench", "step_latency", "ms"),
-                                      ("peer/do_bench_over_helper", "ratio", "x")):
+        for variant, metric, unit in ((PEER_DO_BENCH, "step_latency", "ms"),
+                                      (PEER_DO_BENCH_OVER_HELPER, RATIO, "x")):
             ctx.unsupported(variant=variant, metric=metric, unit=unit, status="error",
                             reason=reason)
         ctx.log(f"do_bench failed: {reason}")
         return
-    ctx.row(variant="peer/do_bench", metric="step_latency", statistic="median", value=ms,
+    ctx.row(variant=PEER_DO_BENCH, metric="step_latency", statistic="median", value=ms,
             unit="ms", window=db_window, sync_boundary="CUDA events around each call")
-    ctx.row(variant="peer/do_bench_over_helper", metric="ratio", value=ms / h["median"],
+    ctx.row(variant=PEER_DO_BENCH_OVER_HELPER, metric=RATIO, value=ms / h["median"],
             unit="x", window=db_window + "; over the helper's median",
             sync_boundary="ratio of two medians of the same step")
     ctx.log(f"peers: do_bench {ms:.4f} ms")
@@ -288,4 +323,4 @@ def measure(ctx):
 
 
 if __name__ == "__main__":
-    run("C00", measure, globals().get("snakemake"))
+    run(EID, measure, globals().get("snakemake"))

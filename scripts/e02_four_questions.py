@@ -14,6 +14,14 @@ like: measured side by side, not one after another.
 import torch
 
 from perflab import steps, timing
+from perflab.experiments.e02_four_questions import (
+    EID,
+    FIRST_CALL,
+    FORWARD_BACKWARD,
+    FORWARD_GRAD,
+    FORWARD_INFERENCE,
+    TRAIN_STEP,
+)
 from perflab.runner import run
 
 SYNCED = "synchronized at both ends of each call"
@@ -26,11 +34,11 @@ def four_questions(w, model, opt, x, y, device):
     step = (steps.build(w, device, model=model, optimizer=opt)
             if opt is not None or w.train_step is not None else "workload has no optimizer")
     return {
-        "forward_inference": ("inference", steps.forward_inference(model, x) if x is not None
-                              else why),
-        "forward_grad": ("train", steps.forward_grad(model, x) if x is not None else why),
-        "forward_backward": ("train", steps.forward_backward(model, w, x, y) if rebuilt else why),
-        "train_step": ("train", step),
+        FORWARD_INFERENCE: ("inference", steps.forward_inference(model, x) if x is not None
+                            else why),
+        FORWARD_GRAD: ("train", steps.forward_grad(model, x) if x is not None else why),
+        FORWARD_BACKWARD: ("train", steps.forward_backward(model, w, x, y) if rebuilt else why),
+        TRAIN_STEP: ("train", step),
     }
 
 
@@ -49,10 +57,10 @@ def _first_compiled_calls(ctx, w, opt, x, y):
         except Exception as exc:  # no C++ compiler, unsupported op, ...
             msg = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             ctx.log(msg)
-            ctx.unsupported(variant=variant, metric="first_call", unit="ms", mode=mode,
+            ctx.unsupported(variant=variant, metric=FIRST_CALL, unit="ms", mode=mode,
                             execution="compiled", status="error", reason=msg)
             continue
-        ctx.row(variant=variant, metric="first_call", value=first, unit="ms", mode=mode,
+        ctx.row(variant=variant, metric=FIRST_CALL, value=first, unit="ms", mode=mode,
                 execution="compiled", sync_boundary=SYNCED,
                 window="first compiled call after torch._dynamo.reset(); Inductor cache "
                        "private to this job (may hold graphs of earlier variants)")
@@ -92,4 +100,4 @@ def measure(ctx):
 
 
 if __name__ == "__main__":
-    run("E02", measure, globals().get("snakemake"))
+    run(EID, measure, globals().get("snakemake"))

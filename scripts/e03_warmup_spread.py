@@ -7,6 +7,7 @@ quartiles, mean, std, max and the count of steps above median + 3 IQR.
 """
 
 from perflab import timing
+from perflab.experiments.e03_warmup_spread import EID, SPREAD, SPREAD_STATISTICS, warmup_variant
 from perflab.runner import run
 
 SYNCED = "synchronized at both ends of each call"
@@ -21,20 +22,19 @@ def measure(ctx):
     for i, wu in enumerate(p["warmups"]):
         samples = timing.time_calls(step, warmup=wu, repeats=p["repeats"], sync=ctx.sync)
         where = "fresh process" if i == 0 else "after the previous series"
-        s = ctx.summary(samples, variant=f"warmup_{wu}", metric="step_latency",
+        s = ctx.summary(samples, variant=warmup_variant(wu), metric="step_latency",
                         window=f"warmup {wu} ({where}), then {p['repeats']} repeats",
                         sync_boundary=SYNCED)
         ctx.log(f"warmup {wu}: median {s['median']:.3f} mean {s['mean']:.3f} max {s['max']:.3f}")
 
     samples = timing.time_calls(step, warmup=t["warmup"], repeats=p["spread_repeats"],
                                 sync=ctx.sync)
-    s = ctx.summary(samples, variant="spread", metric="step_latency",
+    s = ctx.summary(samples, variant=SPREAD, metric="step_latency",
                     window=f"steady state after warmup {t['warmup']}", sync_boundary=SYNCED,
-                    statistics=("median", "iqr", "p25", "p75", "mean", "std", "min", "max",
-                                "count", "tail_count"))
+                    statistics=SPREAD_STATISTICS)
     ctx.log(f"spread: median {s['median']:.3f} IQR {s['iqr']:.3f} "
             f"tail {int(s['tail_count'])}/{int(s['count'])}")
 
 
 if __name__ == "__main__":
-    run("E03", measure, globals().get("snakemake"))
+    run(EID, measure, globals().get("snakemake"))

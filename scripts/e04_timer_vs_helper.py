@@ -7,6 +7,7 @@ different boundaries, so the report shows them side by side.
 """
 
 from perflab import timing
+from perflab.experiments.e04_timer_vs_helper import EID, HELPER, NUMBER_PER_RUN, RUNS, TIMER
 from perflab.runner import run
 
 
@@ -21,13 +22,13 @@ def measure(ctx):
     window = f"blocked_autorange(min_run_time={p['min_run_time_s']} s) after warmup {t['warmup']}"
     boundary = (f"sync ({ctx.sync_name}) at each block's ends; per-call time = block / "
                 f"{m['number_per_run']}")
-    kw = dict(variant="timer_blocked_autorange", window=window, sync_boundary=boundary)
+    kw = dict(variant=TIMER, window=window, sync_boundary=boundary)
     ctx.row(metric="step_latency", statistic="median", value=m["median_ms"], unit="ms",
             n=m["runs"], **kw)
     ctx.row(metric="step_latency", statistic="iqr", value=m["iqr_ms"], unit="ms", n=m["runs"], **kw)
     ctx.row(metric="step_latency", statistic="mean", value=m["mean_ms"], unit="ms", n=m["runs"], **kw)
-    ctx.row(metric="number_per_run", value=m["number_per_run"], unit="calls", **kw)
-    ctx.row(metric="runs", value=m["runs"], unit="blocks", **kw)
+    ctx.row(metric=NUMBER_PER_RUN, value=m["number_per_run"], unit="calls", **kw)
+    ctx.row(metric=RUNS, value=m["runs"], unit="blocks", **kw)
     for i, v in enumerate(m["times_ms"]):
         ctx.samples.append({"experiment": ctx.eid, "variant": kw["variant"], "execution": "eager",
                             "metric": "step_latency", "unit": "ms", "block": i, "index": i,
@@ -36,11 +37,11 @@ def measure(ctx):
             f"n_per_run {m['number_per_run']} runs {m['runs']}")
 
     samples = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
-    s = ctx.summary(samples, variant="helper", metric="step_latency",
+    s = ctx.summary(samples, variant=HELPER, metric="step_latency",
                     window=f"warmup {t['warmup']}, repeats {t['repeats']}",
                     sync_boundary="synchronized at both ends of each call")
     ctx.log(f"helper: median {s['median']:.3f} ms IQR {s['iqr']:.3f}")
 
 
 if __name__ == "__main__":
-    run("E04", measure, globals().get("snakemake"))
+    run(EID, measure, globals().get("snakemake"))

@@ -18,12 +18,24 @@ no-ops.
 
 from perflab import phases as ph
 from perflab import timing
+from perflab.experiments.e05_phases import (
+    EID,
+    ENTRIES_PER_STEP,
+    NOSYNC,
+    PHASE_SHARE,
+    PHASE_TIME,
+    STEP_LATENCY_REL,
+    SUM_MINUS_TOTAL,
+    SUM_OF_PHASES,
+    SYNC,
+    UNINSTRUMENTED_TOTAL,
+)
 from perflab.runner import run
 
 
 def measure(ctx):
     t = ctx.timing
-    step = ctx.step(resident=False, metric="phase_time")
+    step = ctx.step(resident=False, metric=PHASE_TIME)
     if step is None:
         return
     synced = ph.timed(step, ctx.sync)
@@ -38,35 +50,35 @@ def measure(ctx):
     boundary = f"sync ({ctx.sync_name}) at every phase boundary (hooks)"
     medians = {}
     for phase, samples in phases.items():
-        medians[phase] = ctx.summary(samples, variant=f"sync/{phase}", metric="phase_time",
+        medians[phase] = ctx.summary(samples, variant=SYNC + phase, metric=PHASE_TIME,
                                      window=window, sync_boundary=boundary)["median"]
     total_of_medians = sum(medians.values())
     for phase, med in medians.items():
-        ctx.row(variant=f"sync/{phase}", metric="phase_share", value=100 * med / total_of_medians,
+        ctx.row(variant=SYNC + phase, metric=PHASE_SHARE, value=100 * med / total_of_medians,
                 unit="%", n=t["repeats"], window=window,
                 sync_boundary=boundary + "; share of the sum of phase medians")
-    ctx.row(variant="sum_of_phases", metric="step_latency", value=total_of_medians, unit="ms",
+    ctx.row(variant=SUM_OF_PHASES, metric="step_latency", value=total_of_medians, unit="ms",
             n=t["repeats"], window=window, sync_boundary="sum of the per-phase medians")
 
     total = ctx.summary(timing.time_calls(plain, warmup=0, repeats=t["repeats"], sync=ctx.sync),
-                        variant="uninstrumented_total", metric="step_latency", window=window,
+                        variant=UNINSTRUMENTED_TOTAL, metric="step_latency", window=window,
                         sync_boundary="synchronized at both ends of the step only")
     gap = total_of_medians - total["median"]
-    ctx.row(variant="sum_minus_total", metric="step_latency", value=gap, unit="ms",
+    ctx.row(variant=SUM_MINUS_TOTAL, metric="step_latency", value=gap, unit="ms",
             n=t["repeats"], window=window,
             sync_boundary="sum of phase medians - uninstrumented median")
-    ctx.row(variant="sum_minus_total", metric="step_latency_rel",
+    ctx.row(variant=SUM_MINUS_TOTAL, metric=STEP_LATENCY_REL,
             value=100 * gap / total["median"], unit="%", n=t["repeats"], window=window,
             sync_boundary="sum of phase medians - uninstrumented median, % of the latter")
 
     for phase, counts in entries.items():
-        ctx.row(variant=f"sync/{phase}", metric="entries_per_step",
+        ctx.row(variant=SYNC + phase, metric=ENTRIES_PER_STEP,
                 value=sorted(counts)[len(counts) // 2], unit="count", statistic="median",
                 n=len(counts), window=window, sync_boundary="how often the hooks entered the "
                 "phase in one step (0: its boundary never fired, e.g. no optimizer step)")
     free, _ = ph.samples(unsynced, t["repeats"])
     for phase, samples in free.items():
-        ctx.summary(samples, variant=f"nosync/{phase}", metric="phase_time", window=window,
+        ctx.summary(samples, variant=NOSYNC + phase, metric=PHASE_TIME, window=window,
                     sync_boundary="clock read at each boundary with no sync: submission times; "
                                   "float(loss) in logging is the first host read")
     largest = max(medians, key=medians.get)
@@ -77,4 +89,4 @@ def measure(ctx):
 
 
 if __name__ == "__main__":
-    run("E05", measure, globals().get("snakemake"))
+    run(EID, measure, globals().get("snakemake"))

@@ -18,6 +18,7 @@ from perflab.experiments.e06_events_vs_wall import (
     CALLS_REDONE,
     DEVICE,
     DEVICE_LEAD,
+    EID,
     HOST_EXPOSED,
     HOST_EXPOSED_SHARE,
     IDLE_EVENTS,
@@ -103,4 +104,4 @@ def measure(ctx):
 
 
 if __name__ == "__main__":
-    run("E06", measure, globals().get("snakemake"))
+    run(EID, measure, globals().get("snakemake"))

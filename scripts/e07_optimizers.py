@@ -15,12 +15,24 @@ change is measured back to back.
 import copy
 
 from perflab import optim, steps, timing
+from perflab.experiments.e07_optimizers import (
+    EID,
+    FOREACH,
+    FUSED,
+    FUSED_VS_FOREACH,
+    MAX_ABS_DIFF,
+    OPTIMIZER_STEP,
+    PARAMETER_SCALE,
+    STEP_FOREACH,
+    STEP_FUSED,
+    UPDATE_SCALE,
+)
 from perflab.runner import run
 
 
 def measure(ctx):
     p, t = ctx.params, ctx.timing
-    step = ctx.step(variants=tuple(p["optimizers"]), metric="optimizer_step")
+    step = ctx.step(variants=tuple(p["optimizers"]), metric=OPTIMIZER_STEP)
     if step is None:
         return
     w = step.workload
@@ -40,37 +52,37 @@ def measure(ctx):
             samples = timing.time_calls(opt.step, warmup=t["warmup"], repeats=t["repeats"],
                                         sync=ctx.sync)
         except (RuntimeError, TypeError, ValueError) as exc:  # e.g. fused not built here
-            ctx.unsupported(variant=name, metric="optimizer_step", unit="ms",
+            ctx.unsupported(variant=name, metric=OPTIMIZER_STEP, unit="ms",
                             reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
             ctx.log(f"{name}: unsupported ({exc})")
             continue
-        s = ctx.summary(samples, variant=name, metric="optimizer_step", window=window,
+        s = ctx.summary(samples, variant=name, metric=OPTIMIZER_STEP, window=window,
                         sync_boundary="synchronized at both ends of each .step()")
         ctx.log(f"{name}: median {s['median']:.3f} ms IQR {s['iqr']:.3f}")
         del opt
 
     try:
-        agree = optim.one_step_agreement(fresh, grads, optim.factory("adamw_foreach", lr),
-                                         optim.factory("adamw_fused", lr))
+        agree = optim.one_step_agreement(fresh, grads, optim.factory(FOREACH, lr),
+                                         optim.factory(FUSED, lr))
     except (RuntimeError, TypeError, ValueError) as exc:
-        ctx.unsupported(variant="fused_vs_foreach", metric="max_abs_diff", unit="abs",
+        ctx.unsupported(variant=FUSED_VS_FOREACH, metric=MAX_ABS_DIFF, unit="abs",
                         reason=f"fused AdamW unavailable: {exc}")
         return
-    one = dict(variant="fused_vs_foreach", n=1, window="one step from identical state and gradients",
+    one = dict(variant=FUSED_VS_FOREACH, n=1, window="one step from identical state and gradients",
                sync_boundary="values compared after both steps")
-    ctx.row(metric="max_abs_diff", value=agree["max_abs_diff"], unit="abs", **one)
-    ctx.row(metric="parameter_scale", value=agree["parameter_scale"], unit="mean |p|", **one)
-    ctx.row(metric="update_scale", value=agree["update_scale"], unit="mean |dp|", **one)
+    ctx.row(metric=MAX_ABS_DIFF, value=agree["max_abs_diff"], unit="abs", **one)
+    ctx.row(metric=PARAMETER_SCALE, value=agree["parameter_scale"], unit="mean |p|", **one)
+    ctx.row(metric=UPDATE_SCALE, value=agree["update_scale"], unit="mean |dp|", **one)
     ctx.log(f"fused vs foreach: max |diff| {agree['max_abs_diff']:.2e} "
             f"(parameter scale {agree['parameter_scale']:.2e}, update {agree['update_scale']:.2e})")
 
     model_a, model_b = copy.deepcopy(fresh), copy.deepcopy(fresh)
     step_a, step_b = (steps.build(w, ctx.device, model=m, batches=step.batches,
                                   optimizer=optim.factory(name, lr)(optim.trainable(m)))
-                      for m, name in ((model_a, "adamw_foreach"), (model_b, "adamw_fused")))
+                      for m, name in ((model_a, FOREACH), (model_b, FUSED)))
     res = timing.interleaved_ab(step_a, step_b, blocks=p["pair_blocks"], inner=p["pair_inner"],
                                 warmup=t["warmup"], sync=ctx.sync)
-    d = ctx.ab(res, a="step_adamw_foreach", b="step_adamw_fused", batch_size=w.batch_size,
+    d = ctx.ab(res, a=STEP_FOREACH, b=STEP_FUSED, batch_size=w.batch_size,
                window=f"full training step, {p['pair_blocks']} interleaved blocks of "
                       f"{p['pair_inner']} after warmup {t['warmup']}")
     ctx.log(f"full step foreach {d['a']:.3f} ms vs fused {d['b']:.3f} ms "
@@ -78,4 +90,4 @@ def measure(ctx):
 
 
 if __name__ == "__main__":
-    run("E07", measure, globals().get("snakemake"))
+    run(EID, measure, globals().get("snakemake"))

@@ -8,8 +8,7 @@ import pytest
 from perflab import diagnose, io, ledger
 from perflab.experiments import e06_events_vs_wall as e06
 from perflab.experiments.c00_calibration import AA_FLOOR
-
-PHASES = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer", "logging")
+from perflab.vocabulary import PHASES
 
 
 def _row(eid, variant, metric, value, statistic="value", device="cpu", unit="x"):

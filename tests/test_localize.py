@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from experiments import load_script, run_tiny
 
 from perflab import io, optim, phases, steps, tables, timing, workloads
+from perflab.experiments import e05_phases
 from perflab.experiments import e06_events_vs_wall as e06
 
 
@@ -35,6 +36,8 @@ def test_e05_rows_and_phase_sum(tiny_cfg, tmp_path):
     assert reported == pytest.approx(sync_medians)
     shares = rows[rows.metric == "phase_share"].value
     assert shares.sum() == pytest.approx(100.0)
+    # the accessor the ledger, the diagnosis and E14's claim read: every phase, in order
+    assert list(e05_phases.phase_shares(rows)) == list(steps.PHASES)
     total = rows[(rows.variant == "uninstrumented_total") & (rows.statistic == "median")]
     # the brackets neither drop nor double-count a phase: on this noisy 2-core machine the
     # tolerance is wide (the chapter saw +5% on its GPU), but a missing or doubled phase fails it

@@ -1,8 +1,16 @@
-"""C00: the read side of scripts/c00_calibration.py (its entry, table, figure and claims)."""
+"""C00 · Calibration: what do the instruments cost, and how small an effect can we resolve?
+
+``scripts/c00_calibration.py`` runs first and measures the harness's own floors (the
+clock, an idle synchronize, an empty call through the helper, CUDA events, a fresh
+process), the profiler's overhead, the A/A noise floor beside a planted 2x slowdown, and
+the helper against peer timers. This module names those rows and reads them back: the
+table, the figure, and :func:`floors`, the numbers the ledger and
+:mod:`perflab.calibration` (the floor every A/B is judged against) read.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -12,23 +20,46 @@ from perflab.tables import Missing, make_table, pick, rows_of
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+EID = "C00"
 
 ENTRY = Experiment(
-        "C00",
-        "calibration",
-        "Calibration: the harness's own floors, the A/A noise floor, and peer timers",
-        "calibration",
-        cpu_behaviour="CUDA-event and do_bench rows unsupported; sync is a no-op, so its "
-        "cost is a Python call",
+    EID,
+    "calibration",
+    "Calibration: the harness's own floors, the A/A noise floor, and peer timers",
+    "calibration",
+    cpu_behaviour="CUDA-event and do_bench rows unsupported; sync is a no-op, so its "
+    "cost is a Python call",
     report_section="0 · Calibration: the harness's own floors",
 )
-
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the calibration measures the harness itself (timer, process and profiler floors, "
              "the A/A noise floor, peer timers): the other claims are judged against its "
              "floors, so it has no finding of the chapter to reproduce")
 
+# ------------------------------------------------------------------ the rows the job writes
+
+#: the clock: its measured tick (median) and declared resolution (value)
+CLOCK, TICK, RESOLUTION_DECLARED = "clock/perf_counter", "tick", "resolution_declared"
+#: one synchronize on an idle device
+SYNC_IDLE, SYNC_COST = "sync/idle", "sync_cost"
+#: an empty callable timed through the helper: the floor of every timing
+EMPTY_CALL, CALL_LATENCY = "floor/empty_call", "call_latency"
+#: CUDA events: device time of an empty pair, and the host's cost of recording a pair
+EVENTS_EMPTY_PAIR, EVENT_ELAPSED = "events/empty_pair", "event_elapsed"
+EVENTS_RECORD_PAIR, HOST_RECORD_COST = "events/record_pair", "host_record_cost"
+#: fresh processes, each stage (metric PROCESS_WALL) including the one before it
+PROCESS_INTERPRETER = "process/interpreter"
+PROCESS_IMPORT_TORCH = "process/import_torch"
+PROCESS_DEVICE_INIT = "process/device_init"
+PROCESS_WALL = "process_wall"
+#: the reference step without and with the profiler (``step_latency``), and the overhead
+PROFILER_UNPROFILED, PROFILER_PROFILED = "profiler/unprofiled", "profiler/profiled"
+PROFILER_OVERHEAD, OVERHEAD_REL = "profiler/overhead", "overhead_rel"
+#: the A/A pair (two independent copies of the step as A and B) and the planted 2x pair;
+#: Context.ab writes each pair's judgement under ``<b>_minus_<a>``
+AA_A, AA_B = "aa_a", "aa_b"
+PLANTED_A, PLANTED_2X = "planted_a", "planted_2x"
 #: the A/A floor's rows (variant, metric): the 95% upper bound of |median paired block
 #: difference| / median(A) in %, the statistic every A/B is judged by (perflab.stats.aa_floor_pct)
 AA_FLOOR = ("aa", "aa_median_diff_bound")
@@ -38,35 +69,65 @@ AA_FLOOR_SHORT = ("aa/short_blocks", "aa_median_diff_bound")
 AA_BLOCK = ("aa", "block_duration")
 #: calls per block of the short-block floor (at most the A/A's own calls per block)
 AA_SHORT_INNER = 10
+AA_DIFFERENCE, PLANTED_DIFFERENCE = f"{AA_B}_minus_{AA_A}", f"{PLANTED_2X}_minus_{PLANTED_A}"
+#: peer timers on the same step (``step_latency``) and their medians over the helper's
+PEER_HELPER, PEER_TIMER, PEER_DO_BENCH = "peer/helper", "peer/timer", "peer/do_bench"
+PEER_TIMER_OVER_HELPER = "peer/timer_over_helper"
+PEER_DO_BENCH_OVER_HELPER = "peer/do_bench_over_helper"
+RATIO = "ratio"
 
+# ------------------------------------------------------------------ what the views read
 
-#: C00's table: (measurement, variant, metric, statistic)
-C00_ROWS = (
-    ("clock tick (perf_counter, measured)", "clock/perf_counter", "tick", "median"),
-    ("clock resolution (declared)", "clock/perf_counter", "resolution_declared", "value"),
-    ("one synchronize, idle device", "sync/idle", "sync_cost", "median"),
-    ("empty call through the helper (timer floor)", "floor/empty_call", "call_latency", "median"),
-    ("CUDA events: empty pair, device time", "events/empty_pair", "event_elapsed", "median"),
-    ("CUDA events: host cost of recording a pair", "events/record_pair", "host_record_cost",
-     "median"),
-    ("fresh process: interpreter", "process/interpreter", "process_wall", "median"),
-    ("fresh process: + import torch", "process/import_torch", "process_wall", "median"),
-    ("fresh process: + device init", "process/device_init", "process_wall", "median"),
-    ("reference step, unprofiled", "profiler/unprofiled", "step_latency", "median"),
-    ("reference step, profiled", "profiler/profiled", "step_latency", "median"),
-    ("profiler overhead", "profiler/overhead", "overhead_rel", "value"),
-    ("A/A: B - A", "aa_b_minus_aa_a", "ab_effect", "value"),
-    ("A/A floor: 95% bound of |median paired block difference|", *AA_FLOOR, "value"),
-    ("A/A floor, blocks of the first calls only", *AA_FLOOR_SHORT, "value"),
-    ("A/A block duration", *AA_BLOCK, "value"),
-    ("planted 2x: B - A", "planted_2x_minus_planted_a", "ab_effect", "value"),
-    ("planted 2x: relative", "planted_2x_minus_planted_a", "ab_effect_rel", "value"),
-    ("step: project helper", "peer/helper", "step_latency", "median"),
-    ("step: torch.utils.benchmark Timer", "peer/timer", "step_latency", "median"),
-    ("step: triton do_bench", "peer/do_bench", "step_latency", "median"),
-    ("Timer / helper", "peer/timer_over_helper", "ratio", "value"),
-    ("do_bench / helper", "peer/do_bench_over_helper", "ratio", "value"),
+#: every line of the table: (measurement, variant, metric, statistic, key); ``key`` names
+#: the number in :func:`floors` (the ledger's field), None for a line only the table shows
+LINES = (
+    ("clock tick (perf_counter, measured)", CLOCK, TICK, "median", "clock_tick_ms"),
+    ("clock resolution (declared)", CLOCK, RESOLUTION_DECLARED, "value", None),
+    ("one synchronize, idle device", SYNC_IDLE, SYNC_COST, "median", "sync_ms"),
+    ("empty call through the helper (timer floor)", EMPTY_CALL, CALL_LATENCY, "median",
+     "empty_call_ms"),
+    ("CUDA events: empty pair, device time", EVENTS_EMPTY_PAIR, EVENT_ELAPSED, "median",
+     "event_pair_ms"),
+    ("CUDA events: host cost of recording a pair", EVENTS_RECORD_PAIR, HOST_RECORD_COST,
+     "median", "event_record_ms"),
+    ("fresh process: interpreter", PROCESS_INTERPRETER, PROCESS_WALL, "median",
+     "process_interpreter_ms"),
+    ("fresh process: + import torch", PROCESS_IMPORT_TORCH, PROCESS_WALL, "median",
+     "process_import_torch_ms"),
+    ("fresh process: + device init", PROCESS_DEVICE_INIT, PROCESS_WALL, "median",
+     "process_device_init_ms"),
+    ("reference step, unprofiled", PROFILER_UNPROFILED, "step_latency", "median", None),
+    ("reference step, profiled", PROFILER_PROFILED, "step_latency", "median", None),
+    ("profiler overhead", PROFILER_OVERHEAD, OVERHEAD_REL, "value", "profiler_overhead_pct"),
+    ("A/A: B - A", AA_DIFFERENCE, "ab_effect", "value", None),
+    ("A/A floor: 95% bound of |median paired block difference|", *AA_FLOOR, "value",
+     "aa_floor_pct"),
+    ("A/A floor, blocks of the first calls only", *AA_FLOOR_SHORT, "value", None),
+    ("A/A block duration", *AA_BLOCK, "value", "aa_block_ms"),
+    ("planted 2x: B - A", PLANTED_DIFFERENCE, "ab_effect", "value", None),
+    ("planted 2x: relative", PLANTED_DIFFERENCE, "ab_effect_rel", "value", None),
+    ("step: project helper", PEER_HELPER, "step_latency", "median", None),
+    ("step: torch.utils.benchmark Timer", PEER_TIMER, "step_latency", "median", None),
+    ("step: triton do_bench", PEER_DO_BENCH, "step_latency", "median", None),
+    ("Timer / helper", PEER_TIMER_OVER_HELPER, RATIO, "value", "timer_over_helper"),
+    ("do_bench / helper", PEER_DO_BENCH_OVER_HELPER, RATIO, "value", "do_bench_over_helper"),
 )
+#: (key, variant, metric, statistic) of the numbers :func:`floors` reads, in the table's order
+FLOOR_ROWS = tuple((key, variant, metric, statistic)
+                   for _, variant, metric, statistic, key in LINES if key)
+
+
+def floors(frame: pd.DataFrame) -> dict[str, Any]:
+    """The calibration's numbers by key (:data:`FLOOR_ROWS`); a Missing where not measured."""
+    rows = frame[frame.experiment == EID]
+    out: dict[str, Any] = {}
+    for key, variant, metric, statistic in FLOOR_ROWS:
+        v = pick(rows, variant, metric, statistic)
+        out[key] = v if isinstance(v, Missing) else float(v)
+    return out
+
+
+# ------------------------------------------------------------------ table and figure
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -79,9 +140,9 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     for blocks about as long as the A/A's (its block duration); the short-block
     line shows how much it grows for shorter blocks.
     """
-    r = rows_of("C00", frame)
+    r = rows_of(EID, frame)
     records = []
-    for label, variant, metric, statistic in C00_ROWS:
+    for label, variant, metric, statistic, _ in LINES:
         value = pick(r, variant, metric, statistic)
         unit = pick(r, variant, metric, statistic, field="unit")
         rec = {"measurement": label, "value": value,
@@ -95,32 +156,45 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
             rec["resolved"] = pick(r, variant, "ab_resolved", "value")
         records.append(rec)
     return make_table(records, ["measurement", "value", "unit", "n", "ci_low", "ci_high", "p",
-                            "resolved"])
+                                "resolved"])
 
 
-#: C00's left panel: (label, variant, metric), each a median in ms shown in µs
-C00_COSTS = (
-    ("clock tick", "clock/perf_counter", "tick"),
-    ("idle synchronize", "sync/idle", "sync_cost"),
-    ("empty call (helper)", "floor/empty_call", "call_latency"),
-    ("CUDA event pair", "events/empty_pair", "event_elapsed"),
-    ("event record (host)", "events/record_pair", "host_record_cost"),
-    ("process: interpreter", "process/interpreter", "process_wall"),
-    ("process: + torch", "process/import_torch", "process_wall"),
-    ("process: + device", "process/device_init", "process_wall"),
+#: the figure's left panel: (label, variant, metric), each a median in ms shown in µs
+COST_BARS = (
+    ("clock tick", CLOCK, TICK),
+    ("idle synchronize", SYNC_IDLE, SYNC_COST),
+    ("empty call (helper)", EMPTY_CALL, CALL_LATENCY),
+    ("CUDA event pair", EVENTS_EMPTY_PAIR, EVENT_ELAPSED),
+    ("event record (host)", EVENTS_RECORD_PAIR, HOST_RECORD_COST),
+    ("process: interpreter", PROCESS_INTERPRETER, PROCESS_WALL),
+    ("process: + torch", PROCESS_IMPORT_TORCH, PROCESS_WALL),
+    ("process: + device", PROCESS_DEVICE_INIT, PROCESS_WALL),
 )
+#: the figure's right panel: each side of the two pairs, (variant, label, marker)
+PAIR_SIDES = ((AA_A, "A/A: A", "o"), (AA_B, "A/A: B", "s"), (PLANTED_A, "planted: A", "^"),
+              (PLANTED_2X, "planted: B = step twice", "v"))
 
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The harness's own floors (log µs) and the A/A pair beside the planted 2x pair."""
     # plotting is imported here, not above: timing jobs import this module
-    import seaborn as sns
-    from matplotlib.ticker import FixedLocator, FuncFormatter
+    from perflab.figures import new_figure
 
-    from perflab.figures import add_note, new_figure
-    fig, (ax1, ax2) = new_figure("C00", rows, ncols=2, width=11)
+    fig, (ax1, ax2) = new_figure(EID, rows, ncols=2, width=11)
+    _draw_costs(ax1, rows)
+    _draw_pairs(ax2, rows, samples)
+    return fig
+
+
+def _draw_costs(ax, rows: pd.DataFrame) -> None:
+    """What each instrument costs, one bar per :data:`COST_BARS` line, on a log µs axis."""
+    import seaborn as sns
+    from matplotlib.ticker import FuncFormatter
+
+    from perflab.figures import add_note
+
     labels, values, notes = [], [], []
-    for label, variant, metric in C00_COSTS:
+    for label, variant, metric in COST_BARS:
         v = pick(rows, variant, metric)
         if isinstance(v, Missing):
             notes.append(f"{label}: {v}")
@@ -128,30 +202,35 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
         labels.append(label)
         values.append(float(v) * 1e3)
     if values:
-        sns.barplot(x=values, y=labels, ax=ax1, color=sns.color_palette()[0])
-        ax1.set_xscale("log")
-        ax1.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax1.set_xlabel("median, µs (log scale)")
-    ax1.set_ylabel("")
-    ax1.set_title("what the instruments cost", fontsize=10)
-    add_note(ax1, notes, loc="upper right")
-    s = samples[(samples.experiment == "C00")
-                & samples.variant.isin(["aa_a", "aa_b", "planted_a", "planted_2x"])]
+        sns.barplot(x=values, y=labels, ax=ax, color=sns.color_palette()[0])
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("median, µs (log scale)")
+    ax.set_ylabel("")
+    ax.set_title("what the instruments cost", fontsize=10)
+    add_note(ax, notes, loc="upper right")
+
+
+def _draw_pairs(ax, rows: pd.DataFrame, samples: pd.DataFrame) -> None:
+    """The A/A pair's and the planted pair's block medians, block by block."""
+    from matplotlib.ticker import FixedLocator
+
+    from perflab.figures import add_note
+
+    s = samples[(samples.experiment == EID)
+                & samples.variant.isin([variant for variant, _, _ in PAIR_SIDES])]
     if s.empty:
-        add_note(ax2, ["no samples of the A/A or planted pairs"], loc="upper left")
+        add_note(ax, ["no samples of the A/A or planted pairs"], loc="upper left")
     else:
         blocks = s.groupby(["variant", "block"]).value.median().reset_index()
-        for variant, label, marker in (("aa_a", "A/A: A", "o"), ("aa_b", "A/A: B", "s"),
-                                       ("planted_a", "planted: A", "^"),
-                                       ("planted_2x", "planted: B = step twice", "v")):
+        for variant, label, marker in PAIR_SIDES:
             d = blocks[blocks.variant == variant]
-            ax2.plot(d.block, d.value, marker=marker, label=label)
-        ax2.set_xlabel("block (A and B alternate AB, BA, ...)")
-        ax2.set_ylabel("block median, ms per call")
-        ax2.xaxis.set_major_locator(FixedLocator(sorted(blocks.block.unique())))
-        ax2.legend(loc="best", fontsize=8)
+            ax.plot(d.block, d.value, marker=marker, label=label)
+        ax.set_xlabel("block (A and B alternate AB, BA, ...)")
+        ax.set_ylabel("block median, ms per call")
+        ax.xaxis.set_major_locator(FixedLocator(sorted(blocks.block.unique())))
+        ax.legend(loc="best", fontsize=8)
     floor = pick(rows, *AA_FLOOR, "value")
-    ax2.set_title("A/A noise" + ("" if isinstance(floor, Missing)
-                                 else f" (floor {float(floor):.2f}%)") + " vs a planted 2x",
-                  fontsize=10)
-    return fig
+    ax.set_title("A/A noise" + ("" if isinstance(floor, Missing)
+                                else f" (floor {float(floor):.2f}%)") + " vs a planted 2x",
+                 fontsize=10)

@@ -1,4 +1,13 @@
-"""E05: the read side of scripts/e05_phases.py (its entry, table, figure and claims)."""
+"""E05 · Localize: where does the training step's time go, phase by phase?
+
+``scripts/e05_phases.py`` brackets the step into the seven phases of
+:data:`perflab.vocabulary.PHASES` and times each with the device synchronized at every
+boundary (each phase charged for its own work) and with the same brackets
+unsynchronized (the first host read absorbs the backlog), beside the uninstrumented
+step. This module names the rows it writes and reads them back: the table, the figure,
+claims C10-C13, and :func:`phase_shares` / :func:`phase_share_row` for the ledger, the
+diagnosis and E14's claim.
+"""
 
 from __future__ import annotations
 
@@ -6,45 +15,94 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, claim, holds, judge, pct, phase_shares, resolved
+from perflab import ab
+from perflab.claims import (
+    Absent,
+    Decision,
+    Evidence,
+    claim,
+    holds,
+    judge,
+    leader,
+    pct,
+    resolved,
+)
+from perflab.claims import phase_shares as shares_of
 from perflab.experiments import Experiment
-from perflab.tables import make_table, pick, rows_of
+from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.vocabulary import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+EID = "E05"
 
 ENTRY = Experiment(
-        "E05",
-        "phases",
-        "Localize: the seven phases of the step, with and without per-phase sync",
-        "localize",
-        cpu_behaviour="host-to-device is a no-op copy and sync is a no-op: no backlog to absorb",
-    report_section='4 · Localize: decompose the step',
+    EID,
+    "phases",
+    "Localize: the seven phases of the step, with and without per-phase sync",
+    "localize",
+    cpu_behaviour="host-to-device is a no-op copy and sync is a no-op: no backlog to absorb",
+    report_section="4 · Localize: decompose the step",
 )
+
+#: variant prefixes: each phase timed with the device synchronized at every boundary
+#: (``sync/forward``), and the same brackets with no sync (``nosync/forward``)
+SYNC, NOSYNC = "sync/", "nosync/"
+#: the sum of the synchronized phase medians, the step without brackets, and sum - total
+SUM_OF_PHASES = "sum_of_phases"
+UNINSTRUMENTED_TOTAL = "uninstrumented_total"
+SUM_MINUS_TOTAL = "sum_minus_total"
+#: one phase's time per step (ms), and its share of the sum of the phase medians (%)
+PHASE_TIME = "phase_time"
+PHASE_SHARE = "phase_share"
+#: how many times a phase's hooks fired per step (perflab.phases): a phase the step never
+#: entered, or entered twice, shows here
+ENTRIES_PER_STEP = "entries_per_step"
+#: the metric of SUM_MINUS_TOTAL as % of the uninstrumented median (perflab.ab's name for a
+#: difference relative to its baseline)
+STEP_LATENCY_REL = "step_latency" + ab.REL
+
+
+def phase_share_row(phase: str) -> tuple[str, str, str, str]:
+    """(experiment, variant, metric, statistic) of ``phase``'s synchronized share."""
+    return EID, SYNC + phase, PHASE_SHARE, "value"
+
+
+#: (experiment, variant, metric, statistic) of the phase sum's distance from the step, %
+SUM_GAP_ROW = (EID, SUM_MINUS_TOTAL, STEP_LATENCY_REL, "value")
+
+
+def phase_shares(rows: pd.DataFrame) -> dict[str, float]:
+    """{phase: % of the sum of the synchronized phase medians}, in the order of PHASES.
+
+    Only the phases E05 measured; empty when it did not run.
+    """
+    if rows.empty:
+        return {}
+    r = rows_of(EID, rows)
+    picked = {ph: pick(r, SYNC + ph, PHASE_SHARE, "value") for ph in PHASES}
+    return {ph: float(v) for ph, v in picked.items() if not isinstance(v, Missing)}
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Seven phases: synchronized median, IQR, share; the unsynchronized brackets beside."""
-    r = rows_of("E05", frame)
-    records = []
-    for ph in ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
-               "logging"):
-        records.append({
-            "phase": ph,
-            "median_ms": pick(r, f"sync/{ph}", "phase_time"),
-            "iqr_ms": pick(r, f"sync/{ph}", "phase_time", "iqr"),
-            "share_pct": pick(r, f"sync/{ph}", "phase_share", "value"),
-            "no_sync_median_ms": pick(r, f"nosync/{ph}", "phase_time"),
-        })
-    records.append({"phase": "sum of phases", "median_ms": pick(r, "sum_of_phases",
-                                                                statistic="value")})
+    r = rows_of(EID, frame)
+    records = [{
+        "phase": ph,
+        "median_ms": pick(r, SYNC + ph, PHASE_TIME),
+        "iqr_ms": pick(r, SYNC + ph, PHASE_TIME, "iqr"),
+        "share_pct": pick(r, SYNC + ph, PHASE_SHARE, "value"),
+        "no_sync_median_ms": pick(r, NOSYNC + ph, PHASE_TIME),
+    } for ph in PHASES]
+    records.append({"phase": "sum of phases",
+                    "median_ms": pick(r, SUM_OF_PHASES, statistic="value")})
     records.append({"phase": "measured total (uninstrumented)",
-                    "median_ms": pick(r, "uninstrumented_total"),
-                    "iqr_ms": pick(r, "uninstrumented_total", statistic="iqr")})
-    records.append({"phase": "sum - total", "median_ms": pick(r, "sum_minus_total",
-                                                              statistic="value"),
-                    "share_pct": pick(r, "sum_minus_total", "step_latency_rel", "value")})
+                    "median_ms": pick(r, UNINSTRUMENTED_TOTAL),
+                    "iqr_ms": pick(r, UNINSTRUMENTED_TOTAL, statistic="iqr")})
+    records.append({"phase": "sum - total",
+                    "median_ms": pick(r, SUM_MINUS_TOTAL, statistic="value"),
+                    "share_pct": pick(r, SUM_MINUS_TOTAL, STEP_LATENCY_REL, "value")})
     return make_table(records, ["phase", "median_ms", "iqr_ms", "share_pct", "no_sync_median_ms"])
 
 
@@ -57,15 +115,14 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     import seaborn as sns
 
     from perflab.figures import add_note, bar_cell, draw_bars, new_figure, num
-    r = rows[rows.experiment == "E05"]
-    fig, (ax, ax2) = new_figure("E05", r, ncols=2, width=12.0,
-                                 gridspec_kw={"width_ratios": [3, 1]})
-    phases = ["input_wait", "host_to_device", "forward", "loss", "backward", "optimizer",
-              "logging"]
+
+    r = rows[rows.experiment == EID]
+    fig, (ax, ax2) = new_figure(EID, r, ncols=2, width=12.0,
+                                gridspec_kw={"width_ratios": [3, 1]})
+    phases = list(PHASES)
     notes = draw_bars(ax, phases, {
-        "sync at every boundary": [bar_cell(r, f"sync/{ph}", metric="phase_time")
-                                   for ph in phases],
-        "no sync (submission times)": [bar_cell(r, f"nosync/{ph}", metric="phase_time")
+        "sync at every boundary": [bar_cell(r, SYNC + ph, metric=PHASE_TIME) for ph in phases],
+        "no sync (submission times)": [bar_cell(r, NOSYNC + ph, metric=PHASE_TIME)
                                        for ph in phases],
     })
     ax.set_ylabel("median ms per phase (error bar: p25..p75)")
@@ -74,12 +131,12 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # the phase sum, stacked by phase, beside the uninstrumented step
     bottom = 0.0
     for ph, colour in zip(phases, sns.color_palette("tab10", len(phases))):
-        v = num(pick(r, f"sync/{ph}", "phase_time"))
+        v = num(pick(r, SYNC + ph, PHASE_TIME))
         if v is None:
             continue
         ax2.bar(0, v, bottom=bottom, color=colour, width=0.6, label=ph)
         bottom += v
-    total = num(pick(r, "uninstrumented_total"))
+    total = num(pick(r, UNINSTRUMENTED_TOTAL))
     if total is not None:
         ax2.bar(1, total, color="#555555", width=0.6)
     ax2.set_xticks([0, 1], ["sum of\nphase medians", "uninstrumented\nstep (median)"])
@@ -88,11 +145,41 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     return fig
 
 
-@claim("C10", "E05", "the optimizer is the largest phase of the controlled step",
+def _shares(ev: Evidence) -> dict[str, float]:
+    """The synchronized phase shares as a claim reads them: :class:`Absent` when E05 wrote
+    none, :class:`Unmeasured` when one of them is an error row."""
+    return shares_of(ev, EID, SYNC)
+
+
+def largest_phase(ev: Evidence) -> tuple[str, dict[str, float], Decision]:
+    """E05's largest synchronized phase, the shares, and whether it is ahead beyond the noise.
+
+    Decided when its median phase time exceeds the runner-up's by more than the wider of
+    the two phases' IQRs (E05 writes each phase's per-step samples' spread).
+    """
+    shares = _shares(ev)
+    top, second = leader(shares)
+    if not second:
+        return top, shares, (True, "one phase")
+    med = {p: ev.value(EID, SYNC + p, PHASE_TIME) for p in (top, second)}
+    iqr = [ev.maybe(EID, SYNC + p, PHASE_TIME, "iqr") for p in (top, second)]
+    if None in iqr:
+        return top, shares, (False, "not resolved: no IQR of the phase times")
+    gap, noise = med[top] - med[second], max(iqr)
+    return top, shares, (gap > noise, f"{top} - {second} {gap:.3g} ms vs IQR {noise:.3g} ms")
+
+
+#: C11: the phase sum is "near" the uninstrumented step within this % of it
+SUM_GAP_PCT = 10
+#: C13: input wait is no bottleneck below this share of the step (%)
+INPUT_WAIT_PCT = 5
+
+
+@claim("C10", EID, "the optimizer is the largest phase of the controlled step",
        chapter="optimizer 51.3%, backward 28.4%, forward 17.4%",
        tolerance="optimizer has the largest share")
 def _optimizer_largest(ev):
-    s = phase_shares(ev, "E05", "sync/")
+    s = _shares(ev)
     top = max(s, key=s.get)
     opt = s.get("optimizer", float("nan"))
     second = max((p for p in s if p != "optimizer"), key=s.get, default="")
@@ -101,33 +188,37 @@ def _optimizer_largest(ev):
                            f"({s[top]:.1f}% vs {opt:.1f}%)")
 
 
-@claim("C11", "E05", "per-phase synchronization moves the total by little: the phase sum is near the uninstrumented step",
-       chapter="sum 17.560 vs total 16.758 ms (+4.8%)", tolerance="|sum - total| < 10% of total")
+@claim("C11", EID, "per-phase synchronization moves the total by little: the phase sum is near "
+       "the uninstrumented step",
+       chapter="sum 17.560 vs total 16.758 ms (+4.8%)",
+       tolerance=f"|sum - total| < {SUM_GAP_PCT}% of total")
 def _phase_sum_close(ev):
-    rel = ev.value("E05", "sum_minus_total", "step_latency_rel", "value")
-    return holds(abs(rel) < 10, f"sum - total {pct(rel)}",
-                 mechanism="per-phase synchronization perturbs this step by more than 10%")
+    rel = ev.value(*SUM_GAP_ROW)
+    return holds(abs(rel) < SUM_GAP_PCT, f"sum - total {pct(rel)}",
+                 mechanism="per-phase synchronization perturbs this step by more than "
+                           f"{SUM_GAP_PCT}%")
 
 
-@claim("C12", "E05", "without per-phase sync the first host read (logging) absorbs the backlog",
+@claim("C12", EID, "without per-phase sync the first host read (logging) absorbs the backlog",
        chapter="logging 11.683 ms unsynchronized vs 0.064 ms synchronized",
        tolerance="unsynchronized logging is the largest unsynchronized phase and beyond the noise")
 def _logging_absorbs(ev):
-    ns = {v.removeprefix("nosync/"): x for v, x in ev.variants("E05", "nosync/", "phase_time").items()}
+    ns = {v.removeprefix(NOSYNC): x for v, x in ev.variants(EID, NOSYNC, PHASE_TIME).items()}
     if not ns:
-        raise Absent("no unsynchronized phases" + ("" if ev.has("E05") else " (E05 not run)"))
-    synced = ev.value("E05", "sync/logging", "phase_time")
-    iqr = ev.maybe("E05", "nosync/logging", "phase_time", "iqr")
+        raise Absent("no unsynchronized phases" + ("" if ev.has(EID) else f" ({EID} not run)"))
+    synced = ev.value(EID, SYNC + "logging", PHASE_TIME)
+    iqr = ev.maybe(EID, NOSYNC + "logging", PHASE_TIME, "iqr")
     top = max(ns, key=ns.get)
     return judge(top == "logging", f"unsynchronized logging {ns['logging']:.3f} ms "
                  f"(synchronized {synced:.3f}); largest unsynchronized phase {top}",
-                 is_resolved=resolved(ev, "E05", "nosync/logging", ns["logging"] - synced, noise=iqr),
+                 is_resolved=resolved(ev, EID, NOSYNC + "logging", ns["logging"] - synced,
+                                      noise=iqr),
                  mechanism=f"no queued device work to absorb: {top} keeps its own time")
 
 
-@claim("C13", "E05", "input wait is not the bottleneck (the batch is resident)",
-       chapter="input_wait 0.2%", tolerance="share < 5%")
+@claim("C13", EID, "input wait is not the bottleneck (the batch is resident)",
+       chapter="input_wait 0.2%", tolerance=f"share < {INPUT_WAIT_PCT}%")
 def _input_wait_small(ev):
-    s = phase_shares(ev, "E05", "sync/")
-    return holds(s["input_wait"] < 5, f"{s['input_wait']:.1f}%",
+    s = _shares(ev)
+    return holds(s["input_wait"] < INPUT_WAIT_PCT, f"{s['input_wait']:.1f}%",
                  mechanism="input wait is a real share of this step: look at the data path first")

@@ -1,4 +1,11 @@
-"""E07: the read side of scripts/e07_optimizers.py (its entry, table, figure and claims)."""
+"""E07 · Intervene: what does the optimizer step cost, and does fused AdamW change it?
+
+``scripts/e07_optimizers.py`` times each optimizer's ``.step()`` alone with the same
+gradients present, checks one fused AdamW step against one foreach step from identical
+state, and runs the whole training step with foreach and with fused AdamW as an
+interleaved pair. This module names those rows and reads them back: the table, the
+figure, claims C15-C18, and the row names the ledger and the diagnosis cite.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from perflab import ab
 from perflab.claims import claim, holds, judge, pct, resolved
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, pick, rows_of
@@ -13,14 +21,35 @@ from perflab.tables import Missing, make_table, pick, rows_of
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+EID = "E07"
 
 ENTRY = Experiment(
-        "E07",
-        "optimizers",
-        "Intervene: the optimizer step in isolation, and fused vs foreach AdamW",
-        "localize",
-    report_section='6 · Intervene, remeasure',
+    EID,
+    "optimizers",
+    "Intervene: the optimizer step in isolation, and fused vs foreach AdamW",
+    "localize",
+    report_section="6 · Intervene, remeasure",
 )
+
+#: the optimizers (names of :func:`perflab.optim.factory`); each isolated ``.step()`` is the
+#: variant of its name, metric OPTIMIZER_STEP
+SGD, SGD_MOMENTUM, FOREACH, FUSED = "sgd", "sgd_momentum", "adamw_foreach", "adamw_fused"
+OPTIMIZERS = (SGD, SGD_MOMENTUM, FOREACH, FUSED)
+OPTIMIZER_STEP = "optimizer_step"
+#: one fused step against one foreach step: the variant and its metrics
+FUSED_VS_FOREACH = "fused_vs_foreach"
+MAX_ABS_DIFF = "max_abs_diff"
+PARAMETER_SCALE = "parameter_scale"
+UPDATE_SCALE = "update_scale"
+#: the full training step with each AdamW, as an interleaved pair (perflab.runner.Context.ab),
+#: and the pair's difference variant (fused - foreach)
+STEP_FOREACH, STEP_FUSED = f"step_{FOREACH}", f"step_{FUSED}"
+STEP_FUSED_MINUS_FOREACH = f"{STEP_FUSED}_minus_{STEP_FOREACH}"
+
+
+def agreement_row(metric: str) -> tuple[str, str, str, str]:
+    """(experiment, variant, metric, statistic) of the one-step fused-vs-foreach check."""
+    return EID, FUSED_VS_FOREACH, metric, "value"
 
 
 def _pair_records(r: pd.DataFrame, a: str, b: str, label_a: str, label_b: str) -> list[dict]:
@@ -32,37 +61,38 @@ def _pair_records(r: pd.DataFrame, a: str, b: str, label_a: str, label_b: str) -
             "measurement": label,
             "median_ms": pick(r, v),
             "iqr_ms": pick(r, v, statistic="iqr"),
-            "block_min_ms": pick(r, v, "block_median", "min"),
-            "block_max_ms": pick(r, v, "block_median", "max"),
+            "block_min_ms": pick(r, v, ab.BLOCK_MEDIAN, "min"),
+            "block_max_ms": pick(r, v, ab.BLOCK_MEDIAN, "max"),
             "examples_per_s": pick(r, v, "throughput"),
         })
     out.append({
         "measurement": f"{label_b} - {label_a}",
         "median_ms": pick(r, d, statistic="value"),
-        "change_pct": pick(r, d, "step_latency_rel", "value"),
-        "wilcoxon_p": pick(r, d, "wilcoxon_p", "value"),
-        "resolved": pick(r, d, "difference_resolved", "value"),
+        "change_pct": pick(r, d, "step_latency" + ab.REL, "value"),
+        "wilcoxon_p": pick(r, d, ab.WILCOXON_P, "value"),
+        "resolved": pick(r, d, ab.RESOLVED, "value"),
     })
     return out
 
 
 PAIR_COLUMNS = ["measurement", "median_ms", "iqr_ms", "block_min_ms", "block_max_ms",
                 "examples_per_s", "change_pct", "wilcoxon_p", "resolved"]
+#: the pair's two sides as the table and the figure label them
+PAIR_LABELS = ("full step, AdamW foreach", "full step, AdamW fused")
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Isolated .step() per optimizer, the one-step correctness check, the end-to-end pair."""
-    r = rows_of("E07", frame)
-    records = [{"measurement": f".step() {v}", "median_ms": pick(r, v, "optimizer_step"),
-                "iqr_ms": pick(r, v, "optimizer_step", "iqr")}
-               for v in ("sgd", "sgd_momentum", "adamw_foreach", "adamw_fused")]
+    r = rows_of(EID, frame)
+    records = [{"measurement": f".step() {v}", "median_ms": pick(r, v, OPTIMIZER_STEP),
+                "iqr_ms": pick(r, v, OPTIMIZER_STEP, "iqr")}
+               for v in OPTIMIZERS]
     records.append({
         "measurement": "one step fused vs foreach: max |diff| (parameter scale)",
-        "max_abs_diff": pick(r, "fused_vs_foreach", "max_abs_diff", "value"),
-        "parameter_scale": pick(r, "fused_vs_foreach", "parameter_scale", "value"),
+        "max_abs_diff": pick(r, FUSED_VS_FOREACH, MAX_ABS_DIFF, "value"),
+        "parameter_scale": pick(r, FUSED_VS_FOREACH, PARAMETER_SCALE, "value"),
     })
-    records += _pair_records(r, "step_adamw_foreach", "step_adamw_fused",
-                             "full step, AdamW foreach", "full step, AdamW fused")
+    records += _pair_records(r, STEP_FOREACH, STEP_FUSED, *PAIR_LABELS)
     return make_table(records, [*PAIR_COLUMNS, "max_abs_diff", "parameter_scale"])
 
 
@@ -73,57 +103,63 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """
     # plotting is imported here, not above: timing jobs import this module
     from perflab.figures import add_note, bar_cell, draw_bars, new_figure, pair_blocks
-    r = rows[rows.experiment == "E07"]
-    fig, (ax, ax2) = new_figure("E07", r, ncols=2, width=12.0)
-    opts = ["sgd", "sgd_momentum", "adamw_foreach", "adamw_fused"]
-    notes = draw_bars(ax, opts, {"median": [bar_cell(r, o, metric="optimizer_step") for o in opts]})
+
+    r = rows[rows.experiment == EID]
+    fig, (ax, ax2) = new_figure(EID, r, ncols=2, width=12.0)
+    opts = list(OPTIMIZERS)
+    notes = draw_bars(ax, opts, {"median": [bar_cell(r, o, metric=OPTIMIZER_STEP) for o in opts]})
     ax.set_ylabel("isolated .step(), median ms (error bar: p25..p75)")
-    diff = pick(r, "fused_vs_foreach", "max_abs_diff", "value")
+    diff = pick(r, FUSED_VS_FOREACH, MAX_ABS_DIFF, "value")
     ax.set_title(f"one fused vs one foreach step: max |diff| = {diff}" if isinstance(diff, Missing)
                  else f"one fused vs one foreach step: max |diff| = {diff:.2e}", fontsize=9)
     add_note(ax, notes, loc="upper right")
-    pair_blocks(ax2, samples, "E07", "step_adamw_foreach", "step_adamw_fused",
-                 ("full step, AdamW foreach", "full step, AdamW fused"))
+    pair_blocks(ax2, samples, EID, STEP_FOREACH, STEP_FUSED, PAIR_LABELS)
     return fig
 
 
-@claim("C15", "E07", "fused AdamW's .step() is faster than foreach",
+#: C16: one fused step agrees with one foreach step when max |diff| < 1e<this> x the
+#: parameter scale
+AGREEMENT_EXPONENT = -5
+
+
+@claim("C15", EID, "fused AdamW's .step() is faster than foreach",
        chapter="5.490 vs 8.969 ms", tolerance="fused median < foreach median, beyond both IQRs")
 def _fused_faster(ev):
-    fo = ev.value("E07", "adamw_foreach", "optimizer_step")
-    fu = ev.value("E07", "adamw_fused", "optimizer_step")
-    noise = max(ev.maybe("E07", "adamw_foreach", "optimizer_step", "iqr", 0.0),
-                ev.maybe("E07", "adamw_fused", "optimizer_step", "iqr", 0.0))
+    fo = ev.value(EID, FOREACH, OPTIMIZER_STEP)
+    fu = ev.value(EID, FUSED, OPTIMIZER_STEP)
+    noise = max(ev.maybe(EID, FOREACH, OPTIMIZER_STEP, "iqr", 0.0),
+                ev.maybe(EID, FUSED, OPTIMIZER_STEP, "iqr", 0.0))
     return judge(fu < fo, f"fused {fu:.3f} vs foreach {fo:.3f} ms ({pct(100 * (fu - fo) / fo)})",
-                 is_resolved=resolved(ev, "E07", "adamw_fused", fu - fo, noise=noise),
+                 is_resolved=resolved(ev, EID, FUSED, fu - fo, noise=noise),
                  mechanism="the fused kernel is slower than the multi-tensor foreach path here")
 
 
-@claim("C16", "E07", "one fused AdamW step agrees with one foreach step within roundoff",
+@claim("C16", EID, "one fused AdamW step agrees with one foreach step within roundoff",
        chapter="max |diff| 3.7e-9 at parameter scale 2.6e-2",
-       tolerance="max |diff| < 1e-5 x parameter scale")
+       tolerance=f"max |diff| < 1e{AGREEMENT_EXPONENT} x parameter scale")
 def _fused_agrees(ev):
-    d = ev.value("E07", "fused_vs_foreach", "max_abs_diff", "value")
-    scale = ev.value("E07", "fused_vs_foreach", "parameter_scale", "value")
-    return holds(d < 1e-5 * scale, f"max |diff| {d:.2e} at scale {scale:.2e}",
+    d = ev.value(*agreement_row(MAX_ABS_DIFF))
+    scale = ev.value(*agreement_row(PARAMETER_SCALE))
+    return holds(d < 10.0 ** AGREEMENT_EXPONENT * scale, f"max |diff| {d:.2e} at scale {scale:.2e}",
                  mechanism="fused and foreach updates differ beyond roundoff")
 
 
-@claim("C17", "E07", "SGD < SGD momentum < AdamW foreach in isolated .step() time",
+@claim("C17", EID, "SGD < SGD momentum < AdamW foreach in isolated .step() time",
        chapter="1.407 < 3.605 < 8.969 ms", tolerance="strict ordering of the medians")
 def _optimizer_order(ev):
-    s, m, a = (ev.value("E07", v, "optimizer_step") for v in ("sgd", "sgd_momentum", "adamw_foreach"))
+    s, m, a = (ev.value(EID, v, OPTIMIZER_STEP) for v in (SGD, SGD_MOMENTUM, FOREACH))
     return holds(s < m < a, f"{s:.3f} / {m:.3f} / {a:.3f} ms",
                  mechanism="the per-parameter state updates do not order the step times here")
 
 
-@claim("C18", "E07", "the full training step is faster with fused AdamW (interleaved pair)",
+@claim("C18", EID, "the full training step is faster with fused AdamW (interleaved pair)",
        chapter="step falls to roughly 13 ms from ~16.4 (and 19.1 -> 14.4 ms in the worked pass)",
        tolerance="fused - foreach < 0, resolved by the pair's significance test")
 def _full_step_fused(ev):
-    d = "step_adamw_fused_minus_step_adamw_foreach"
-    rel = ev.value("E07", d, "step_latency_rel", "value")
-    diff = ev.value("E07", d, "step_latency", "value")
+    d = STEP_FUSED_MINUS_FOREACH
+    rel = ev.value(EID, d, "step_latency" + ab.REL, "value")
+    diff = ev.value(EID, d, "step_latency", "value")
     return judge(rel < 0, f"{diff:+.3f} ms ({pct(rel)})",
-                 is_resolved=resolved(ev, "E07", d, diff),
-                 mechanism="the optimizer is too small a share of this step for the fused kernel to show")
+                 is_resolved=resolved(ev, EID, d, diff),
+                 mechanism="the optimizer is too small a share of this step for the fused kernel "
+                           "to show")

@@ -15,13 +15,12 @@ from perflab.claims import (
     Evidence,
     claim,
     judge,
-    largest_phase,
     lead_against_floor,
     leader,
     pct,
     resolved,
 )
-from perflab.experiments import Experiment
+from perflab.experiments import Experiment, e05_phases
 from perflab.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
@@ -224,7 +223,7 @@ def _range_times(ev: Evidence) -> tuple[dict[str, float], str]:
 def _profiler_localizes(ev):
     ranges, what = _range_times(ev)
     # E05 is the reference this claim is about: without it there is nothing to compare with
-    phase_top, _, phase_lead = largest_phase(ev)
+    phase_top, _, phase_lead = e05_phases.largest_phase(ev)
     top, second = leader(ranges)
     range_lead = lead_against_floor(ev, ranges)
     # two tops are the same or different phases only where each order is beyond its noise
