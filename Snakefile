@@ -17,6 +17,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/experiments.smk"
 include: "workflow/rules/multi_job.smk"
+include: "workflow/rules/data_parallel.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -154,20 +154,35 @@ def user_layer(configfiles: list[str | Path], overrides: Mapping[str, Any] | Non
     return deep_merge(out, overrides or {})
 
 
-def selected_experiments(run: str | list[str]) -> list[str]:
+def by_default(devices: int = 1) -> list[str]:
+    """The experiments ``run: all`` selects on a machine with ``devices`` CUDA devices (a CPU: 1).
+
+    An experiment that needs several devices (D01, data parallel) is left out where there are
+    fewer: named, it still runs (on a CPU, its ranks share the cores).
+    """
+    return [eid for eid, e in EXPERIMENTS.items() if e.devices <= max(devices, 1)]
+
+
+def selected_experiments(run: str | list[str], devices: int = 1) -> list[str]:
     if isinstance(run, str):
         items = [s.strip() for s in run.split(",") if s.strip()]
     else:
         items = list(run)
     if not items:
         raise ConfigError("config error at 'run': no experiment named (use all or ids like E01,E03)")
-    if [i.lower() for i in items] == ["all"]:
-        return list(EXPERIMENTS)
+    everything = by_default(devices)
     if any(i.lower() == "all" for i in items):
-        raise ConfigError("config error at 'run': 'all' selects every experiment and cannot be "
-                          f"combined with ids (got {', '.join(items)})")
+        # `all` may stand beside the ids it leaves out (all,D01), and only those
+        again = [i for i in items if i.lower() != "all" and i.upper() in everything]
+        if again:
+            raise ConfigError("config error at 'run': 'all' selects every experiment that runs "
+                              f"here already ({', '.join(again)} among them); beside it name "
+                              "only those it leaves out (D01 without two CUDA devices)")
     ids = []
     for item in items:
+        if item.lower() == "all":
+            ids += [e for e in everything if e not in ids]
+            continue
         eid = item.upper()
         if eid not in EXPERIMENTS:
             raise ConfigError(
@@ -207,6 +222,15 @@ def _resolve_device(requested: str, check: bool = True) -> str:
             )
         return f"cuda:{index}"
     return "cpu"
+
+
+def _devices(device: str, check: bool) -> int:
+    """CUDA devices this run can use (1 on a CPU, or on a submit host that cannot look)."""
+    if not device.startswith("cuda") or not check:
+        return 1
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def export_import_path(root: str | Path) -> None:
@@ -393,7 +417,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
     _check_tag(cfg)
     _check_accumulation(cfg)
     _check_compare_to(cfg)
-    experiments = selected_experiments(cfg["run"])
+    experiments = selected_experiments(cfg["run"], _devices(device, check_device))
 
     from perflab.env import device_tag
 
@@ -412,7 +436,22 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
         resolved_experiments=experiments,
         scale_kept=kept,
     )
+    if "D01" in experiments:
+        _check_data_parallel(cfg, check_device)
     return cfg
+
+
+def _check_data_parallel(cfg: dict, check_device: bool) -> None:
+    """D01's launch must be possible here: its ranks, backend and planted straggler."""
+    from perflab import distributed
+
+    device = cfg["resolved_device"]
+    visible = None if device.startswith("cuda") and not check_device else (
+        _devices(device, True) if device.startswith("cuda") else 0)
+    try:
+        distributed.plan(contract(cfg, "D01"), visible_cuda=visible, cores=1)
+    except distributed.PlanError as exc:
+        raise ConfigError(f"config error at '{exc.key}': {exc.message}") from None
 
 
 def workload_slug(name: str) -> str:

@@ -1,8 +1,15 @@
 """The verdict: what is the machine waiting for? Decided by rule from this run's rows.
 
-Six candidates, each tested against the measurements that bear on it, in the
-chapter's order of suspicion (is the step fed? does the host stall it? is the
-device even busy? then which device-side work dominates):
+A data-parallel run (D01) is asked first whether its step waits for another rank:
+
+0a. ``straggler`` — one rank reaches the step's first all-reduce last more often than
+    chance and the others wait for it at least ``STRAGGLER_SHARE_PCT`` of the step (D01);
+0b. ``communication`` — the all-reduce's exposed transfer (the least any rank waited for
+    it: moving bytes, not waiting for a rank) is at least ``COMM_SHARE_PCT`` of the step.
+
+Then six candidates of the single-process step, each tested against the measurements that
+bear on it, in the chapter's order of suspicion (is the step fed? does the host stall it?
+is the device even busy? then which device-side work dominates):
 
 1. ``input_pipeline`` — input wait + host-to-device share of the step (E05).
 2. ``synchronization`` — the tax of a per-step host read (E13), when it exceeds
@@ -34,7 +41,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from perflab import ab, calibration, io
+from perflab import ab, calibration, io, overlap
+from perflab.experiments import d01_data_parallel as d01
 from perflab.experiments import e01_lying_benchmark as e01
 from perflab.experiments import e05_phases as e05
 from perflab.experiments import e06_events_vs_wall as e06
@@ -62,8 +70,14 @@ ROOFLINE_FLOOR_PCT = 5.0
 OPTIMIZER_SHARE_PCT = 25.0
 #: compute-bound forward + backward below this % of the matmul ceiling: utilization first
 UTILIZATION_PCT = 50.0
+#: D01: the others' wait for a named late rank (median arrival lateness), % of the step
+STRAGGLER_SHARE_PCT = 10.0
+#: D01: exposed all-reduce transfer (the least exposed communication of any rank), % of the step
+COMM_SHARE_PCT = 20.0
 
 LABELS = {
+    "straggler": "a straggler rank",
+    "communication": "exposed communication",
     "input_pipeline": "input pipeline",
     "synchronization": "synchronization",
     "host_overhead": "host launch & Python overhead",
@@ -74,6 +88,12 @@ LABELS = {
 }
 
 INTERVENTIONS = {
+    "straggler": "even out the late rank before touching the communication: find why its "
+                 "slow phase is slower there (a slower or shared device, a busier host, a "
+                 "costlier data shard) — D01 names the rank and the phase",
+    "communication": "hide or shrink the all-reduce: buckets that start it earlier in the "
+                     "backward (bucket_cap_mb), one all-reduce per K micro-batches (no_sync "
+                     "accumulation), fewer bytes (fp16_compress_hook) — D01 times each",
     "input_pipeline": "feed the step faster: DataLoader workers, pinned host memory with "
                       "non_blocking copies, prefetch the next batch while this one trains",
     "synchronization": "stop reading a device value on the host every step: keep the running "
@@ -91,7 +111,8 @@ INTERVENTIONS = {
     "undetermined": "run the evidence experiments (E01, E05, E06, E13, R01) on this workload",
 }
 
-ORDER = ("input_pipeline", "synchronization", "host_overhead", "optimizer", "device_bound")
+ORDER = ("straggler", "communication", "input_pipeline", "synchronization", "host_overhead",
+         "optimizer", "device_bound")
 FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
 
 
@@ -319,7 +340,72 @@ def _device_bound(r: _Rows) -> Finding:
                    + ("matmul ceiling" if compute else "memory bandwidth"), evidence, refined)
 
 
+# ------------------------------------------------------------------ data parallel (D01)
+
+#: a candidate of a single-process run, which has no rank to wait for
+_NO_RANKS = "a single-process run: no data-parallel rows (D01)"
+
+
+def _straggler(r: _Rows) -> Finding:
+    v = d01.job_variant(d01.BASELINE)
+    step = r.get("D01", v, overlap.STEP, "median", "ms")
+    late = r.get("D01", v, overlap.LATENESS, "median", "ms")
+    rank = r.get("D01", v, d01.LATE_RANK, "value", "rank", "the rank most often last")
+    p = r.get("D01", v, d01.LATE_P, "value", "p")
+    if late.value is None or not step.value or rank.value is None or p.value is None:
+        return Finding("straggler", NOT_MEASURED, _NO_RANKS)
+    share = Reading(f"{late.source} / {step.source}", 100 * late.value / step.value, "%",
+                    f"the others' wait >= {STRAGGLER_SHARE_PCT:g}% of the step")
+    share.passes = share.value >= STRAGGLER_SHARE_PCT
+    p.test, p.passes = f"< {overlap.STRAGGLER_P:g}: last more often than chance", \
+        p.value < overlap.STRAGGLER_P
+    evidence = [late, step, share, rank, p]
+    phase = d01.late_phase(r.of("D01"), d01.BASELINE)
+    where = ""
+    if phase is not None:
+        ex = r.get("D01", d01.phase_variant(d01.BASELINE, phase[0]), d01.EXCESS, "value", "ms",
+                   "the late rank's largest phase excess over the other ranks")
+        evidence.append(ex)
+        where = f", its {phase[0]} {phase[1]:+.3g} ms longer than the others'"
+    ok = share.passes and p.passes
+    where = where if p.passes else ""
+    return Finding("straggler", FITS if ok else RULED_OUT,
+                   f"rank {rank.value:.0f} arrives last at the first all-reduce in "
+                   f"{r.get('D01', v, d01.LATE_SHARE, 'value').value or 0:.0f}% of steps "
+                   f"(p={p.value:.2g}); the others wait {share.value:.1f}% of the step{where}",
+                   evidence, intervention=(f"even out rank {rank.value:.0f}'s {phase[0]} "
+                                           "(D01: its largest excess over the other ranks); "
+                                           + INTERVENTIONS["straggler"] if ok and phase else ""))
+
+
+def _communication(r: _Rows) -> Finding:
+    v = d01.job_variant(d01.BASELINE)
+    step = r.get("D01", v, overlap.STEP, "median", "ms")
+    moved = r.get("D01", v, overlap.EXPOSED_TRANSFER, "median", "ms",
+                  "exposed communication that is moving bytes (not waiting for a rank)")
+    if moved.value is None or not step.value:
+        return Finding("communication", NOT_MEASURED, _NO_RANKS)
+    share = Reading(f"{moved.source} / {step.source}", 100 * moved.value / step.value, "%",
+                    f"exposed transfer >= {COMM_SHARE_PCT:g}% of the step")
+    share.passes = share.value >= COMM_SHARE_PCT
+    hidden = r.get("D01", d01.rank_variant(d01.BASELINE, 0), overlap.HIDDEN, "median", "ms",
+                   "rank 0's communication hidden behind compute (context)")
+    evidence = [moved, step, share] + ([hidden] if hidden.value is not None else [])
+    best = [c for c in d01.whatif_candidates(r.rows) if c.get("step_resolved")
+            and c.get("step_effect_ms", 0) < 0]
+    refined = ""
+    if share.passes and best:
+        b = min(best, key=lambda c: c["step_effect_ms"])
+        refined = (f"{b['change']} (D01's {b['config']} measured {b['step_effect_ms']:+.3g} "
+                   "ms per batch against the baseline, beyond the noise)")
+    return Finding("communication", FITS if share.passes else RULED_OUT,
+                   f"the step waits {share.value:.1f}% of its time for the all-reduce to move "
+                   "its bytes", evidence, refined)
+
+
 TESTS = {
+    "straggler": _straggler,
+    "communication": _communication,
     "input_pipeline": _input_pipeline,
     "synchronization": _synchronization,
     "host_overhead": _host_overhead,

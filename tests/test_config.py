@@ -32,7 +32,8 @@ def test_resolve_default_config_on_cpu(default_config_raw):
     assert cfg["resolved_device"] == "cpu"
     assert cfg["resolved_scale"] == "cpu"
     assert cfg["resolved_tag"] == f"cpu-{os.cpu_count()}c"
-    assert cfg["resolved_experiments"] == list(EXPERIMENTS)
+    # every experiment but those that need several devices (D01: data parallel)
+    assert cfg["resolved_experiments"] == [e for e in EXPERIMENTS if e != "D01"]
     # the cpu scale patch is applied, untouched keys keep the chapter's values
     assert cfg["workloads"]["mlp"]["dim"] == 512
     assert cfg["workloads"]["mlp"]["num_classes"] == 1000
@@ -93,12 +94,39 @@ def test_load_non_mapping_file(tmp_path):
 
 @pytest.mark.parametrize(
     "run, expected",
-    [("all", list(EXPERIMENTS)), (["all"], list(EXPERIMENTS)), ("E03", ["E03"]),
-     (["e04", "E01"], ["E04", "E01"]), ("E06, E02", ["E06", "E02"])],
+    [("all", config.by_default()), (["all"], config.by_default()), ("E03", ["E03"]),
+     (["e04", "E01"], ["E04", "E01"]), ("E06, E02", ["E06", "E02"]),
+     ("D01", ["D01"]), ("all,D01", [*config.by_default(), "D01"]),
+     (["E03", "all"], ["E03", *[e for e in config.by_default() if e != "E03"]])],
 )
 def test_run_selection(base_config, run, expected):
     base_config["run"] = run
     assert config.resolve(base_config)["resolved_experiments"] == expected
+
+
+def test_all_leaves_out_what_needs_more_devices_than_there_are():
+    assert "D01" not in config.by_default(1)
+    assert config.by_default(2) == list(EXPERIMENTS)  # two GPUs: data parallel runs too
+
+
+@pytest.mark.parametrize("d01, key, match", [
+    ({"backend": "nccl"}, "experiments.D01.backend", "nccl needs CUDA"),
+    ({"straggler": {"rank": 2}}, "experiments.D01.straggler.rank", "not a rank of 2"),
+    ({"ranks": 1}, "experiments.D01.ranks", "not valid"),
+    ({"straggler": {"phase": "logging"}}, "experiments.D01.straggler.phase", "not one of"),
+    ({"bucket_cap_mb": [0]}, "experiments.D01.bucket_cap_mb.0", "minimum"),
+])
+def test_bad_data_parallel_contracts_stop_the_run(base_config, d01, key, match):
+    base_config["run"] = "D01"
+    base_config["experiments"]["D01"] = d01
+    with pytest.raises(config.ConfigError, match=match) as err:
+        config.resolve(base_config)
+    assert f"'{key}'" in str(err.value)
+
+
+def test_a_bad_data_parallel_contract_is_not_checked_when_d01_does_not_run(base_config):
+    base_config["experiments"]["D01"] = {"backend": "nccl"}
+    assert "D01" not in config.resolve(base_config)["resolved_experiments"]
 
 
 def test_user_workload_target_resolves(base_config):

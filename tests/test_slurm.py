@@ -69,6 +69,33 @@ def test_aggregation_rules_are_local():
                    for r in local), "an experiment must not run on the submit host"
 
 
+def test_the_data_parallel_job_is_one_slurm_job_of_n_tasks():
+    """D01's resources, as the SLURM executor turns them into sbatch options (no cluster)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    from perflab.distributed import Plan, job_resources
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c", "account": "",
+              "partition": "", "workdir": "/w"}
+    for plan, gpus, want in (
+            (Plan(4, "nccl", 2, "cuda"), True,
+             {"--nodes=1", "--ntasks=4", "--ntasks-per-gpu=1", "--cpus-per-task=2", "--gpus=4"}),
+            (Plan(2, "gloo", 1, "cpu"), False, {"--nodes=1", "--ntasks=2", "--cpus-per-task=1"})):
+        res = Resources(mem_mb=8000, runtime=60, **job_resources(plan, gpus=gpus))
+        job = SimpleNamespace(resources=res, threads=plan.rank_threads)
+        call = (get_submit_command(job, params) + set_gres_string(job)).split()
+        assert want <= set(call), call
+        # the job runs its own launcher in the allocation (no `srun -n1` around it)
+        assert "mpi" in res
+
+
 # ---------------------------------------------------------------- a real cluster
 
 

@@ -17,8 +17,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perflab import io
-from perflab.catalogue import EXPERIMENTS
+from perflab import config, io
+from perflab.catalogue import EXPERIMENTS as CATALOGUE
+
+#: what the run below selects (`run: all` on a CPU): every experiment that needs one device
+EXPERIMENTS = {eid: CATALOGUE[eid] for eid in config.by_default()}
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser.py

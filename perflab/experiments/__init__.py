@@ -46,6 +46,9 @@ class Experiment:
     extra_outputs: tuple[tuple[str, str], ...] = ()
     #: the report's heading for it: "<chapter section number> · <title>"
     report_section: str = ""
+    #: the devices it needs to run under ``run: all``: with more than one, it runs there only
+    #: on a machine with that many CUDA devices, else only when named (``run: all,D01``)
+    devices: int = 1
 
     @property
     def slug(self) -> str:

@@ -225,6 +225,49 @@ def e20_cold_log():
     return f"{LOGS}/{EXPERIMENTS['E20'].slug}/cold.log"
 
 
+# D01 data parallel: one job launching its ranks (perflab.distributed). Its launch (ranks,
+# backend, threads per rank) is part of its contract; computed only when D01 is selected,
+# so a machine that cannot run it parses the workflow all the same.
+from perflab import distributed as perflab_distributed  # noqa: E402
+
+
+def d01_on_cluster():
+    return workflow.non_local_exec or workflow.remote_exec
+
+
+def d01_plan():
+    if "D01" not in selected():
+        return None
+    import torch
+
+    cluster = d01_on_cluster()
+    try:
+        return perflab_distributed.plan(
+            exp_contract("D01"),
+            visible_cuda=None if cluster else torch.cuda.device_count(),
+            cores=timing_threads(),
+            cores_per_rank=cluster,
+        )
+    except perflab_distributed.PlanError as exc:
+        raise WorkflowError(f"config error at '{exc.key}': {exc.message}") from None
+
+
+def d01_contract():
+    """D01's contract with its launch, when selected (by hand the script plans its own)."""
+    p = d01_plan()
+    c = exp_contract("D01")
+    return perflab_distributed.with_plan(c, p) if p else c
+
+
+def d01_threads():
+    """Locally every core of --cores (the ranks share them); on a cluster, per rank (task)."""
+    return timing_threads()
+
+
+def d01_resources():
+    return perflab_distributed.job_resources(d01_plan(), gpus=bool(gpu_request()))
+
+
 # A run that failed (with --keep-going: after everything else that could run) still
 # gets its report when the report was asked for: the experiments that have results,
 # and each that has none named failed, with its log's last lines (perflab/partial.py).

@@ -1,0 +1,348 @@
+"""D01 (data parallel): a real 2-rank run through Snakemake and torchrun, and simulated ranks.
+
+The real run (gloo on this CPU; NCCL where two GPUs are visible, when this file runs there)
+is one Snakemake job of the tiny contract: its rows obey the contract, each rank was its own
+process, the accounting identities hold step by step, forcing the all-reduce to wait exposes
+all of it, and the planted straggler is named with its phase. Everything else — each claim
+and each verdict candidate both ways and inside the noise — runs on simulated rank records
+(tests/d01_timeline.py) through the job's own row writer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from d01_timeline import Shape, default_shapes, records
+from experiments import load_script
+
+from perflab import claims, config, diagnose, distributed, figures, io, overlap, runner, tables
+from perflab.experiments import d01_data_parallel as d01
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = load_script("d01_data_parallel")
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.device_count() >= 2 else "cpu"
+
+
+# ------------------------------------------------------------------ one real run
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """The D01 job of the tiny contract, as `snakemake d01_data_parallel` runs it."""
+    work = tmp_path_factory.mktemp("d01")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+           str(work), "--configfile", str(ROOT / "config" / "test.yaml"), "--config",
+           f"device={_device()}", "run=D01", "tag=d01", "--cores", "2", "d01_data_parallel"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    log = work / "logs" / "d01" / "d01_data_parallel.log"
+    assert proc.returncode == 0, (proc.stderr[-4000:], log.read_text()[-4000:]
+                                  if log.exists() else "")
+    out = {k: work / "results" / "d01" / f"d01_data_parallel{s}" for k, s in
+           (("csv", ".csv"), ("samples", "_samples.csv"), ("provenance", ".json"),
+            ("ranks", "_ranks.json"))}
+    rows = io.read_results([out["csv"]])
+    return rows, io.read_samples(out["samples"]), json.loads(out["ranks"].read_text()), out
+
+
+def test_rows_carry_ranks_backend_and_bucket_in_their_contract(real):
+    rows, samples, ranks, out = real
+    assert (rows.experiment == "D01").all() and (rows.status == "ok").all()
+    backend = ranks["launch"]["backend"]
+    assert rows.execution.str.match(rf"ddp {backend} x2, bucket_cap_mb [0-9.]+").all()
+    assert set(rows.execution) >= {f"ddp {backend} x2, bucket_cap_mb 0.01",
+                                   f"ddp {backend} x2, bucket_cap_mb 100"}
+    assert list(samples.columns) == io.SAMPLE_COLUMNS
+    prov = json.loads(out["provenance"].read_text())
+    assert prov["contract"]["launch"]["ranks"] == 2  # the launch is part of the contract
+
+
+def test_each_rank_was_its_own_process(real):
+    _, _, ranks, _ = real
+    recs = ranks["ranks"]
+    assert [r["rank"] for r in recs] == [0, 1] and {r["world"] for r in recs} == {2}
+    assert len({r["pid"] for r in recs}) == 2
+    cfgs = [c.name for c in distributed.configurations(
+        config.contract(config.load([ROOT / "config" / "test.yaml"], {"device": "cpu"}),
+                        "D01")["params"])]
+    for r in recs:  # every configuration stepped blocks x inner times on every rank
+        counts = pd.Series([s["config"] for s in r["steps"]]).value_counts()
+        assert set(counts.index) == set(cfgs) and set(counts) == {12}
+
+
+def _steps(samples, variant: str, metric: str) -> np.ndarray:
+    s = samples[(samples.variant == variant) & (samples.metric == metric)]
+    return s.sort_values("index").value.to_numpy()
+
+
+def test_accounting_identities_hold_step_by_step(real):
+    rows, samples, _, _ = real
+    for cfg in d01.configs_of(rows):
+        if cfg == d01.BUILTIN:
+            continue
+        for k in d01.ranks_of(rows, cfg):
+            v = d01.rank_variant(cfg, k)
+            get = {q: _steps(samples, v, q) for q in overlap.RANK_QUANTITIES}
+            phases = sum(get[overlap.PHASE_TIME[p]] for p in distributed.PHASES)
+            assert np.allclose(phases, get[overlap.STEP], atol=1e-6)
+            assert np.allclose(get[overlap.COMPUTE] + get[overlap.EXPOSED]
+                               + get[overlap.PHASE_TIME["input"]], get[overlap.STEP], atol=1e-6)
+            assert (get[overlap.EXPOSED] <= get[overlap.PHASE_TIME["backward"]] + 1e-9).all()
+            assert np.allclose(get[overlap.TRANSFER] + get[overlap.WAIT], get[overlap.ALLREDUCE])
+            assert (get[overlap.WAIT] >= -1e-9).all() and (get[overlap.HIDDEN] >= 0).all()
+        # the transfer is one number per step, whichever rank reports it
+        t = [_steps(samples, d01.rank_variant(cfg, k), overlap.EXPOSED_TRANSFER)
+             for k in d01.ranks_of(rows, cfg)]
+        assert np.allclose(t[0], t[1])
+
+
+def test_forcing_the_all_reduce_to_wait_exposes_all_of_it(real):
+    _, samples, _, _ = real
+    for k in (0, 1):
+        v = d01.rank_variant(d01.OVERLAP_OFF, k)
+        # every step: all communication happened while the backward waited in its hooks
+        assert (_steps(samples, v, overlap.EXPOSED) >= _steps(samples, v, overlap.COMM)).all()
+        assert (_steps(samples, v, overlap.HIDDEN) == 0).all()
+
+
+def test_the_planted_straggler_is_named_with_its_phase(real):
+    rows, _, _, _ = real
+    c = claims.registry()["C50"].evaluate(claims.Evidence(rows))
+    assert c.verdict == claims.REPRODUCED, c.measured
+    for cid in ("C48", "C49", "C51", "C52"):  # every claim reads this run's rows
+        assert claims.registry()[cid].evaluate(claims.Evidence(rows)).verdict != claims.NOT_RUN
+
+
+def test_table_figure_and_verdict_of_the_run(real, tmp_path):
+    rows, _, _, out = real
+    t = tables.table("D01", rows)
+    assert len(t) == len(d01.configs_of(rows)) * 3  # two ranks and "all" per configuration
+    straggler = t[(t.config == d01.STRAGGLER) & (t["rank"] == "all")].iloc[0]
+    assert straggler.late_rank == 1 and straggler.late_phase == "forward"
+    png = figures.make_figure("D01", out["csv"], out["samples"], tmp_path / "d01.png")
+    assert png.stat().st_size > 0
+    d = diagnose.diagnose(rows)
+    found = {f.bottleneck: f for f in d.findings}
+    assert found["straggler"].outcome != diagnose.NOT_MEASURED
+    assert found["communication"].outcome != diagnose.NOT_MEASURED
+
+
+# ------------------------------------------------------------------ simulated ranks
+
+
+@pytest.fixture(scope="module")
+def contract():
+    cfg = config.load([ROOT / "config" / "test.yaml"], {"device": "cpu"})
+    return copy.deepcopy(config.contract(cfg, "D01"))
+
+
+def simulated(contract, shapes: dict | None = None, seed: int = 0) -> pd.DataFrame:
+    """D01's rows, written by the job's own writer, from a simulated timeline."""
+    recs = records(contract["params"], shapes=shapes, seed=seed)
+    ctx = runner.Context("D01", contract, lambda msg: None)
+    ctx.set_defaults(**recs[0]["row_defaults"])
+    p = distributed.Plan(2, "gloo", 1, "cpu")
+    SCRIPT.write_rows(ctx, p, recs)
+    frame = io.rows_to_frame(ctx.rows)
+    io.validate_rows(frame)
+    return frame
+
+
+@pytest.fixture(scope="module")
+def timeline(contract) -> pd.DataFrame:
+    """The rows of a timeline that behaves as DDP does (each mechanism shows)."""
+    return simulated(contract)
+
+
+def verdict(cid: str, rows: pd.DataFrame) -> claims.Verdict:
+    return claims.registry()[cid].evaluate(claims.Evidence(rows))
+
+
+def shapes_of(contract) -> dict[str, Shape]:
+    return default_shapes(distributed.configurations(contract["params"]))
+
+
+def test_the_split_recovers_a_known_timeline(contract, timeline):
+    rows = timeline
+    sleep = contract["params"]["straggler"]["sleep_ms"]
+    late = pick_value(rows, d01.job_variant(d01.STRAGGLER), overlap.LATENESS)
+    assert late == pytest.approx(sleep, rel=0.05)
+    # rank 0 waited for the sleep; rank 1 did not; the transfer is the simulated 2 ms
+    assert pick_value(rows, d01.rank_variant(d01.STRAGGLER, 0), overlap.EXPOSED_WAIT) \
+        == pytest.approx(sleep, rel=0.05)
+    assert pick_value(rows, d01.rank_variant(d01.STRAGGLER, 1), overlap.EXPOSED_WAIT) == 0
+    assert pick_value(rows, d01.job_variant(d01.BASELINE), overlap.TRANSFER) \
+        == pytest.approx(2.0, abs=0.2)
+    # overlap off: no communication hidden; on: the first buckets' all-reduces were
+    assert pick_value(rows, d01.rank_variant(d01.OVERLAP_OFF, 0), overlap.HIDDEN) == 0
+    assert pick_value(rows, d01.rank_variant(d01.BASELINE, 0), overlap.HIDDEN) > 0.5
+
+
+def pick_value(rows, variant, metric, statistic="median") -> float:
+    return float(tables.pick(rows, variant, metric, statistic))
+
+
+def test_claims_hold_on_a_timeline_that_shows_each_mechanism(timeline):
+    rows = timeline
+    for cid in ("C48", "C49", "C50", "C51", "C52"):
+        v = verdict(cid, rows)
+        assert v.verdict == claims.REPRODUCED, (cid, v)
+
+
+@pytest.mark.parametrize("cid, config, change", [
+    # overlap off, yet its all-reduces move a tenth of the bytes: it exposes less
+    ("C48", "overlap_off", {"transfer": 0.1}),
+    # the single bucket all-reduces a tenth as long as the default's buckets
+    ("C49", "bucket_100mb", {"transfer": 0.1}),
+    # the measurement names rank 0, not the planted rank 1
+    ("C50", "straggler", {"plant": (0, "forward", 30.0)}),
+    # ... or the right rank, but late in its optimizer, not its forward
+    ("C50", "straggler", {"plant": (1, "optimizer", 30.0)}),
+    # the straggler's all-reduces themselves take longer (not waiting, transfer)
+    ("C51", "straggler", {"transfer": 20.0}),
+    # accumulation's one all-reduce is 8x longer: more exposed per batch, not less
+    ("C52", "accum_k4", {"transfer": 40.0}),
+])
+def test_each_claim_can_differ(contract, cid, config, change):
+    shapes = shapes_of(contract)
+    shapes[config] = replace(shapes[config], **change)
+    v = verdict(cid, simulated(contract, shapes))
+    assert v.verdict == claims.DIFFERS, (cid, v)
+
+
+@pytest.mark.parametrize("cid, configs, change", [
+    ("C48", ("baseline", "overlap_off"), {"buckets": 1, "jitter": 1.0}),
+    ("C49", ("bucket_100mb",), {"transfer": 2.0, "buckets": 1, "jitter": 1.0}),
+    ("C50", ("straggler", "baseline"), {"plant": (1, "forward", 0.01), "jitter": 0.5}),
+    ("C51", ("straggler", "baseline"), {"jitter": 3.0}),
+    ("C52", ("accum_k4", "baseline"), {"jitter": 1.0}),
+])
+def test_each_claim_is_inconclusive_inside_the_noise(contract, cid, configs, change):
+    shapes = shapes_of(contract)
+    for c in configs:
+        shapes[c] = replace(shapes[c], **change)
+    if cid == "C49":  # the baseline's buckets hide as little as the single one
+        shapes["baseline"] = replace(shapes["baseline"], blocking=True, jitter=1.0)
+    if cid == "C52":  # accumulation's one all-reduce exposes about what K=1's does per batch
+        shapes["accum_k4"] = replace(shapes["accum_k4"], transfer=8.0)
+    v = verdict(cid, simulated(contract, shapes, seed=3))
+    assert v.verdict == claims.INCONCLUSIVE, (cid, v)
+
+
+def test_a_model_inside_ddps_first_bucket_cannot_show_the_bucket_effect(contract):
+    shapes = shapes_of(contract)
+    shapes["baseline"] = replace(shapes["baseline"], buckets=1)
+    v = verdict("C49", simulated(contract, shapes))
+    assert v.verdict == claims.INCONCLUSIVE and "first bucket" in v.measured
+
+
+def test_claims_without_d01_rows_are_not_run():
+    empty = pd.DataFrame(columns=io.COLUMNS)
+    for cid in ("C48", "C49", "C50", "C51", "C52"):
+        assert verdict(cid, empty).verdict == claims.NOT_RUN
+
+
+# ------------------------------------------------------------------ the verdict
+
+
+def findings(rows) -> dict[str, diagnose.Finding]:
+    return {f.bottleneck: f for f in diagnose.diagnose(rows).findings}
+
+
+def test_a_slow_rank_in_the_baseline_is_the_verdict_with_its_phase(contract):
+    shapes = shapes_of(contract)
+    shapes["baseline"] = replace(shapes["baseline"], plant=(1, "input", 8.0))
+    rows = simulated(contract, shapes)
+    d = diagnose.diagnose(rows)
+    assert d.verdict == "straggler", d.because
+    assert "rank 1" in d.because and "input" in d.because and "rank 1's input" in d.intervention
+    table = diagnose.to_frame(d)
+    assert (table[table.candidate == "straggler"].source.str.startswith("D01 ")).all()
+
+
+def test_exposed_transfer_is_the_verdict_when_the_bytes_take_the_step(contract):
+    shapes = shapes_of(contract)
+    shapes["baseline"] = replace(shapes["baseline"], transfer=30.0, buckets=1)
+    f = findings(simulated(contract, shapes))
+    assert f["straggler"].outcome == diagnose.RULED_OUT
+    assert f["communication"].outcome == diagnose.FITS
+    # the intervention is one D01 measured beyond the noise
+    assert "D01's" in f["communication"].intervention
+
+
+def test_a_step_that_hides_its_communication_rules_both_out(contract):
+    shapes = shapes_of(contract)
+    shapes["baseline"] = replace(shapes["baseline"], transfer=0.2, bwd=20.0, buckets=8)
+    f = findings(simulated(contract, shapes))
+    assert f["straggler"].outcome == diagnose.RULED_OUT
+    assert f["communication"].outcome == diagnose.RULED_OUT
+
+
+def test_a_single_process_run_does_not_measure_either():
+    f = findings(pd.DataFrame(columns=io.COLUMNS))
+    for name in ("straggler", "communication"):
+        assert f[name].outcome == diagnose.NOT_MEASURED and "D01" in f[name].because
+
+
+def test_what_if_candidates_name_the_measured_configuration(timeline):
+    cands = {c["name"]: c for c in d01.whatif_candidates(timeline)}
+    assert set(cands) == {"bucket_size", "no_sync_accumulation", "fp16_compression"}
+    assert cands["no_sync_accumulation"]["config"] == "accum_k4"
+    assert cands["no_sync_accumulation"]["step_resolved"] is True
+    assert all(c["applies"] == "" for c in cands.values())
+    assert "D01" in d01.whatif_candidates(pd.DataFrame(columns=io.COLUMNS))[0]["applies"]
+
+
+# ------------------------------------------------------------------ the launch
+
+
+def test_the_plan_of_a_contract(contract):
+    p = distributed.plan(contract, visible_cuda=0, cores=4)
+    assert (p.ranks, p.backend, p.rank_threads, p.devices()) == (2, "gloo", 2, ["cpu"])
+    gpu = {**contract, "device": "cuda:0"}
+    p = distributed.plan(gpu, visible_cuda=4, cores=8)
+    assert (p.ranks, p.backend, p.devices()) == (4, "nccl", [f"cuda:{i}" for i in range(4)])
+    # a SLURM submit host cannot count the GPUs: the ranks are named, a task's cores its own
+    named = {**gpu, "params": {**gpu["params"], "ranks": 2}}
+    p = distributed.plan(named, visible_cuda=None, cores=3, cores_per_rank=True)
+    assert (p.ranks, p.rank_threads) == (2, 3)
+    with pytest.raises(distributed.PlanError, match="submit host"):
+        distributed.plan(gpu, visible_cuda=None, cores=1)
+    with pytest.raises(distributed.PlanError, match="need 3 CUDA devices"):
+        distributed.plan({**gpu, "device": "cuda:1"}, visible_cuda=2, cores=1)
+
+
+def test_the_launcher_passes_the_environment_through(monkeypatch):
+    for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        monkeypatch.setenv(var, "machine-set")
+    p = distributed.Plan(2, "nccl", 3, "cuda")
+    env = distributed.rank_environment(p)
+    assert env["NCCL_NVLS_ENABLE"] == env["NVSHMEM_DISABLE_NVLS"] == "machine-set"
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "machine-set"
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["PYTHONPATH"].split(":")[0] == str(ROOT)
+    cmd = distributed.torchrun_command(p, Path("job.json"))
+    assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node" in cmd
+    assert cmd[-3:] == ["--module", "perflab.ranks", "job.json"]
+
+
+def test_one_slurm_job_of_n_tasks():
+    from perflab.distributed import job_resources
+
+    gpu = job_resources(distributed.Plan(4, "nccl", 2, "cuda"), gpus=True)
+    assert gpu == {"tasks": 4, "nodes": 1, "mpi": "torchrun", "gpu": 4, "tasks_per_gpu": 1}
+    cpu = job_resources(distributed.Plan(2, "gloo", 1, "cpu"), gpus=False)
+    assert cpu == {"tasks": 2, "nodes": 1, "mpi": "torchrun", "gpu": 0}
+    assert job_resources(None, gpus=True) == {"gpu": 0}
