@@ -275,11 +275,13 @@ def _max_over_ranks(value: float, device) -> float:
 def warm(steppers: list[Stepper], n: int, clock, device) -> None:
     """``n`` steps of every configuration (DDP rebuilds its buckets after the first); on
     CUDA, the lead every rank then keeps the device ahead by: twice the longest host
-    submission of a warm step on any rank."""
+    submission, on any rank, of a configuration's last warm step (the first ones pay for
+    lazy initialization, which no later step repeats)."""
     longest = 0.0
     for s in steppers:
         for _ in range(n):
-            longest = max(longest, s.step()["submit_ms"])
+            last = s.step()["submit_ms"]
+        longest = max(longest, last)
     if isinstance(clock, DeviceClock):
         clock.lead_ms = max(2 * _max_over_ranks(longest, device), 0.1)
 
@@ -360,9 +362,12 @@ def rank_main(job_path: str) -> None:
         print(f"[D01 rank {rank} +{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr,
               flush=True)
 
+    kw = {}
     if p.device_type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(p.backend, timeout=dt.timedelta(seconds=float(job["timeout_s"])))
+        kw["device_id"] = torch.device(device)  # NCCL binds this rank's GPU (its barrier too)
+    dist.init_process_group(p.backend, timeout=dt.timedelta(seconds=float(job["timeout_s"])),
+                            **kw)
     try:
         record = measure_rank(job["contract"], p, device, rank, world, log)
         io.atomic_write_json(Path(job["out"]) / f"rank{rank}.json", record)

@@ -60,20 +60,24 @@ def real(tmp_path_factory):
 def test_rows_carry_ranks_backend_and_bucket_in_their_contract(real):
     rows, samples, ranks, out = real
     assert (rows.experiment == "D01").all() and (rows.status == "ok").all()
-    backend = ranks["launch"]["backend"]
-    assert rows.execution.str.match(rf"ddp {backend} x2, bucket_cap_mb [0-9.]+").all()
-    assert set(rows.execution) >= {f"ddp {backend} x2, bucket_cap_mb 0.01",
-                                   f"ddp {backend} x2, bucket_cap_mb 100"}
+    backend, n = ranks["launch"]["backend"], ranks["launch"]["ranks"]
+    assert rows.execution.str.match(rf"ddp {backend} x{n}, bucket_cap_mb [0-9.]+").all()
+    assert set(rows.execution) >= {f"ddp {backend} x{n}, bucket_cap_mb 0.01",
+                                   f"ddp {backend} x{n}, bucket_cap_mb 100"}
     assert list(samples.columns) == io.SAMPLE_COLUMNS
     prov = json.loads(out["provenance"].read_text())
-    assert prov["contract"]["launch"]["ranks"] == 2  # the launch is part of the contract
+    assert prov["contract"]["launch"] == ranks["launch"]  # the launch is part of the contract
+    # each rank's rows name its own device (cuda:<rank> over NCCL)
+    for k in range(n):
+        dev = set(rows[rows.variant.str.endswith(f"/rank{k}")].device)
+        assert dev == {"cpu" if backend == "gloo" else f"cuda:{k}"}
 
 
 def test_each_rank_was_its_own_process(real):
     _, _, ranks, _ = real
-    recs = ranks["ranks"]
-    assert [r["rank"] for r in recs] == [0, 1] and {r["world"] for r in recs} == {2}
-    assert len({r["pid"] for r in recs}) == 2
+    recs, n = ranks["ranks"], ranks["launch"]["ranks"]
+    assert [r["rank"] for r in recs] == list(range(n)) and {r["world"] for r in recs} == {n}
+    assert len({r["pid"] for r in recs}) == n
     cfgs = [c.name for c in distributed.configurations(
         config.contract(config.load([ROOT / "config" / "test.yaml"], {"device": "cpu"}),
                         "D01")["params"])]
@@ -105,12 +109,12 @@ def test_accounting_identities_hold_step_by_step(real):
         # the transfer is one number per step, whichever rank reports it
         t = [_steps(samples, d01.rank_variant(cfg, k), overlap.EXPOSED_TRANSFER)
              for k in d01.ranks_of(rows, cfg)]
-        assert np.allclose(t[0], t[1])
+        assert all(np.allclose(t[0], x) for x in t[1:])
 
 
 def test_forcing_the_all_reduce_to_wait_exposes_all_of_it(real):
-    _, samples, _, _ = real
-    for k in (0, 1):
+    rows, samples, _, _ = real
+    for k in d01.ranks_of(rows, d01.OVERLAP_OFF):
         v = d01.rank_variant(d01.OVERLAP_OFF, k)
         # every step: all communication happened while the backward waited in its hooks
         assert (_steps(samples, v, overlap.EXPOSED) >= _steps(samples, v, overlap.COMM)).all()
@@ -128,7 +132,8 @@ def test_the_planted_straggler_is_named_with_its_phase(real):
 def test_table_figure_and_verdict_of_the_run(real, tmp_path):
     rows, _, _, out = real
     t = tables.table("D01", rows)
-    assert len(t) == len(d01.configs_of(rows)) * 3  # two ranks and "all" per configuration
+    n = len(d01.ranks_of(rows, d01.BASELINE))
+    assert len(t) == len(d01.configs_of(rows)) * (n + 1)  # each rank and "all" per configuration
     straggler = t[(t.config == d01.STRAGGLER) & (t["rank"] == "all")].iloc[0]
     assert straggler.late_rank == 1 and straggler.late_phase == "forward"
     png = figures.make_figure("D01", out["csv"], out["samples"], tmp_path / "d01.png")
