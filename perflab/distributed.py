@@ -42,6 +42,8 @@ PHASES = ("input", "forward", "backward", "optimizer")
 DDP_DEFAULT_BUCKET_MB = 25
 #: the configuration every other one is set against: DDP's defaults, the timed hook
 BASELINE = "baseline"
+#: a second, independent copy of the baseline: the A/A every comparison is held to
+AA = "baseline_aa"
 #: DDP's own C++ all-reduce, no hook: the step the instrument's cost is measured against
 BUILTIN = "builtin"
 #: the standard launcher, run as a module of this interpreter (no console script needed)
@@ -83,8 +85,8 @@ def accumulation_variant(k: int) -> str:
 
 
 def configurations(params: Mapping[str, Any]) -> list[Config]:
-    """D01's configurations from its contract's params, the baseline first."""
-    out = [Config(BASELINE), Config(BUILTIN, hook="builtin")]
+    """D01's configurations from its contract's params, the baseline and its copy first."""
+    out = [Config(BASELINE), Config(AA), Config(BUILTIN, hook="builtin")]
     out += [Config(bucket_variant(mb), bucket_cap_mb=float(mb))
             for mb in params["bucket_cap_mb"]]
     out.append(Config("overlap_off", blocking=True))

@@ -177,6 +177,19 @@ def inner_hook(name: str) -> Callable:
 # ------------------------------------------------------------------ one configuration
 
 
+def unused_parameters(w, device) -> list[str]:
+    """Parameters that get no gradient from one forward + backward of the workload's batch.
+
+    DDP must be told of them (``find_unused_parameters=True``), or its second step fails
+    waiting for their gradients. The probe's gradients are cleared again.
+    """
+    x, y = w.batch_on(device)
+    w.loss_fn(w.model(x), y).backward()
+    unused = [n for n, q in w.model.named_parameters() if q.requires_grad and q.grad is None]
+    w.model.zero_grad(set_to_none=True)
+    return unused
+
+
 class Stepper:
     """One configuration on one rank: its DDP model, optimizer, batch and comm hook."""
 
@@ -188,7 +201,9 @@ class Stepper:
         w = ctx.workload()
         self.cfg, self.clock, self.rank, self.device = cfg, clock, rank, ctx.device
         kw = {} if cfg.bucket_cap_mb is None else {"bucket_cap_mb": cfg.bucket_cap_mb}
-        self.ddp = DDP(w.model, device_ids=[ctx.device.index] if ctx.is_cuda else None, **kw)
+        self.unused = unused_parameters(w, ctx.device)
+        self.ddp = DDP(w.model, device_ids=[ctx.device.index] if ctx.is_cuda else None,
+                       find_unused_parameters=bool(self.unused), **kw)
         self.opt = w.make_optimizer(self.ddp.parameters())
         self.loss_fn = w.loss_fn
         x, y = w.make_batch(w.batch_size)
@@ -327,9 +342,14 @@ def measure_rank(contract: dict, p: Plan, device: str, rank: int, world: int,
                                "input_shape": w.input_shape(),
                                "dtype": str(w.dtype).removeprefix("torch.")},
               "started": _now()}
-    if w.make_optimizer is None:
-        return {**record, "unsupported": f"workload {w.name!r} has no optimizer: no training "
-                "step to distribute", "steps": []}
+    missing = [f for f in ("make_batch", "loss_fn") if not w.gives(f)]
+    if w.make_optimizer is None or missing:
+        why = (f"workload {w.name!r} has no optimizer: no training step to distribute"
+               if w.make_optimizer is None else
+               f"workload {w.name!r} gives no {' or '.join(missing)}: D01 rebuilds the "
+               "data-parallel step from model, loss_fn and make_batch (its phase marks sit "
+               "between them), so a workload's own train_step cannot stand in")
+        return {**record, "unsupported": why, "steps": []}
     clock = DeviceClock(device) if ctx.is_cuda else HostClock()
     steppers = [Stepper(ctx, cfg, clock, rank) for cfg in configurations(params)]
     warm(steppers, params["warmup"], clock, ctx.device)
@@ -337,8 +357,8 @@ def measure_rank(contract: dict, p: Plan, device: str, rank: int, world: int,
     steps = round_robin(steppers, params["blocks"], params["inner"],
                         log if rank == 0 else (lambda m: None))
     return {**record, "clock": clock.kind, "boundary": clock.boundary, "lead_ms": clock.lead_ms,
-            "workloads": ctx.workloads_built, "unsupported": "", "steps": steps,
-            "finished": _now()}
+            "workloads": ctx.workloads_built, "unused_parameters": steppers[0].unused,
+            "unsupported": "", "steps": steps, "finished": _now()}
 
 
 def _now() -> str:

@@ -56,7 +56,8 @@ STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 
 
 def launch_plan(ctx) -> distributed.Plan:
-    """The launch the contract carries (the workflow's), or this machine's (by hand)."""
+    """The launch the contract carries (the workflow's), or this machine's (by hand, or a
+    launch the workflow could not make here: then this raises, saying why)."""
     got = distributed.plan_of(ctx.contract)
     if got is not None:
         return got
@@ -73,6 +74,12 @@ def measure(ctx):
         records = distributed.launch(p, ctx.contract, work, ctx.log, ctx.params["timeout_s"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    merge(ctx, p, records)
+
+
+def merge(ctx, p: distributed.Plan, records: list[dict]) -> None:
+    """The ranks' records kept beside the CSV, and D01's rows (one unsupported row when a
+    rank could not build the step)."""
     io.atomic_write_json(ctx.outputs["ranks"], {"launch": asdict(p), "ranks": records})
     ctx.set_defaults(**records[0]["row_defaults"])
     why = next((r["unsupported"] for r in records if r["unsupported"]), "")
@@ -176,26 +183,54 @@ COMPARED = ((d01.EXPOSED_PER_BATCH, None), (d01.STEP_PER_BATCH, None),
             (overlap.LATENESS, (d01.STRAGGLER,)), (overlap.TRANSFER, (d01.STRAGGLER,)))
 
 
+def _blocks(jobs: dict, config: str, metric: str):
+    return jobs[config].groupby("block")[metric].median()
+
+
+def aa_floors(ctx, jobs: dict, window: str, execution: str) -> dict[str, float]:
+    """Per compared metric, the A/A floor (%): the baseline against its independent copy,
+    block by block — the same statistic every comparison on that metric is judged by
+    (:func:`perflab.stats.aa_floor_pct`); the A/A's own judgement beside it."""
+    floors = {}
+    for metric, _ in COMPARED:
+        if metric not in jobs[d01.BASELINE] or metric not in jobs[d01.AA]:
+            continue
+        a, b = _blocks(jobs, d01.BASELINE, metric), _blocks(jobs, d01.AA, metric)
+        b = b.reindex(a.index)
+        floors[metric] = stats.aa_floor_pct(a.tolist(), b.tolist())
+        v = d01.diff_variant(d01.AA, d01.BASELINE, metric)
+        ctx.judgement(stats.judge(a.tolist(), b.tolist(), paired=True), variant=v,
+                      window=f"{window}; per block the median over its steps",
+                      execution=execution)
+        ctx.row(variant=v, metric=d01.AA_FLOOR, value=floors[metric], unit="%", n=len(a),
+                window=f"{window}; per block the median over its steps", execution=execution,
+                sync_boundary="95% bound of |median paired block difference| / median of the "
+                "baseline, the baseline against its copy (bootstrap over block pairs)")
+    return floors
+
+
 def judgements(ctx, jobs: dict, configs, p, window: str) -> None:
-    """Each configuration against the baseline, block median by block median."""
-    names = [c.name for c in configs if c.name not in (d01.BASELINE, d01.BUILTIN)]
+    """Each configuration against the baseline, block median by block median, held to
+    the A/A floor of the same metric (the baseline against its copy, :func:`aa_floors`)."""
+    by_name = {c.name: c for c in configs}
+    floors = aa_floors(ctx, jobs, window, p.execution(by_name[d01.BASELINE]))
+    names = [c for c in by_name if c not in (d01.BASELINE, d01.AA, d01.BUILTIN)]
     pairs = [(b, d01.BASELINE, m) for m, only in COMPARED for b in (only or names)]
     pairs.append((d01.BASELINE, d01.BUILTIN, d01.STEP_PER_BATCH))  # the instrument's cost
-    by_name = {c.name: c for c in configs}
     for b, a, metric in pairs:
         if metric not in jobs[a] or metric not in jobs[b]:
             continue
-        ma = jobs[a].groupby("block")[metric].median()
-        mb = jobs[b].groupby("block")[metric].median()
+        ma, mb = _blocks(jobs, a, metric), _blocks(jobs, b, metric)
         j = stats.judge(ma.tolist(), mb.reindex(ma.index).tolist(), paired=True,
-                        noise_floor_pct=ctx.noise_floor_pct)
+                        noise_floor_pct=floors.get(metric))
         ctx.judgement(j, variant=d01.diff_variant(b, a, metric),
                       window=f"{window}; per block the median over its steps",
                       execution=p.execution(by_name[b]) + ("" if by_name[a].bucket_cap_mb ==
                                                            by_name[b].bucket_cap_mb else
                                                            f" vs {by_name[a].bucket_label()}"))
         ctx.log(f"{b} - {a} on {metric}: {j.effect:+.3f} ms ({j.relative_pct:+.1f}%, "
-                f"p={j.p:.3g}, {'resolved' if j.resolved else 'inconclusive'})")
+                f"p={j.p:.3g}, A/A floor {floors.get(metric, float('nan')):.2g}%: "
+                f"{'resolved' if j.resolved else 'inconclusive'})")
 
 
 if __name__ == "__main__":

@@ -155,6 +155,9 @@ def contract():
 
 def simulated(contract, shapes: dict | None = None, seed: int = 0) -> pd.DataFrame:
     """D01's rows, written by the job's own writer, from a simulated timeline."""
+    shapes = dict(shapes or {})
+    if "baseline" in shapes:  # the baseline's copy (its A/A) runs as the baseline does
+        shapes.setdefault(distributed.AA, shapes["baseline"])
     recs = records(contract["params"], shapes=shapes, seed=seed)
     ctx = runner.Context("D01", contract, lambda msg: None)
     ctx.set_defaults(**recs[0]["row_defaults"])
@@ -308,6 +311,42 @@ def test_what_if_candidates_name_the_measured_configuration(timeline):
     assert cands["no_sync_accumulation"]["step_resolved"] is True
     assert all(c["applies"] == "" for c in cands.values())
     assert "D01" in d01.whatif_candidates(pd.DataFrame(columns=io.COLUMNS))[0]["applies"]
+
+
+# ------------------------------------------------------------------ real models
+
+
+def _awkward(contract, case: str) -> dict:
+    c = copy.deepcopy(contract)
+    c["workload"] = case
+    c["workloads"] = {case: {"target": f"awkward_workloads:{case}", "params": {}}}
+    return c
+
+
+def test_a_workload_without_the_steps_parts_is_one_unsupported_row(contract, tmp_path):
+    from perflab import ranks
+
+    c = _awkward(contract, "own_step")
+    p = distributed.Plan(2, "gloo", 1, "cpu")
+    record = ranks.measure_rank(c, p, "cpu", 0, 2, lambda msg: None)
+    assert record["steps"] == [] and "loss_fn" in record["unsupported"]
+    ctx = runner.Context("D01", c, lambda msg: None)
+    ctx.outputs = {"ranks": str(tmp_path / "ranks.json")}
+    SCRIPT.merge(ctx, p, [record, {**record, "rank": 1}])
+    frame = io.rows_to_frame(ctx.rows)
+    io.validate_rows(frame)
+    assert list(frame.status) == ["unsupported"] and "train_step" in frame.reason.iloc[0]
+
+
+def test_parameters_without_a_gradient_are_found_before_ddp_wraps_the_model(contract):
+    from perflab import ranks
+
+    ctx = runner.Context("D01", _awkward(contract, "unused_head"), lambda msg: None)
+    w = ctx.workload()
+    assert ranks.unused_parameters(w, ctx.device)  # DDP then finds them every step
+    assert all(q.grad is None for q in w.model.parameters())
+    ctx = runner.Context("D01", contract, lambda msg: None)
+    assert ranks.unused_parameters(ctx.workload(), ctx.device) == []
 
 
 # ------------------------------------------------------------------ the launch

@@ -99,7 +99,9 @@ def _plan(tmp_path: Path, eids: list[str]) -> list[dict[str, str]]:
 def test_every_figure_draws_from_a_shipped_run(tmp_path):
     from perflab.figures import draw_figures
 
-    plan = _plan(tmp_path, list(MODULES))
+    # every experiment a shipped run has: D01 needs two devices, so no shipped run holds it
+    # (tests/test_d01_data_parallel.py draws its figure from its own run)
+    plan = _plan(tmp_path, [e for e, m in MODULES.items() if m.ENTRY.devices == 1])
     assert draw_figures(plan) == {}
     for job in plan:
         assert Path(job["png"]).stat().st_size > 1000, job["eid"]

@@ -226,8 +226,9 @@ def e20_cold_log():
 
 
 # D01 data parallel: one job launching its ranks (perflab.distributed). Its launch (ranks,
-# backend, threads per rank) is part of its contract; computed only when D01 is selected,
-# so a machine that cannot run it parses the workflow all the same.
+# backend, threads per rank) is part of its contract. A launch this machine cannot make
+# stops the run only when D01 is selected: elsewhere the workflow parses all the same, and
+# the job, if asked for by name, says why it cannot run.
 from perflab import distributed as perflab_distributed  # noqa: E402
 
 
@@ -236,8 +237,6 @@ def d01_on_cluster():
 
 
 def d01_plan():
-    if "D01" not in selected():
-        return None
     import torch
 
     cluster = d01_on_cluster()
@@ -249,6 +248,8 @@ def d01_plan():
             cores_per_rank=cluster,
         )
     except perflab_distributed.PlanError as exc:
+        if "D01" not in selected():
+            return None
         raise WorkflowError(f"config error at '{exc.key}': {exc.message}") from None
 
 
