@@ -217,7 +217,8 @@ def rank_environment(p: Plan) -> dict[str, str]:
 
 def launch(p: Plan, contract: Mapping[str, Any], workdir: Path, log: Callable[[str], None],
            timeout_s: float) -> list[dict[str, Any]]:
-    """Run the ranks under torchrun; their records, by rank. Raises if any rank failed."""
+    """Run the ranks under torchrun; their records, by rank. Raises if any rank failed, or
+    past ``timeout_s`` seconds (the launcher and its ranks are then ended)."""
     workdir = Path(workdir)
     job = workdir / "job.json"
     job.write_text(json.dumps({"contract": dict(contract), "plan": asdict(p),

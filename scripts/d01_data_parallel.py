@@ -23,10 +23,11 @@ By hand: ``python scripts/d01_data_parallel.py --configfile config/test.yaml`` (
 import os
 import shutil
 import tempfile
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from perflab import distributed, io, overlap, stats
+from perflab import devicelock, distributed, io, overlap, stats
 from perflab.experiments import d01_data_parallel as d01
 from perflab.runner import run
 
@@ -71,10 +72,28 @@ def measure(ctx):
     p = launch_plan(ctx)
     work = Path(tempfile.mkdtemp(prefix="perflab-d01-"))
     try:
-        records = distributed.launch(p, ctx.contract, work, ctx.log, ctx.params["timeout_s"])
+        with held_devices(ctx, p):
+            records = distributed.launch(p, ctx.contract, work, ctx.log,
+                                         60 * ctx.params["timeout_min"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     merge(ctx, p, records)
+
+
+@contextmanager
+def held_devices(ctx, p: distributed.Plan):
+    """Every device of the job held for as long as its ranks run, once per job: the
+    harness holds the contract's own (perflab.runner.execute), this the rest (the other
+    GPUs of an NCCL job). The ranks take no lock of their own."""
+    import torch
+
+    own = str(torch.device(ctx.contract["device"]))
+    with ExitStack() as stack:
+        for dev in p.devices():
+            if dev != own:
+                stack.enter_context(devicelock.held(dev, f"D01 of {ctx.contract.get('tag')}",
+                                                    ctx.log))
+        yield
 
 
 def merge(ctx, p: distributed.Plan, records: list[dict]) -> None:

@@ -97,11 +97,17 @@ def test_load_non_mapping_file(tmp_path):
     [("all", config.by_default()), (["all"], config.by_default()), ("E03", ["E03"]),
      (["e04", "E01"], ["E04", "E01"]), ("E06, E02", ["E06", "E02"]),
      ("D01", ["D01"]), ("all,D01", [*config.by_default(), "D01"]),
-     (["E03", "all"], ["E03", *[e for e in config.by_default() if e != "E03"]])],
+     (["D01", "all"], ["D01", *config.by_default()])],
 )
 def test_run_selection(base_config, run, expected):
     base_config["run"] = run
     assert config.resolve(base_config)["resolved_experiments"] == expected
+
+
+def test_all_stands_beside_only_the_ids_it_leaves_out(base_config):
+    base_config["run"] = "all,E03"
+    with pytest.raises(config.ConfigError, match="E03 among them"):
+        config.resolve(base_config)
 
 
 def test_all_leaves_out_what_needs_more_devices_than_there_are():
