@@ -164,7 +164,7 @@ def against_floor(ev: Evidence, value_pct: float, threshold_pct: float = 0.0, *,
         return False, no_floor(ev)
     x = abs(value_pct) if agree else value_pct
     gap = abs(x - threshold_pct)
-    return gap > floor, (f"{gap:.2g} points from the {threshold_pct:g}% threshold, "
+    return gap > floor, (f"{gap:.3g} points from the {threshold_pct:g}% threshold, "
                          f"A/A floor {floor:.2g}% (C00)")
 
 
@@ -187,7 +187,7 @@ def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> De
     outside = not lo_pct <= threshold_pct <= hi_pct
     gap = abs(rel - threshold_pct)
     return outside and gap > floor, (
-        f"effect {rel:+.2g}%, 95% interval {lo_pct:+.2g}..{hi_pct:+.2g}%, {gap:.2g} points "
+        f"effect {rel:+.2g}%, 95% interval {lo_pct:+.2g}..{hi_pct:+.2g}%, {gap:.3g} points "
         f"from {threshold_pct:g}%, A/A floor {floor:.2g}% (C00)")
 
 

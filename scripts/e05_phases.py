@@ -21,9 +21,11 @@ from perflab import timing
 from perflab.experiments.e05_phases import (
     EID,
     ENTRIES_PER_STEP,
+    FED_BY_LOADER,
     NOSYNC,
     PHASE_SHARE,
     PHASE_TIME,
+    SERVED_BATCH,
     STEP_LATENCY_REL,
     SUM_MINUS_TOTAL,
     SUM_OF_PHASES,
@@ -42,8 +44,7 @@ def measure(ctx):
     unsynced = ph.timed(step, None)
     plain = step.and_read()
     timing.warm(plain, t["warmup"], ctx.sync)
-    fed = "the workload's loader" if step.workload.loader is not None else \
-        "one batch served from the host"
+    fed = FED_BY_LOADER if step.workload.loader is not None else SERVED_BATCH
     window = f"steady state after warmup {t['warmup']}; batches from {fed}"
 
     phases, entries = ph.samples(synced, t["repeats"])

@@ -5,6 +5,9 @@ Pure pandas, no experiment runs: each claim test builds the few rows its claim r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import pandas as pd
 
 from perflab import ab, claims, io
@@ -70,3 +73,34 @@ def as_error(frame: pd.DataFrame, i: int) -> pd.DataFrame:
     out = frame.copy()
     out.loc[out.index[i], ["status", "reason", "value"]] = ["error", "instrument failed", None]
     return out
+
+
+Rows = Callable[[], pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A claim's three cases: its finding holds, it fails, it is inside the noise.
+
+    ``inside`` is None for a claim with no noise question (it declares ``exact``), and for
+    one whose noise question no floor can settle yet (``undecidable`` says why: series of
+    separate processes, judged by none). ``holds_gives`` / ``fails_gives``: what the holding
+    and the failing rows give (REPRODUCED / DIFFERS, unless undecidable).
+    """
+
+    holds: Rows
+    fails: Rows
+    inside: Rows | None
+    holds_gives: str = claims.REPRODUCED
+    fails_gives: str = claims.DIFFERS
+    undecidable: str = ""
+
+
+#: every claim's cases, by claim id (filled by tests/cases_*.py)
+CASES: dict[str, Case] = {}
+
+
+def case(cid: str, holds: Rows, fails: Rows, inside: Rows | None = None, **kw) -> None:
+    if cid in CASES:
+        raise ValueError(f"{cid} has two sets of cases")
+    CASES[cid] = Case(holds, fails, inside, **kw)

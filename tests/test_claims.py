@@ -25,12 +25,20 @@ def shares(**pct: float) -> list[tuple]:
 
 
 def test_largest_phase_reproduced_and_differs_with_mechanism():
-    ok = verdict("C10", rows(*shares(forward=17, backward=28, optimizer=51)))
+    def phases(**ms):
+        return rows(*shares(**{p: 100 * m / sum(ms.values()) for p, m in ms.items()}),
+                    *[("E05", f"sync/{p}", "phase_time", s, x) for p, m in ms.items()
+                      for s, x in (("median", m), ("iqr", 0.1))])
+
+    ok = verdict("C10", phases(forward=2.9, backward=4.7, optimizer=8.4))
     assert ok.verdict == claims.REPRODUCED
-    differs = verdict("C10", rows(*shares(forward=20, backward=55, optimizer=25)))
+    differs = verdict("C10", phases(forward=2.0, backward=5.5, optimizer=2.5))
     assert differs.verdict == claims.DIFFERS
     assert "backward, not the optimizer, is the largest phase here" in differs.mechanism
     assert "25.0%" in differs.measured
+    # shares alone (no phase times, no IQR): the order is not decided
+    assert verdict("C10", rows(*shares(forward=17, backward=28, optimizer=51))).verdict \
+        == claims.INCONCLUSIVE
 
 
 def tax(tax_ms: float, rel: float, resolved: float | None = None, spread: float | None = None):

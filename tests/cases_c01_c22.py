@@ -1,0 +1,209 @@
+"""The cases of claims C01-C22 (E01-E08): rows where each finding holds, fails, and is
+inside the noise, registered in claims_rows.CASES."""
+
+from __future__ import annotations
+
+from claims_rows import ab_rows, case, rows, with_floor
+
+from perflab import claims
+from perflab.experiments import e01_lying_benchmark as e01
+from perflab.experiments import e02_four_questions as e02
+from perflab.experiments import e03_warmup_spread as e03
+from perflab.experiments import e04_timer_vs_helper as e04
+from perflab.experiments import e05_phases as e05
+from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments import e07_optimizers as e07
+from perflab.experiments import e08_batch_sweep as e08
+
+# ------------------------------------------------------------------ E01 the lying benchmark
+
+
+def e01_loops(short=(9.491, 16.43), long=(15.741, 16.08), floor_pct=2.0):
+    """Loops of 20 and 400: (reported, real) ms per step each."""
+    specs = []
+    for n, (reported, real) in ((20, short), (400, long)):
+        specs += [("E01", e01.naive_loop(n), e01.REPORTED_MS_PER_STEP, "value", reported),
+                  ("E01", e01.naive_loop(n), e01.REAL_MS_PER_STEP, "value", real),
+                  ("E01", e01.naive_loop(n), e01.BACKLOG_AT_FINAL_SYNC, "value",
+                   (real - reported) * n)]
+    return with_floor(floor_pct, *specs)
+
+
+case("C01", e01_loops, lambda: e01_loops(short=(2.914, 2.92)),  # the host-bound H200
+     lambda: e01_loops(short=(14.5, 16.43), floor_pct=5.0))  # 88% of real, 2 points from 90
+case("C02", e01_loops, lambda: e01_loops(short=(2.914, 2.92), long=(3.0, 3.0)),
+     lambda: e01_loops(short=(14.8, 16.43), long=(15.6, 16.08), floor_pct=3.0))
+
+
+def e01_steps(first=20.89, host=4.866, med=16.43, iqr=0.19):
+    return rows(("E01", e01.FIRST_STEP, "step_latency", "value", first),
+                ("E01", e01.HOST_RETURN, "step_latency", "median", host),
+                ("E01", e01.SYNCHRONIZED_WARMED, "step_latency", "median", med),
+                ("E01", e01.SYNCHRONIZED_WARMED, "step_latency", "iqr", iqr))
+
+
+case("C03", e01_steps, lambda: e01_steps(first=16.5), lambda: e01_steps(first=18.1, iqr=0.5))
+case("C04", e01_steps, lambda: e01_steps(host=16.4), lambda: e01_steps(host=14.7))
+
+
+# ------------------------------------------------------------------ E02 four questions
+
+
+def e02_rows(inf=2.968, f=2.967, fb=8.094, t=16.45, floor_pct=2.0):
+    return with_floor(floor_pct, *[("E02", v, "step_latency", "median", x) for v, x in (
+        (e02.FORWARD_INFERENCE, inf), (e02.FORWARD_GRAD, f), (e02.FORWARD_BACKWARD, fb),
+        (e02.TRAIN_STEP, t))])
+
+
+case("C05", e02_rows, lambda: e02_rows(inf=3.5), lambda: e02_rows(inf=3.2, floor_pct=5.0))
+case("C06", e02_rows, lambda: e02_rows(t=8.5),  # the optimizer adds 5%
+     lambda: e02_rows(t=8.094 * 1.22, floor_pct=5.0))  # 22%, 2 points above 20
+
+
+# ------------------------------------------------------------------ E03 warmup and spread
+
+
+def e03_warmups(mean0=17.338, med0=16.390, med30=16.30, iqr=0.2):
+    return rows(("E03", e03.warmup_variant(0), "step_latency", "mean", mean0),
+                ("E03", e03.warmup_variant(0), "step_latency", "median", med0),
+                ("E03", e03.warmup_variant(30), "step_latency", "median", med30),
+                ("E03", e03.warmup_variant(30), "step_latency", "iqr", iqr))
+
+
+case("C07", e03_warmups, lambda: e03_warmups(mean0=16.89, med30=16.09),  # median moved 0.3
+     lambda: e03_warmups(mean0=16.45))  # a pull of 0.06 ms inside the 0.2 ms IQR
+
+
+def e03_spread(mean=16.525, med=16.449, std=0.3, tail=21, count=400):
+    return rows(*[("E03", e03.SPREAD, "step_latency", s, x) for s, x in (
+        ("mean", mean), ("median", med), ("std", std), ("tail_count", tail), ("count", count))])
+
+
+case("C08", e03_spread, lambda: e03_spread(mean=3.450, med=3.459, std=0.05, tail=0),
+     lambda: e03_spread(tail=4))  # 1% of 400: the share's interval straddles the bound
+
+
+# ------------------------------------------------------------------ E04 Timer vs the helper
+
+
+def e04_rows(timer=16.169, helper=16.449, timer_iqr=0.036, helper_iqr=0.189, floor_pct=2.0):
+    return with_floor(floor_pct,
+                      ("E04", e04.TIMER, "step_latency", "median", timer),
+                      ("E04", e04.TIMER, "step_latency", "iqr", timer_iqr),
+                      ("E04", e04.HELPER, "step_latency", "median", helper),
+                      ("E04", e04.HELPER, "step_latency", "iqr", helper_iqr))
+
+
+case("C09", e04_rows, lambda: e04_rows(timer=13.68, helper=17.23),  # the CPU rerun: -21%
+     lambda: e04_rows(timer=15.8, floor_pct=3.0))  # -3.9%, 1.1 points inside 5
+
+
+# ------------------------------------------------------------------ E05 phases
+
+
+def e05_rows(phases=None, nosync=None, gap_pct=4.8, floor_pct=2.0, loader=False):
+    """E05's rows: {phase: (median ms, IQR ms)} synchronized and not, the sum's gap."""
+    phases = phases or {"input_wait": (0.03, 0.01), "forward": (2.9, 0.1),
+                        "backward": (4.7, 0.2), "optimizer": (8.4, 0.2), "logging": (0.064, 0.01)}
+    nosync = nosync or {"forward": (0.7, 0.1), "backward": (1.5, 0.2), "optimizer": (0.6, 0.1),
+                        "logging": (11.683, 0.5)}
+    total = sum(m for m, _ in phases.values())
+    specs = [("E05", e05.SUM_MINUS_TOTAL, e05.STEP_LATENCY_REL, "value", gap_pct)]
+    for prefix, series in ((e05.SYNC, phases), (e05.NOSYNC, nosync)):
+        for ph, (m, iqr) in series.items():
+            specs += [("E05", prefix + ph, e05.PHASE_TIME, "median", m),
+                      ("E05", prefix + ph, e05.PHASE_TIME, "iqr", iqr)]
+    specs += [("E05", e05.SYNC + ph, e05.PHASE_SHARE, "value", 100 * m / total)
+              for ph, (m, _) in phases.items()]
+    frame = with_floor(floor_pct, *specs)
+    source = e05.FED_BY_LOADER if loader else e05.SERVED_BATCH
+    frame.loc[frame.experiment == "E05", "window"] = f"steady state; batches from {source}"
+    return frame
+
+
+def e05_with(**phases):
+    base = {"input_wait": (0.03, 0.01), "forward": (2.9, 0.1), "backward": (4.7, 0.2),
+            "optimizer": (8.4, 0.2), "logging": (0.064, 0.01)}
+    return e05_rows({**base, **phases})
+
+
+case("C10", e05_rows, lambda: e05_with(optimizer=(2.5, 0.1)),  # backward leads: the H200
+     lambda: e05_with(optimizer=(4.8, 0.2)))  # 0.1 ms ahead inside a 0.2 ms IQR
+case("C11", e05_rows, lambda: e05_rows(gap_pct=20.0), lambda: e05_rows(gap_pct=8.0, floor_pct=3.0))
+case("C12", e05_rows,
+     lambda: e05_rows(nosync={"backward": (1.518, 0.597), "logging": (0.344, 0.348)}),
+     lambda: e05_rows(nosync={"backward": (1.5, 0.6), "logging": (1.6, 0.5)}))
+case("C13", e05_rows, lambda: e05_with(input_wait=(6.0, 0.2)),  # ~30% of the step
+     lambda: e05_with(input_wait=(0.75, 0.1)))  # 4.6%, inside the 2% floor of 5
+
+
+# ------------------------------------------------------------------ E06 events vs wall
+
+
+def e06_rows(wall=16.281, device=15.945, submission=4.9, floor_pct=1.0):
+    return with_floor(floor_pct, ("E06", *e06.WALL, "median", wall),
+                      ("E06", *e06.DEVICE, "median", device),
+                      ("E06", *e06.HOST_EXPOSED, "median", wall - device),
+                      ("E06", *e06.SUBMISSION, "median", submission))
+
+
+case("C14", e06_rows,
+     lambda: e06_rows(wall=3.261, device=2.750, submission=2.673),  # the host-bound H200 MLP
+     lambda: e06_rows(wall=10.0, device=9.55, floor_pct=2.0))  # 4.5% of wall, floor 2
+
+
+# ------------------------------------------------------------------ E07 optimizers
+
+
+def e07_steps(sgd=1.407, momentum=3.605, foreach=8.969, fused=5.49, iqr=0.1):
+    return rows(*[spec for v, m in ((e07.SGD, sgd), (e07.SGD_MOMENTUM, momentum),
+                                    (e07.FOREACH, foreach), (e07.FUSED, fused))
+                  for spec in (("E07", v, e07.OPTIMIZER_STEP, "median", m),
+                               ("E07", v, e07.OPTIMIZER_STEP, "iqr", iqr))])
+
+
+case("C15", e07_steps, lambda: e07_steps(fused=9.5), lambda: e07_steps(fused=8.95, iqr=0.2))
+case("C17", e07_steps, lambda: e07_steps(momentum=9.5),  # momentum slower than AdamW
+     lambda: e07_steps(momentum=1.45))  # 0.04 ms above SGD inside a 0.1 ms IQR
+
+
+def e07_agreement(diff=3.7e-9):
+    return rows(("E07", *e07.agreement_row(e07.MAX_ABS_DIFF)[1:3], "value", diff),
+                ("E07", *e07.agreement_row(e07.PARAMETER_SCALE)[1:3], "value", 2.6e-2))
+
+
+case("C16", e07_agreement, lambda: e07_agreement(diff=1e-3))
+
+
+def e07_pair(rel=-20.0, floor_pct=2.0, p=0.001):
+    return with_floor(floor_pct, *ab_rows("E07", e07.STEP_FUSED_MINUS_FOREACH, rel, base_ms=16.4,
+                                          p=p))
+
+
+case("C18", e07_pair, lambda: e07_pair(rel=3.0), lambda: e07_pair(rel=-1.0))
+
+
+# ------------------------------------------------------------------ E08 batch sweep
+
+#: E08's batch sizes each ran in a fresh process, and no between-process floor exists
+SEPARATE = "series of separate processes: no between-process floor to decide them by"
+
+
+def e08_rows(latency=(13.15, 13.12, 13.23, 20.0), peaks=(814.3, 815.0, 820.1, 928.0),
+             lowest=64, highest=2048, batches=(32, 64, 1024, 2048)):
+    specs = [("E08", e08.LOWEST_LATENCY, e08.BATCH_SIZE, "value", lowest),
+             ("E08", e08.HIGHEST_THROUGHPUT, e08.BATCH_SIZE, "value", highest)]
+    for b, ms, peak in zip(batches, latency, peaks):
+        specs += [("E08", e08.batch_variant(b), "step_latency", "median", ms),
+                  ("E08", e08.batch_variant(b), "throughput", "median", b / ms * 1e3),
+                  ("E08", e08.batch_variant(b), e08.PEAK_ALLOCATED, "value", peak)]
+    return with_floor(1.0, *specs)
+
+
+case("C19", e08_rows, lambda: e08_rows(latency=(13.15, 13.12, 13.23, 60.0)),  # falls at 2048
+     holds_gives=claims.INCONCLUSIVE, fails_gives=claims.INCONCLUSIVE, undecidable=SEPARATE)
+case("C20", e08_rows, lambda: e08_rows(latency=(4.0, 6.0, 9.0, 20.0)),
+     holds_gives=claims.INCONCLUSIVE, fails_gives=claims.INCONCLUSIVE, undecidable=SEPARATE)
+case("C21", e08_rows, lambda: e08_rows(lowest=2048),
+     holds_gives=claims.INCONCLUSIVE, fails_gives=claims.INCONCLUSIVE, undecidable=SEPARATE)
+case("C22", e08_rows, lambda: e08_rows(peaks=(814.3, 900.0, 1020.0, 1200.0)))
