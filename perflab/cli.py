@@ -2,6 +2,7 @@
 
     perflab check mypkg.models:make_step           # build it and run one step: a clear error or OK
     perflab diagnose mypkg.models:make_step        # its ledger, report and verdict
+    perflab bench-pipeline [--run] [--directory D] # a run's wall: measurement vs overhead
 
 ``diagnose`` resolves the config exactly as the Snakefile does (so a bad key
 or target stops here with the same message), runs ``perflab check`` in a child
@@ -121,6 +122,44 @@ def _partial_diagnosis(cfg: dict, workdir: Path, started: float) -> None:
         os.chdir(here)
 
 
+def bench_pipeline(args, snakemake_args: list[str]) -> int:
+    """Print where one invocation's time went (``perflab.bench_pipeline``); with
+    ``--run``, run the pipeline first (``--cores 1`` and the arguments after ``--``)."""
+    from perflab import bench_pipeline as bench
+
+    workdir = Path(args.directory).resolve()
+    if args.run:
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+               "--directory", str(workdir), "--cores", "1", *snakemake_args]
+        print("perflab: " + " ".join(cmd), file=sys.stderr)
+        rc = subprocess.call(cmd, env=_env())
+        if rc != 0:
+            return rc
+    try:
+        b = bench.breakdown(workdir, args.log)
+    except (FileNotFoundError, ValueError) as exc:
+        sys.exit(f"perflab: {exc}")
+    print(bench.format_breakdown(b))
+    if args.jobs_csv:
+        import pandas as pd
+
+        pd.DataFrame(bench.jobs_table(b)).to_csv(args.jobs_csv, index=False)
+        print(f"per job: {args.jobs_csv}")
+    return 0
+
+
+def _bench_parser(sub) -> None:
+    s = sub.add_parser("bench-pipeline", help="split a pipeline run's wall time into "
+                       "measurement and overhead (process floor, figures, report, scheduling)")
+    s.add_argument("--directory", default=".",
+                   help="the run's working directory, holding .snakemake/ (default: here)")
+    s.add_argument("--log", help="one .snakemake/log/*.snakemake.log (default: the newest "
+                   "in which a job finished)")
+    s.add_argument("--run", action="store_true", help="run `snakemake --cores 1` there first "
+                   "(arguments after -- are passed on)")
+    s.add_argument("--jobs-csv", help="also write one row per job to this CSV")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -145,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
             s.add_argument("--cores", type=int, default=1)
             s.add_argument("--directory", default=".",
                            help="where results/, figures/ and logs/ go (default: here)")
+    _bench_parser(sub)
     args = p.parse_args(argv)
+    if args.command == "bench-pipeline":
+        return bench_pipeline(args, extra)
     if args.command == "check":
         return check(args)
     return diagnose(args, extra)
