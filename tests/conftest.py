@@ -105,6 +105,17 @@ def base_config(default_config_raw) -> dict:
 
 
 @pytest.fixture(scope="session")
+def pipeline_run(tmp_path_factory) -> Path:
+    """The working directory of the one end-to-end run the session shares (tests/shared_run.py).
+
+    Read it; a test that adds to it (test_workflow's later invocations) writes new files only.
+    """
+    import shared_run
+
+    return shared_run.run(tmp_path_factory.mktemp("pipeline"))
+
+
+@pytest.fixture(scope="session")
 def tiny_cfg() -> dict:
     """The resolved test contract (config/test.yaml) on the CPU."""
     from perflab import config

@@ -96,6 +96,21 @@ def tiny_results(tiny_cfg: dict, eid: str, out_dir: Path):
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
 
 
+def pipeline_results(run_dir: Path, tiny_cfg: dict, eid: str):
+    """``eid``'s outputs in the shared pipeline run (the ``pipeline_run`` fixture), in the
+    shape :func:`tiny_results` returns: (rows, samples, contract, outputs), rows validated;
+    the contract is the one the job ran under (its provenance)."""
+    import json
+
+    import pandas as pd
+
+    from perflab import io
+
+    out = {k: str(Path(run_dir) / v) for k, v in config.experiment_outputs(tiny_cfg, eid).items()}
+    contract = json.loads(Path(out["provenance"]).read_text())["contract"]
+    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+
+
 def assert_only_cuda_rows_unsupported(eid: str, rows, samples,
                                       allowed=("peak_allocated", "peak_reserved")) -> None:
     """Rows of ``eid`` only; on a CPU the only rows not measured are CUDA-only, saying so."""

@@ -24,6 +24,7 @@ from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR, AA_FLOOR_SHO
 def c00(tiny_cfg, tmp_path_factory):
     """One C00 run on the tiny contract (8 A/A blocks): (rows, samples, contract, outputs)."""
     cfg = copy.deepcopy(tiny_cfg)
+    # its own run, not the shared pipeline's: more A/A blocks (8 of 5) than the tiny contract
     cfg["experiments"]["C00"].update(aa_blocks=8, aa_inner=5)
     contract, out = run_tiny(cfg, "C00", tmp_path_factory.mktemp("c00"))
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out

@@ -5,6 +5,7 @@ honest CPU rows; the CUDA phase table through a fake allocator, and for real on 
 from __future__ import annotations
 
 import pytest
+from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
 from perflab import figures, ledger, tables
@@ -14,8 +15,10 @@ PARTS = ("parameters", "gradients", "optimizer_state")
 
 
 @pytest.fixture(scope="module")
-def e09(tiny_cfg, tmp_path_factory):
-    return run_rows(tiny_cfg, "E09", tmp_path_factory.mktemp("e09"))
+def e09(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    rows, _, contract, out = pipeline_results(pipeline_run, tiny_cfg, "E09")
+    return rows, contract, out
 
 
 def _mlp_param_bytes(contract) -> float:

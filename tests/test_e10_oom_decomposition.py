@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
 from perflab import figures, memory, tables
@@ -18,8 +19,10 @@ BRANCHES = memory.OOM_VERDICTS
 
 
 @pytest.fixture(scope="module")
-def e10(tiny_cfg, tmp_path_factory):
-    return run_rows(tiny_cfg, "E10", tmp_path_factory.mktemp("e10"))
+def e10(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    rows, _, contract, out = pipeline_results(pipeline_run, tiny_cfg, "E10")
+    return rows, contract, out
 
 
 def test_cpu_rows_are_honest(e10):

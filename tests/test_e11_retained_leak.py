@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_rows, status, value
 
 from perflab import figures, tables
@@ -24,8 +25,9 @@ def _run(cfg, tmp, patch=None):
 
 
 @pytest.fixture(scope="module")
-def e11(tiny_cfg, tmp_path_factory):
-    return _run(tiny_cfg, tmp_path_factory.mktemp("e11"))
+def e11(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E11")
 
 
 def _marks(rows, variant):

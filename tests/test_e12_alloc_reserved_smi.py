@@ -8,6 +8,7 @@ reserved, empty_cache does not move allocated) need CUDA and are checked there.
 from __future__ import annotations
 
 import pytest
+from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
 from perflab import figures, tables
@@ -16,8 +17,10 @@ STATES = ("steady", "after_alloc", "after_del", "after_empty_cache")
 
 
 @pytest.fixture(scope="module")
-def e12(tiny_cfg, tmp_path_factory):
-    return run_rows(tiny_cfg, "E12", tmp_path_factory.mktemp("e12"))
+def e12(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    rows, _, contract, out = pipeline_results(pipeline_run, tiny_cfg, "E12")
+    return rows, contract, out
 
 
 def test_cpu_rows_are_honest(e12):

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
-from experiments import assert_outputs_obey_the_contract, one_value, tiny_results
+from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
 from perflab import ab, figures, profiling, stats, tables
 
@@ -18,9 +18,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e13_sync_tax.py"
 
 
 @pytest.fixture(scope="module")
-def e13(tiny_cfg, tmp_path_factory):
+def e13(pipeline_run, tiny_cfg):
     """One E13 run on the tiny contract: (rows, samples, contract, outputs)."""
-    return tiny_results(tiny_cfg, "E13", tmp_path_factory.mktemp("e13"))
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E13")
 
 
 def test_outputs_obey_the_contract(e13):

@@ -11,11 +11,10 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
-from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
+from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results, run_tiny
 
-from perflab import figures, io, phases, profiling, steps, tables, workloads
+from perflab import figures, phases, profiling, steps, tables, workloads
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e14_profiler.py"
 
@@ -26,10 +25,9 @@ def _execute(tiny_cfg, d: Path, with_trace: bool = True):
 
 
 @pytest.fixture(scope="module")
-def e14(tiny_cfg, tmp_path_factory):
-    """One E14 run on the tiny contract: (rows, samples, contract, outputs)."""
-    contract, out = _execute(tiny_cfg, tmp_path_factory.mktemp("e14"))
-    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
+def e14(pipeline_run, tiny_cfg):
+    """E14 in the shared pipeline run (tests/shared_run.py): (rows, samples, contract, outputs)."""
+    return pipeline_results(pipeline_run, tiny_cfg, "E14")
 
 
 def test_outputs_obey_the_contract(e14):
@@ -97,6 +95,7 @@ def test_table_and_figure(e14, tmp_path):
 
 
 def test_without_a_trace_output_the_rest_is_written(tiny_cfg, tmp_path):
+    # its own run: the pipeline always asks for the trace, this checks a run that does not
     _, out = _execute(tiny_cfg, tmp_path, with_trace=False)
     assert Path(out["csv"]).is_file()
     assert not list(tmp_path.glob("*.gz"))

@@ -9,14 +9,15 @@ from __future__ import annotations
 import copy
 
 import pytest
-from experiments import assert_only_cuda_rows_unsupported, one_value, run_tiny, tiny_results
+from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results, run_tiny
 
 from perflab import figures, interventions, io, tables
 
 
 @pytest.fixture(scope="module")
-def e15(tiny_cfg, tmp_path_factory):
-    return tiny_results(tiny_cfg, "E15", tmp_path_factory.mktemp("e15"))
+def e15(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E15")
 
 
 def test_rows_obey_the_contract(e15):
@@ -90,7 +91,7 @@ def test_a_precision_that_fails_becomes_unsupported_rows(tiny_cfg, tmp_path, mon
     monkeypatch.setattr(interventions, "amp_one_step", no_fp16)
     cfg = copy.deepcopy(tiny_cfg)
     cfg["experiments"]["E15"].update(batches=[8], finite_steps=2, blocks=1, inner=1, peak_calls=1)
-    _, out = run_tiny(cfg, "E15", tmp_path)
+    _, out = run_tiny(cfg, "E15", tmp_path)  # its own run: an injected failure
     rows = io.read_results([out["csv"]])
     fp16 = rows[rows.variant.str.endswith("/fp16")]
     assert set(fp16.status) == {"unsupported"}

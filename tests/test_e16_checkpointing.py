@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from experiments import assert_only_cuda_rows_unsupported, one_value, tiny_results
+from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results
 
 from perflab import figures, interventions, tables, workloads
 
 
 @pytest.fixture(scope="module")
-def e16(tiny_cfg, tmp_path_factory):
-    return tiny_results(tiny_cfg, "E16", tmp_path_factory.mktemp("e16"))
+def e16(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E16")
 
 
 def test_rows_obey_the_contract(e16):

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from experiments import assert_only_cuda_rows_unsupported, one_value, run_tiny, tiny_results
+from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results, run_tiny
 
 from perflab import figures, io, tables
 
 
 @pytest.fixture(scope="module")
-def e17(tiny_cfg, tmp_path_factory):
-    return tiny_results(tiny_cfg, "E17", tmp_path_factory.mktemp("e17"))
+def e17(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E17")
 
 
 def test_rows_obey_the_contract(e17):
@@ -52,7 +53,7 @@ def test_a_k_that_does_not_divide_the_batch_is_an_error_row(tiny_cfg, tmp_path):
 
     cfg = copy.deepcopy(tiny_cfg)
     cfg["experiments"]["E17"].update(batch=12, ks=[1, 5], blocks=1, inner=1, peak_calls=1)
-    _, out = run_tiny(cfg, "E17", tmp_path)
+    _, out = run_tiny(cfg, "E17", tmp_path)  # its own run: a K that does not divide
     rows = io.read_results([out["csv"]])
     k5 = rows[rows.variant == "k5"]
     assert set(k5.status) == {"error"} and k5.reason.str.contains("does not divide").all()

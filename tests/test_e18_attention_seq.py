@@ -6,15 +6,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from experiments import assert_only_cuda_rows_unsupported, one_value, run_tiny, tiny_results
+from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results, run_tiny
 
 from perflab import figures, interventions, io, memory, tables, workloads
 from perflab.experiments import e18_attention_seq
 
 
 @pytest.fixture(scope="module")
-def e18(tiny_cfg, tmp_path_factory):
-    return tiny_results(tiny_cfg, "E18", tmp_path_factory.mktemp("e18"))
+def e18(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E18")
 
 
 def test_rows_obey_the_contract(e18):
@@ -75,7 +76,7 @@ def test_an_oom_becomes_rows_not_a_crash(tiny_cfg, tmp_path, monkeypatch):
         return real(self, qkv)
 
     monkeypatch.setattr(workloads.Attention, "forward", forward)
-    _, out = run_tiny(tiny_cfg, "E18", tmp_path)
+    _, out = run_tiny(tiny_cfg, "E18", tmp_path)  # its own run: an injected OOM
     rows = io.read_results([out["csv"]])
     oom = rows[rows.status == "oom"]
     assert set(oom.variant) == {f"T{longest}/manual", f"T{longest}/sdpa_vs_manual"}

@@ -6,14 +6,15 @@ No test asserts a speedup: on a shared 2-core CPU at the tiny contract it is noi
 from __future__ import annotations
 
 import pytest
-from experiments import one_value, tiny_results
+from experiments import one_value, pipeline_results
 
 from perflab import figures, io, tables
 
 
 @pytest.fixture(scope="module")
-def e19(tiny_cfg, tmp_path_factory):
-    return tiny_results(tiny_cfg, "E19", tmp_path_factory.mktemp("e19"))
+def e19(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E19")
 
 
 def test_rows_obey_the_contract_and_say_why_not(e19):

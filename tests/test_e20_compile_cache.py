@@ -1,40 +1,26 @@
 """E20 (compile cache): cold and warm, each a fresh process, sharing one cache directory.
 
-Run by hand (the script's command line starts the two phases as subprocesses),
-so the warm process really is a new process that can only reuse the on-disk cache.
+The phases' outputs are the shared pipeline run's (tests/shared_run.py): its cold and warm
+jobs are two Snakemake jobs, so the warm process really is a new process that can only reuse
+the on-disk cache. The by-hand command line (cold, then warm, each a subprocess) is checked
+for the commands it starts, without compiling a third and fourth time.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from experiments import one_value
+from conftest import TEST_CONFIG
+from experiments import load_script, one_value, pipeline_results
 
-from perflab import compiling, figures, io, tables
-
-ROOT = Path(__file__).resolve().parents[1]
-TAG = "e20-test"
+from perflab import compiling, figures, tables
 
 
 @pytest.fixture(scope="module")
-def e20(tmp_path_factory):
-    out = tmp_path_factory.mktemp("e20")
-    cfg = out / "tag.yaml"
-    cfg.write_text(f"tag: {TAG}\n")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "e20_compile_cache.py"),
-         "--configfile", str(ROOT / "config" / "test.yaml"), "--configfile", str(cfg),
-         "--device", "cpu", "--outdir", str(out)],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    d = out / TAG
-    csv, samples = d / "e20_compile_cache.csv", d / "e20_compile_cache_samples.csv"
-    return io.read_results([csv]), pd.read_csv(samples), d, {"csv": csv, "samples": samples}
+def e20(pipeline_run, tiny_cfg):
+    rows, samples, _, out = pipeline_results(pipeline_run, tiny_cfg, "E20")
+    return rows, samples, Path(out["csv"]).parent, out
 
 
 def test_outputs_hold_both_phases(e20):
@@ -80,6 +66,51 @@ def test_break_even_and_correctness(e20):
             assert sel.status.iloc[0] == "unsupported"
         else:
             assert float(sel.value.iloc[0]) == expected
+
+
+def test_by_hand_runs_cold_then_warm_each_in_a_fresh_process(monkeypatch):
+    mod = load_script("e20_compile_cache")
+    started = []
+
+    class Done:
+        returncode = 0
+
+    def fake_run(cmd, check=False):
+        started.append(cmd)
+        return Done()
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    passed = ["--configfile", str(TEST_CONFIG), "--device", "cpu", "--outdir", "out"]
+    mod.main(passed)
+    assert [c[c.index("--phase") + 1] for c in started] == list(compiling.CACHE_PHASES)
+    for cmd in started:
+        assert cmd[1] == str(Path(mod.__file__).resolve())  # this script, a new interpreter
+        assert cmd[-len(passed):] == passed
+
+    class Failed:
+        returncode = 1
+
+    monkeypatch.setattr(mod.subprocess, "run", lambda cmd, check=False: Failed())
+    with pytest.raises(SystemExit, match="the cold phase failed"):
+        mod.main(passed)
+
+
+def test_by_hand_phase_writes_where_the_rules_do(tiny_cfg, monkeypatch):
+    from perflab import config
+
+    mod = load_script("e20_compile_cache")
+    ran = {}
+    monkeypatch.setattr(mod, "execute", lambda eid, measure, contract, outputs, log: ran.update(
+        {contract["params"]["phase"]: (eid, contract, outputs)}))
+    for phase in compiling.CACHE_PHASES:
+        mod.run_phase(tiny_cfg, phase)
+    d = config.result_dir(tiny_cfg)
+    assert ran["cold"][2] == compiling.e20_cold_outputs(d)
+    assert ran["warm"][2] == config.experiment_outputs(tiny_cfg, "E20")
+    for phase, (eid, contract, _) in ran.items():
+        assert eid == "E20"
+        assert contract["params"]["inductor_cache_dir"] == compiling.e20_cache_dir(d)
+    assert ran["warm"][1]["params"]["cold_outputs"] == compiling.e20_cold_outputs(d)
 
 
 def test_break_even_formula():

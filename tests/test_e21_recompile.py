@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from experiments import one_value, tiny_results
+from experiments import one_value, pipeline_results
 
 from perflab import figures, tables
 
 
 @pytest.fixture(scope="module")
-def e21(tiny_cfg, tmp_path_factory):
-    return tiny_results(tiny_cfg, "E21", tmp_path_factory.mktemp("e21"))
+def e21(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E21")
 
 
 def test_only_the_fullgraph_break_is_not_ok(e21):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from experiments import one_value, tiny_results
+from experiments import one_value, pipeline_results
 
 from perflab import figures, tables
 
@@ -13,8 +13,9 @@ CELLS = ("eager_fp32", "eager_amp", "compiled_fp32", "compiled_amp")
 
 
 @pytest.fixture(scope="module")
-def e22(tiny_cfg, tmp_path_factory):
-    return tiny_results(tiny_cfg, "E22", tmp_path_factory.mktemp("e22"))
+def e22(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E22")
 
 
 def test_four_cells_with_their_contract(e22):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from experiments import assert_outputs_obey_the_contract, one_value, tiny_results
+from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
 from perflab import figures, tables
 
@@ -18,9 +18,10 @@ INSTRUMENTS = ("phase_sync", "item", "profiler")
 
 
 @pytest.fixture(scope="module")
-def e23(tiny_cfg, tmp_path_factory):
+def e23(pipeline_run, tiny_cfg):
     """One E23 run on the tiny contract: (rows, samples, contract, outputs)."""
-    return tiny_results(tiny_cfg, "E23", tmp_path_factory.mktemp("e23"))
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    return pipeline_results(pipeline_run, tiny_cfg, "E23")
 
 
 def test_outputs_obey_the_contract(e23):

@@ -16,6 +16,7 @@ TOO_MANY = 4096  # more workers than any test machine has cores: must be skipped
 @pytest.fixture(scope="module")
 def e24(tiny_cfg, tmp_path_factory):
     cfg = copy.deepcopy(tiny_cfg)
+    # its own run, not the shared pipeline's: a worker count above the cores must be skipped
     cfg["experiments"]["E24"]["workers"] = [0, 1, 2, TOO_MANY]
     contract, out = run_tiny(cfg, "E24", tmp_path_factory.mktemp("e24"))
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out

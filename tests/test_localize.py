@@ -11,23 +11,23 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from experiments import load_script, run_tiny
+from experiments import load_script, pipeline_results, run_tiny
 
 from perflab import io, optim, phases, steps, tables, timing, workloads
 from perflab.experiments import e05_phases
 from perflab.experiments import e06_events_vs_wall as e06
 
 
-def _run(eid, tiny_cfg, tmp_path):
-    _, out = run_tiny(tiny_cfg, eid, tmp_path)
-    return io.read_results([out["csv"]])
+def _run(eid, pipeline_run, tiny_cfg):
+    """``eid``'s rows in the shared pipeline run (tests/shared_run.py): not run again."""
+    return pipeline_results(pipeline_run, tiny_cfg, eid)[0]
 
 
 # ------------------------------------------------------------------ E05
 
 
-def test_e05_rows_and_phase_sum(tiny_cfg, tmp_path):
-    rows = _run("E05", tiny_cfg, tmp_path)
+def test_e05_rows_and_phase_sum(pipeline_run, tiny_cfg):
+    rows = _run("E05", pipeline_run, tiny_cfg)
     med = rows[(rows.statistic == "median") & (rows.metric == "phase_time")]
     for prefix in ("sync/", "nosync/"):
         assert {f"{prefix}{p}" for p in steps.PHASES} <= set(med.variant)
@@ -150,8 +150,8 @@ def test_hooks_charge_each_phase_of_an_opaque_step(one_thread):
 # ------------------------------------------------------------------ E06
 
 
-def test_e06_on_cpu_measures_the_wall_and_says_why_not_the_rest(tiny_cfg, tmp_path):
-    rows = _run("E06", tiny_cfg, tmp_path)
+def test_e06_on_cpu_measures_the_wall_and_says_why_not_the_rest(pipeline_run, tiny_cfg):
+    rows = _run("E06", pipeline_run, tiny_cfg)
     ok = rows[rows.status == "ok"]
     assert set(ok.variant) == {e06.WALL[0]}
     bad = rows[rows.status != "ok"]
@@ -222,8 +222,8 @@ def test_step_gradients_are_the_steps_and_leave_the_model_untouched():
         assert torch.equal(v, before[k])
 
 
-def test_e07_rows(tiny_cfg, tmp_path):
-    rows = _run("E07", tiny_cfg, tmp_path)
+def test_e07_rows(pipeline_run, tiny_cfg):
+    rows = _run("E07", pipeline_run, tiny_cfg)
     steps_ = rows[(rows.metric == "optimizer_step") & (rows.statistic == "median")]
     assert set(steps_.variant) == {"sgd", "sgd_momentum", "adamw_foreach", "adamw_fused"}
     diff = rows[(rows.variant == "fused_vs_foreach") & (rows.metric == "max_abs_diff")]
@@ -235,8 +235,8 @@ def test_e07_rows(tiny_cfg, tmp_path):
 # ------------------------------------------------------------------ E25
 
 
-def test_e25_rows_are_consistent(tiny_cfg, tmp_path):
-    rows = _run("E25", tiny_cfg, tmp_path)
+def test_e25_rows_are_consistent(pipeline_run, tiny_cfg):
+    rows = _run("E25", pipeline_run, tiny_cfg)
 
     def one(variant, metric, statistic="median"):
         r = rows[(rows.variant == variant) & (rows.metric == metric) & (rows.statistic == statistic)]

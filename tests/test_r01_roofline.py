@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 import torch
-from experiments import assert_outputs_obey_the_contract, one_value, run_tiny
+from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
-from perflab import io, roofline
+from perflab import roofline
 
 
 def test_counters_count_a_matmul_exactly():
@@ -50,10 +49,10 @@ def test_fractions_follow_the_roofline():
 
 
 @pytest.fixture(scope="module")
-def r01(tiny_cfg, tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("r01")
-    _, out = run_tiny(tiny_cfg, "R01", out_dir)
-    return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), out
+def r01(pipeline_run, tiny_cfg):
+    # the shared pipeline run's outputs (tests/shared_run.py): the experiment is not run again
+    rows, samples, _, out = pipeline_results(pipeline_run, tiny_cfg, "R01")
+    return rows, samples, out
 
 
 def test_r01_outputs_obey_the_contract(r01):

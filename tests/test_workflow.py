@@ -1,8 +1,8 @@
 """End to end: the whole workflow on the tiny contract, through Snakemake, in a temp directory.
 
-One run (module-scoped fixture) feeds every check: the experiment CSVs obey the
-contract, the ledger and the report exist and hold every experiment's table and
-figure, a second invocation has nothing to do, and `--report` packs the outputs.
+One run (the session's shared run, tests/shared_run.py) feeds every check: the experiment
+CSVs obey the contract, the ledger and the report exist and hold every experiment's table
+and figure, a second invocation has nothing to do, and `--report` packs the outputs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared_run import ROOT, TAG, snakemake
 
 from perflab import config, io
 from perflab.catalogue import EXPERIMENTS as CATALOGUE
@@ -23,31 +24,15 @@ from perflab.catalogue import EXPERIMENTS as CATALOGUE
 #: what the run below selects (`run: all` on a CPU): every experiment that needs one device
 EXPERIMENTS = {eid: CATALOGUE[eid] for eid in config.by_default()}
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser.py
-TAG = f"cpu-{os.cpu_count()}c-tiny"
 
 pytestmark = pytest.mark.slow
 
 
-def snakemake(work: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "-m", "snakemake",
-        "-s", str(ROOT / "Snakefile"),
-        "--directory", str(work),
-        "--configfile", str(ROOT / "config" / "test.yaml"),
-        "--config", "device=cpu",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("pipeline")
-    proc = snakemake(work, "--cores", "1")
-    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-6000:])
-    return work
+def run_dir(pipeline_run) -> Path:
+    """The session's shared run (tests/shared_run.py); these tests are its end-to-end checks."""
+    return pipeline_run
 
 
 def test_every_experiment_wrote_contract_rows(run_dir):
@@ -101,16 +86,29 @@ def test_report_holds_every_table_and_figure(run_dir):
 
 
 def test_second_invocation_has_nothing_to_do(run_dir):
-    proc = snakemake(run_dir, "--cores", "1", "-n")
+    """One dry run: the default target and every target a claim's command names (``claims``
+    included) exist and are already up to date."""
+    from perflab import claims
+
+    # the claims of the experiments this run selected (D01 needs two GPUs or to be named)
+    targets = sorted({c.target for c in claims.registry().values()
+                      if c.target and c.eid in EXPERIMENTS} | {"claims"})
+    proc = snakemake(run_dir, "--cores", "1", "-n", "all", *targets)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
-def test_snakemake_report_zip(run_dir):
+@pytest.fixture(scope="module")
+def report_zip(run_dir) -> zipfile.ZipFile:
+    """`snakemake --report` of the shared run, made once for the two checks of the zip."""
     out = run_dir / "report.zip"
     proc = snakemake(run_dir, "--report", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    names = zipfile.ZipFile(out).namelist()
+    return zipfile.ZipFile(out)
+
+
+def test_snakemake_report_zip(report_zip):
+    names = report_zip.namelist()
     assert any(n.endswith("report.html") for n in names)
     assert sum(n.endswith(".png") for n in names) >= len(EXPERIMENTS)
 
@@ -156,17 +154,6 @@ def test_claims_table_is_written_and_shown_first(run_dir):
     first = html.index('class="claims"')
     assert first < html.index("PERFORMANCE LEDGER") < html.index('id="e01"')
     assert html.index("<table") == first - len("<table ")  # the first table of the page
-
-
-def test_each_claims_command_names_a_target_that_runs(run_dir):
-    from perflab import claims
-
-    # the claims of the experiments this run selected (D01 needs two GPUs or to be named)
-    targets = sorted({c.target for c in claims.registry().values()
-                      if c.target and c.eid in EXPERIMENTS} | {"claims"})
-    proc = snakemake(run_dir, "--cores", "1", "-n", *targets)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
 def test_report_in_a_headless_browser(run_dir):
@@ -220,13 +207,10 @@ def test_report_escapes_text_from_config_and_model_names(run_dir, tmp_path):
     assert evil in page["text"]  # shown literally
 
 
-def test_report_zip_has_a_category_per_chapter_section(run_dir):
+def test_report_zip_has_a_category_per_chapter_section(report_zip):
     from perflab import reference
 
-    out = run_dir / "report-sections.zip"
-    proc = snakemake(run_dir, "--report", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    zf = zipfile.ZipFile(out)
+    zf = report_zip
     # the zip's top folder is named after the zip; its index is <top>/report.html
     index = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/report.html"))
     text = zf.read(index).decode()
