@@ -8,20 +8,26 @@ arguments), because peak memory is measured on one variant alone:
 
 - on CUDA in this process, with nothing else of the experiment alive and the
   allocator's peaks reset first (:func:`variant_peak`);
-- on a CPU in a fresh process (``python -m perflab.interventions``) whose only
-  work is that variant: a process's peak resident set (VmHWM) never falls, so
-  within one process a second variant's peak is hidden under the first's.
+- on a CPU in a fresh process whose only work is that variant: a process's peak
+  resident set (VmHWM) never falls, so within one process a second variant's peak
+  is hidden under the first's. Each variant's process is forked from one server
+  per job (``python -m perflab.interventions --serve``) that has done the imports
+  and nothing else, so a job pays them once rather than once per variant; without
+  ``os.fork`` each variant is a fresh interpreter.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
+import functools
 import gc
 import json
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -362,14 +368,46 @@ def _cuda_peak(contract, kind, kw, calls) -> dict[str, Any]:
             "allocated_at_start": at_start}
 
 
-def _fresh_process_peak(contract, kind, kw, calls) -> dict[str, Any]:
-    payload = {"contract": dict(contract), "kind": kind, "kw": kw, "calls": calls,
-               "threads": torch.get_num_threads()}
+def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])  # the child imports this same perflab
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, "-m", "perflab.interventions"],
-                          input=json.dumps(payload), capture_output=True, text=True, env=env)
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def _variant_server() -> subprocess.Popen | None:
+    """This job's variant server (started on first use), or None where there is no fork."""
+    if not hasattr(os, "fork"):
+        return None
+    try:  # the server's and its children's tracebacks go where this job logs
+        err = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        err = None
+    server = subprocess.Popen([sys.executable, "-m", "perflab.interventions", "--serve"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                              text=True, env=_child_env())
+
+    def stop():
+        server.stdin.close()  # the end of its input: it exits
+        server.wait(timeout=60)
+
+    atexit.register(stop)
+    return server
+
+
+def _fresh_process_peak(contract, kind, kw, calls) -> dict[str, Any]:
+    payload = json.dumps({"contract": dict(contract), "kind": kind, "kw": kw, "calls": calls,
+                          "threads": torch.get_num_threads()})
+    server = _variant_server()
+    if server is not None:
+        server.stdin.write(payload + "\n")
+        server.stdin.flush()
+        line = server.stdout.readline()
+        return json.loads(line) if line else {
+            "error": f"the variant server exited {server.poll()} (see the job's log)"}
+    proc = subprocess.run([sys.executable, "-m", "perflab.interventions"], input=payload,
+                          capture_output=True, text=True, env=_child_env())
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = " ".join(proc.stderr.strip().splitlines()[-2:])[:300]
@@ -427,9 +465,8 @@ def peak_rows(ctx, variant: str, r: Mapping[str, Any], window: str, **kw: Any) -
                                    "the CPU row is peak_rss", **kw)
 
 
-def _child_main() -> None:
-    """The fresh process of :func:`variant_peak` on a CPU: one variant, then its VmHWM."""
-    payload = json.loads(sys.stdin.read())
+def _variant_alone(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """In the variant's own process: one variant, then its VmHWM (or the error)."""
     contract = payload["contract"]
     torch.set_num_threads(int(payload["threads"]))
     torch.set_flush_denormal(bool(contract.get("flush_denormal", False)))
@@ -441,11 +478,46 @@ def _child_main() -> None:
         for _ in range(payload["calls"]):
             step()
     except (RuntimeError, MemoryError, NotApplicable, ValueError) as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:300]}"}))
-        return
-    print(json.dumps({"peak_rss": memory.vmhwm_mib(), "rss_at_start": at_start,
-                      "vmhwm_reset": reset}))
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return {"peak_rss": memory.vmhwm_mib(), "rss_at_start": at_start, "vmhwm_reset": reset}
+
+
+def _fork_one(line: str) -> str:
+    """One variant in a child forked from this server; its reading as one JSON line."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the variant's process: no other variant ever ran in it
+        os.close(r)
+        os.dup2(2, 1)  # a stray print goes to the job's log, not into the reply
+        code = 0
+        try:
+            os.write(w, json.dumps(_variant_alone(json.loads(line))).encode())
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0 or not chunks:
+        return json.dumps({"error": f"the variant's process exited {code} (see the job's log)"})
+    return b"".join(chunks).decode()
+
+
+def _serve() -> None:
+    """One variant per input line, each in a child forked from this process."""
+    import torch._dynamo  # noqa: F401  # a process's first optimizer imports it (1-2 s): once here
+
+    for line in sys.stdin:
+        print(_fork_one(line), flush=True)
 
 
 if __name__ == "__main__":
-    _child_main()
+    if sys.argv[1:] == ["--serve"]:
+        _serve()
+    else:  # no fork on this platform: this fresh interpreter runs one variant
+        print(json.dumps(_variant_alone(json.loads(sys.stdin.read()))))

@@ -89,6 +89,22 @@ def test_an_oom_becomes_rows_not_a_crash(tiny_cfg, tmp_path, monkeypatch):
     assert png.stat().st_size > 0
 
 
+def test_each_cpu_variant_peak_comes_from_a_process_of_its_own(tiny_cfg):
+    """A small variant measured after a large one reads its own peak (no other variant ran
+    in its process); a variant whose process dies is an error reading, and the next runs."""
+    from perflab import config
+
+    contract = config.contract(tiny_cfg, "E18")
+    big = interventions.variant_peak(contract, "attention", {"impl": "manual", "seq": 512}, 1)
+    small = interventions.variant_peak(contract, "attention", {"impl": "manual", "seq": 16}, 1)
+    assert small["peak_rss"] < big["peak_rss"] - 50  # MiB: T=512's scores alone are 32 MiB
+    assert small["rss_at_start"] <= small["peak_rss"] and big["vmhwm_reset"]
+    died = interventions.variant_peak(contract, "checkpoint", {}, 1)  # no batch: it raises
+    assert "exited 1" in died["error"]
+    again = interventions.variant_peak(contract, "attention", {"impl": "manual", "seq": 16}, 1)
+    assert again["peak_rss"] == pytest.approx(small["peak_rss"], abs=5)
+
+
 def test_capped_budget_sets_the_fraction_and_restores_it(monkeypatch):
     calls = []
     fake = SimpleNamespace(
