@@ -104,15 +104,41 @@ def base_config(default_config_raw) -> dict:
     return cfg
 
 
+def _reads_the_shared_run(item) -> bool:
+    return "pipeline_run" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """The shared run's readers last (stable order), so it runs while the others do; and
+    `slow`, like the run they wait for (``-m "not slow"`` leaves them and the run out)."""
+    for item in items:
+        if _reads_the_shared_run(item):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=_reads_the_shared_run)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_run(request, tmp_path_factory):
+    """The shared run (tests/shared_run.py), started with the session if a test reads it."""
+    import shared_run
+
+    if not any(_reads_the_shared_run(i) for i in request.session.items):
+        yield None
+        return
+    run = shared_run.Background(tmp_path_factory.mktemp("pipeline"),
+                                tmp_path_factory.mktemp("pipeline-output") / "snakemake.out")
+    yield run
+    run.stop()
+
+
 @pytest.fixture(scope="session")
-def pipeline_run(tmp_path_factory) -> Path:
-    """The working directory of the one end-to-end run the session shares (tests/shared_run.py).
+def pipeline_run(_shared_run) -> Path:
+    """The working directory of the one end-to-end run the session shares, once it finished.
 
     Read it; a test that adds to it (test_workflow's later invocations) writes new files only.
     """
-    import shared_run
-
-    return shared_run.run(tmp_path_factory.mktemp("pipeline"))
+    return _shared_run.wait()
 
 
 @pytest.fixture(scope="session")

@@ -5,11 +5,16 @@ session into a temp directory. Every test that needs a finished run or an experi
 outputs at the tiny contract reads it, so no experiment runs twice at that contract: an
 experiment test that still runs its script itself tests something this run cannot (a
 patched contract, an injected failure, a command line) and says so where it does.
+
+The run starts with the session, in the background (`snakemake --cores 1`: one core), and
+the tests that read it run last (tests/conftest.py): the tests that do not need it run on
+the other core meanwhile.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,24 +25,37 @@ from conftest import TEST_CONFIG
 TAG = f"cpu-{os.cpu_count()}c-tiny"
 
 
-def snakemake(work: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+def command(work: Path, *args: str) -> list[str]:
     """Snakemake on the tiny contract with ``work`` as its working directory."""
-    cmd = [
-        sys.executable, "-m", "snakemake",
-        "-s", str(ROOT / "Snakefile"),
-        "--directory", str(work),
-        "--configfile", str(TEST_CONFIG),
-        "--config", "device=cpu",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+            "--directory", str(work), "--configfile", str(TEST_CONFIG), "--config", "device=cpu",
+            *args]
 
 
-def run(work: Path) -> Path:
-    """The default target, one core; fails with Snakemake's output if the run fails."""
-    proc = snakemake(work, "--cores", "1")
-    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-6000:])
-    return work
+def snakemake(work: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run(command(work, *args), capture_output=True, text=True, timeout=timeout)
+
+
+class Background:
+    """The shared run (the default target, one core) going on while other tests run."""
+
+    def __init__(self, work: Path, output: Path):
+        self.work, self.output = work, output
+        with open(output, "w") as fh:  # a file, not a pipe: a full pipe would stall the run
+            self.proc = subprocess.Popen(command(work, "--cores", "1"), stdout=fh,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, timeout: float = 3000) -> Path:
+        """The finished run's working directory; fails with Snakemake's output if it failed."""
+        rc = self.proc.wait(timeout=timeout)
+        assert rc == 0, self.output.read_text()[-8000:]
+        return self.work
+
+    def stop(self) -> None:
+        """End the run (and its job) if the session ends first."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
 
 
 def results_dir(work: Path) -> Path:
