@@ -25,7 +25,7 @@ Runs written before these names were one (``*_relative``, ``paired_block_differe
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,8 @@ class Side:
     blocks: Sequence[float]  # each block's median, in block order
     sync_boundary: str
     block_ids: Sequence[int] | None = None  # each block's index (default 0, 1, ...)
+    #: contract columns of this side's rows only (e.g. the dtype of an autocast side)
+    contract: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,13 +112,14 @@ def record(ctx: Any, a: Side, b: Side, *, metric: str, window: str, diff_variant
     ``kw`` are further contract columns of every row (e.g. ``execution``).
     """
     for side in (a, b):
+        own = {**kw, **side.contract}
         ctx.summary(side.samples, variant=side.variant, metric=metric, window=window,
                     sync_boundary=side.sync_boundary, statistics=SIDE_STATISTICS,
-                    block=list(side.block_of), **kw)
+                    block=list(side.block_of), **own)
         ctx.summary(side.blocks, variant=side.variant, metric=BLOCK_MEDIAN,
                     window=window + "; one value per block: the median of its samples",
                     sync_boundary=side.sync_boundary, statistics=BLOCK_STATISTICS,
-                    block=list(side.block_ids or range(len(side.blocks))), **kw)
+                    block=list(side.block_ids or range(len(side.blocks))), **own)
     floor = ctx.noise_floor_pct if noise_floor_pct is None else noise_floor_pct
     pc = paired_cost(a.samples, b.samples, a.blocks, b.blocks, block_diffs=block_diffs,
                      noise_floor_pct=floor)

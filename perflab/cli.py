@@ -1,7 +1,8 @@
 """``perflab``: a thin command line over the Snakemake pipeline.
 
     perflab check mypkg.models:make_step           # build it and run one step: a clear error or OK
-    perflab diagnose mypkg.models:make_step        # its ledger, report and verdict
+    perflab diagnose mypkg.models:make_step        # its ledger, report and verdict (and W01)
+    perflab whatif mypkg.models:make_step          # each intervention that applies, measured
     perflab bench-pipeline [--run] [--directory D] # a run's wall: measurement vs overhead
 
 ``diagnose`` resolves the config exactly as the Snakefile does (so a bad key
@@ -12,7 +13,9 @@ the first measured job), then runs Snakemake on the experiments the verdict
 reads with ``--keep-going`` (one experiment that fails does not stop the
 others), and prints the verdict — where a job failed, drawn from what ran,
 naming each experiment that did not finish and why (its log's last line).
-Extra arguments after ``--`` go to Snakemake unchanged.
+Its last step is W01 (``--no-whatif`` skips it): every intervention that applies, measured.
+``whatif`` runs W01 alone and prints its table. Extra arguments after ``--`` go to Snakemake
+unchanged.
 """
 
 from __future__ import annotations
@@ -31,12 +34,22 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/diagnose.py), after C00: the
 #: harness's floors, the A/A noise floor a near-threshold verdict is judged by, and the gate
 DIAGNOSE_RUN = "C00,E01,E05,E06,E07,E13,R01"
+#: the what-if step of diagnose (off with --no-whatif), and what `perflab whatif` runs
+WHATIF = "W01"
+
+
+def _only(args) -> list[str] | None:
+    """The interventions ``--only`` names (comma-separated), or None for all."""
+    only = getattr(args, "only", None)
+    return [n.strip() for n in only.split(",") if n.strip()] if only else None
 
 
 def _config(args) -> dict:
     overrides = {"workload": args.target, "device": args.device}
     if getattr(args, "run", None):
         overrides["run"] = args.run
+    if _only(args):
+        overrides["experiments"] = {WHATIF: {"interventions": _only(args)}}
     if getattr(args, "scale", None):
         overrides["scale"] = args.scale
     try:
@@ -59,7 +72,24 @@ def check(args) -> int:
     print(f"{args.target}: OK on {cfg['resolved_device']} — {w.description}, batch "
           f"{w.batch_size}, input {w.input_shape()}, {w.parameter_count()} parameters, "
           f"optimizer {w.optimizer_name}")
+    if _only(args):
+        _check_interventions(cfg, w, _only(args))
     return 0
+
+
+def _check_interventions(cfg: dict, w: workloads.Workload, names: list[str]) -> None:
+    """Each named intervention applies to the built workload, or one error naming it."""
+    import torch
+
+    from perflab import transforms, whatif
+
+    params = cfg["experiments"][WHATIF]
+    reasons = whatif.plan(transforms.probe(w, torch.device(cfg["resolved_device"]), params))
+    bad = [n for n in names if reasons[n]]
+    if bad:
+        usable = [n for n, why in reasons.items() if not why]
+        sys.exit(f"perflab: intervention {bad[0]!r} does not apply to {cfg['workload']}: "
+                 f"{reasons[bad[0]]} (these apply here: {', '.join(usable) or 'none'})")
 
 
 def _env() -> dict:
@@ -71,33 +101,46 @@ def _env() -> dict:
     return env
 
 
-def diagnose(args, snakemake_args: list[str]) -> int:
-    cfg = _config(args)
-    # The pre-flight (`perflab check`) runs in a child process. Run here, it would leave this
-    # process holding a CUDA context, the model and its optimizer state for the whole run,
-    # and every measured job would share the device with it (the validity gate flagged
-    # exactly that on the H200).
+def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: list[str]
+               ) -> tuple[int, Path]:
+    """The pre-flight (`perflab check`, in a child process), then Snakemake on ``run``."""
+    # The pre-flight runs in a child process. Run here, it would leave this process holding
+    # a CUDA context, the model and its optimizer state for the whole run, and every
+    # measured job would share the device with it (the validity gate flagged exactly that
+    # on the H200).
     env = _env()
     pre = [sys.executable, "-m", "perflab", "check", args.target, "--device", args.device]
     if args.scale:
         pre += ["--scale", args.scale]
+    if _only(args):
+        pre += ["--only", ",".join(_only(args))]
     for f in args.configfile:
         pre += ["--configfile", str(Path(f).resolve())]
+    workdir = Path(args.directory).resolve()
     rc = subprocess.call(pre, env=env)
     if rc != 0:
-        return rc
-    workdir = Path(args.directory).resolve()
+        return rc, workdir
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
            "--directory", str(workdir), "--cores", str(args.cores), "--keep-going"]
     for f in args.configfile:
         cmd += ["--configfile", str(Path(f).resolve())]
-    cmd += ["--config", f"workload={args.target}", f"run={args.run}", f"device={args.device}"]
+    cmd += ["--config", f"workload={args.target}", f"run={run}", f"device={args.device}"]
     if args.scale:
         cmd.append(f"scale={args.scale}")
-    cmd += snakemake_args
+    if _only(args):
+        cmd.append("experiments={%s: {interventions: [%s]}}" % (WHATIF, ", ".join(_only(args))))
+    cmd += snakemake_args + targets
     print("perflab: " + " ".join(cmd), file=sys.stderr)
+    return subprocess.call(cmd, env=env), workdir
+
+
+def diagnose(args, snakemake_args: list[str]) -> int:
+    cfg = _config(args)
+    run = args.run
+    if not args.no_whatif and run != "all" and WHATIF not in run.upper().split(","):
+        run = f"{run},{WHATIF}"
     started = time.time()
-    rc = subprocess.call(cmd, env=env)
+    rc, workdir = _snakemake(args, cfg, run, [], snakemake_args)
     md = workdir / cfgmod.result_dir(cfg) / "diagnosis.md"
     if rc != 0 and "-n" not in snakemake_args and "--dry-run" not in snakemake_args \
             and not (md.is_file() and md.stat().st_mtime >= started):
@@ -106,6 +149,17 @@ def diagnose(args, snakemake_args: list[str]) -> int:
     if md.is_file() and (rc == 0 or md.stat().st_mtime >= started):
         print(md.read_text())
         print(f"ledger, report and evidence: {md.parent}")
+    return rc
+
+
+def whatif(args, snakemake_args: list[str]) -> int:
+    """W01 alone: its table, with the bounds of any localization this directory holds."""
+    cfg = _config(args)
+    md = Path(cfgmod.experiment_outputs(cfg, WHATIF)["md"])
+    rc, workdir = _snakemake(args, cfg, WHATIF, [str(md)], snakemake_args)
+    if rc == 0 and (workdir / md).is_file():
+        print((workdir / md).read_text())
+        print(f"rows and each intervention's job: {(workdir / md).parent}")
     return rc
 
 
@@ -170,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     for name, helptext in (("check", "build a workload and run one training step"),
-                           ("diagnose", "run the evidence experiments and print the verdict")):
+                           ("diagnose", "run the evidence experiments and print the verdict"),
+                           ("whatif", "measure each intervention that applies (W01)")):
         s = sub.add_parser(name, help=helptext)
         s.add_argument("target", help="a name under `workloads` in the config, a registered "
                        "builder, or package.module:function")
@@ -178,9 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--scale", help="a name under `scales` (default: auto)")
         s.add_argument("--configfile", action="append", default=[],
                        help="YAML merged over config/config.yaml (repeatable)")
+        s.add_argument("--only", help="interventions of W01, comma-separated (default: all "
+                       "that apply); each must apply to the workload")
         if name == "diagnose":
             s.add_argument("--run", default=DIAGNOSE_RUN,
-                           help=f"experiments to run (default: {DIAGNOSE_RUN}; 'all' for every one)")
+                           help=f"experiments to run (default: {DIAGNOSE_RUN}, then {WHATIF}; "
+                           "'all' for every one)")
+            s.add_argument("--no-whatif", action="store_true",
+                           help=f"skip the what-if step ({WHATIF}: each intervention measured)")
+        if name != "check":
             s.add_argument("--cores", type=int, default=1)
             s.add_argument("--directory", default=".",
                            help="where results/, figures/ and logs/ go (default: here)")
@@ -190,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         return bench_pipeline(args, extra)
     if args.command == "check":
         return check(args)
+    if args.command == "whatif":
+        return whatif(args, extra)
     return diagnose(args, extra)
 
 

@@ -370,6 +370,26 @@ def _leaves(tree: Mapping[str, Any], prefix: str = ""):
             yield f"{prefix}{k}", v
 
 
+def _check_whatif(cfg: dict, device: str) -> None:
+    """W01's interventions: each a known name, none that cannot apply on this device."""
+    from perflab import whatif
+
+    key = "experiments.W01.interventions"
+    requested = cfg["experiments"]["W01"]["interventions"]
+    try:
+        names = whatif.selected(requested)
+    except ValueError as exc:
+        raise ConfigError(f"config error at '{key}': {exc}") from None
+    if requested == "all":
+        return
+    cannot = whatif.device_reasons(device.split(":", 1)[0])
+    bad = [n for n in names if n in cannot]
+    if bad:
+        usable = [n for n in whatif.NAMES if n not in cannot]
+        raise ConfigError(f"config error at '{key}': {bad[0]} does not apply on {device}: "
+                          f"{cannot[bad[0]]} (these can here: {', '.join(usable)})")
+
+
 def resolve(config: Mapping[str, Any], check_device: bool = True,
             user: Mapping[str, Any] | None = None) -> dict:
     """Validate ``config`` and return the resolved run configuration.
@@ -417,6 +437,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
     _check_tag(cfg)
     _check_accumulation(cfg)
     _check_compare_to(cfg)
+    _check_whatif(cfg, device)
     experiments = selected_experiments(cfg["run"], _devices(device, check_device))
 
     from perflab.env import device_tag

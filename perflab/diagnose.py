@@ -111,6 +111,20 @@ INTERVENTIONS = {
     "undetermined": "run the evidence experiments (E01, E05, E06, E13, R01) on this workload",
 }
 
+#: the W01 interventions (perflab.whatif) that test each verdict's hypothesis, first the
+#: one its intervention names
+HYPOTHESES = {
+    "input_pipeline": ("loader_workers", "loader_pinned"),
+    "synchronization": ("device_accumulator",),
+    "host_overhead": ("compile_reduce_overhead", "compile_default", "larger_batch"),
+    "optimizer": ("fused_optimizer", "foreach_optimizer"),
+    "device_compute": ("autocast_bf16", "larger_batch"),
+    "memory_bandwidth": ("compile_default", "autocast_bf16"),
+    "straggler": (),
+    "communication": (),
+    "undetermined": (),
+}
+
 ORDER = ("straggler", "communication", "input_pipeline", "synchronization", "host_overhead",
          "optimizer", "device_bound")
 FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
@@ -149,6 +163,8 @@ class Diagnosis:
     verdict: str
     because: str
     findings: list[Finding]
+    #: what W01 measured, beside the hypothesis (empty when W01 did not run)
+    measured: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -416,13 +432,16 @@ TESTS = {
 
 def diagnose(frame: pd.DataFrame) -> Diagnosis:
     """The verdict from the result rows of one run (any subset of experiments)."""
+    from perflab.experiments import w01_whatif
+
     r = _Rows(frame)
     findings = [TESTS[name](r) for name in ORDER]
-    for f in findings:
-        if f.outcome == FITS:
-            return Diagnosis(f.bottleneck, f.because, findings)
-    return Diagnosis("undetermined", "no candidate's test fits the rows of this run "
-                     "(see what each needs)", findings)
+    fits = [f for f in findings if f.outcome == FITS]
+    d = (Diagnosis(fits[0].bottleneck, fits[0].because, findings) if fits else
+         Diagnosis("undetermined", "no candidate's test fits the rows of this run "
+                   "(see what each needs)", findings))
+    d.measured = w01_whatif.beside_hypothesis(frame, HYPOTHESES.get(d.verdict, ()))
+    return d
 
 
 # ------------------------------------------------------------------ outputs
@@ -442,6 +461,11 @@ def to_frame(d: Diagnosis) -> pd.DataFrame:
         for e in f.evidence or [Reading("", None, "", "")]:
             rows.append({**common, "source": e.source, "value": e.value, "unit": e.unit,
                          "test": e.test, "passes": e.passes})
+    for line in d.measured:
+        rows.append(dict(candidate="whatif", label="what if (W01)", outcome="measured",
+                         verdict=False, because=line.replace("**", ""), source="W01",
+                         value=None, unit="", test="", passes=None, intervention="",
+                         borderline=""))
     if d.verdict == "undetermined":
         rows.append(dict(candidate="undetermined", label=d.label, outcome="", verdict=True,
                          because=d.because, source="", value=None, unit="", test="",
@@ -466,8 +490,9 @@ def render_markdown(d: Diagnosis) -> str:
         lines += ["**Near a threshold** (another run may decide it the other way): "
                   + "; ".join(f"{f.label} — {f.borderline}" for f in near) + ".", ""]
     lines += [f"**Next intervention:** {d.intervention}. Then remeasure: the hypothesis holds "
-              "only if the step time moves beyond its noise.", "",
-              "| candidate | outcome | because |", "| --- | --- | --- |"]
+              "only if the step time moves beyond its noise.", ""]
+    lines += [*d.measured, ""] if d.measured else []
+    lines += ["| candidate | outcome | because |", "| --- | --- | --- |"]
     for f in d.findings:
         lines.append(f"| {f.label} | {f.outcome} | {f.because} |")
     return "\n".join(lines) + "\n"

@@ -75,13 +75,15 @@ def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(device.type, enabled=(precision == "fp16"))
 
 
-def amp_step(model: nn.Module, w: workloads.Workload, opt: torch.optim.Optimizer,
-             x: torch.Tensor, y: torch.Tensor | None, precision: str,
-             device: torch.device) -> Callable[[], torch.Tensor]:
-    """The training step with the forward and loss under autocast, backward through the scaler."""
+def amp_train_step(w: workloads.Workload, device: torch.device, precision: str):
+    """The chapter's step as a ``train_step(model, optimizer, batch)`` with the forward and
+    loss under autocast and the backward through the loss scaler (GradScaler for fp16)."""
     scaler = grad_scaler(device, precision)
 
-    def step():
+    def train_step(model: nn.Module, opt: torch.optim.Optimizer, batch) -> torch.Tensor:
+        x, y = batch
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True) if y is not None else None
         opt.zero_grad(set_to_none=True)
         with autocast(device, precision):
             loss = w.loss_fn(model(x), y)
@@ -90,7 +92,15 @@ def amp_step(model: nn.Module, w: workloads.Workload, opt: torch.optim.Optimizer
         scaler.update()
         return loss
 
-    return step
+    return train_step
+
+
+def amp_step(model: nn.Module, w: workloads.Workload, opt: torch.optim.Optimizer,
+             x: torch.Tensor, y: torch.Tensor | None, precision: str,
+             device: torch.device) -> Callable[[], torch.Tensor]:
+    """:func:`amp_train_step` on a fixed batch (already on the device: its copies are no-ops)."""
+    train_step = amp_train_step(w, device, precision)
+    return lambda: train_step(model, opt, (x, y))
 
 
 def grad_norm(model: nn.Module) -> float:
@@ -273,9 +283,14 @@ def build_variant(contract: Mapping[str, Any], kind: str, **kw: Any) -> Callable
     """The step of one variant, built fresh on the contract's device (see the module doc).
 
     kinds: ``amp`` (precision, batch), ``checkpoint`` (checkpointed, batch),
-    ``accumulation`` (k, batch), ``attention`` (impl, seq).
+    ``accumulation`` (k, batch), ``attention`` (impl, seq), ``whatif`` (side: one side of
+    the W01 intervention the contract names, :func:`perflab.transforms.variant_step`).
     """
     device = torch.device(contract["device"])
+    if kind == "whatif":
+        from perflab import transforms  # it builds on this module
+
+        return transforms.variant_step(contract, kw["side"])
     if kind == "attention":
         w = build_workload(contract, device, "attention", impl=kw["impl"], seq=kw["seq"])
         qkv, _ = w.batch_on(device)

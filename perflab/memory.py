@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -185,6 +186,29 @@ def bytes_saved_by_graph(roots, exclude=()) -> int:
                         saved[key] = t.untyped_storage().nbytes()
         stack.extend(fn for fn, _ in node.next_functions if fn is not None)
     return sum(saved.values())
+
+
+def bytes_saved_during(fn, exclude=()) -> tuple[int, Any]:
+    """(bytes of the tensors autograd saved for backward while ``fn`` ran, what it returned).
+
+    Counted as autograd packs them (``torch.autograd.graph.saved_tensors_hooks``), so it
+    sees inside an opaque function (a user's whole training step, its backward included):
+    each distinct storage once, those of ``exclude`` (e.g. the parameters) left out. The
+    activations a step holds between its forward and its backward, on any device.
+    """
+    skip = {(str(t.device), t.untyped_storage().data_ptr()) for t in exclude}
+    saved: dict[tuple[str, int], int] = {}
+
+    def pack(t):
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            key = (str(t.device), t.untyped_storage().data_ptr())
+            if key not in skip:
+                saved[key] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return sum(saved.values()), out
 
 
 # ------------------------------------------------------------ the OOM decomposition

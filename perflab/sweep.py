@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,30 +150,45 @@ def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ aggregation
 
 
-def _read_batch(files: Mapping[str, str], contract: Mapping[str, Any]):
-    """(batch, provenance, rows, samples) of one batch size's files, checked against E08's
-    contract: results measured under another contract, or holding another batch size's
-    rows, are refused."""
+def read_job(files: Mapping[str, str], expected: Callable[[dict], Mapping[str, Any]],
+             key: Callable[[dict], Any], own: Callable[[Any, str], bool]):
+    """(key, provenance, rows, samples) of one job's files (csv, samples, provenance).
+
+    ``expected(prov)`` is the contract the job must have run under, ``key(prov)`` names it
+    (a batch size, an intervention) and ``own(key, variant)`` says which rows it may hold:
+    results measured under another contract, or holding another job's rows, are refused.
+    """
     prov = io.read_json(files["provenance"])
-    batch = int(prov["contract"]["params"]["batch"])
-    expected = _jsonable(batch_contract(contract, batch))
-    if _jsonable(prov["contract"]) != expected:
-        diff = sorted(k for k in set(expected) | set(prov["contract"])
-                      if expected.get(k) != prov["contract"].get(k))
+    k = key(prov)
+    want = _jsonable(expected(prov))
+    if _jsonable(prov["contract"]) != want:
+        diff = sorted(c for c in set(want) | set(prov["contract"])
+                      if want.get(c) != prov["contract"].get(c))
         raise io.ContractError(
-            f"{files['provenance']}: batch {batch} was measured under another contract "
-            f"(differs in {', '.join(diff)}); rerun that batch size")
+            f"{files['provenance']}: {k} was measured under another contract "
+            f"(differs in {', '.join(diff)}); rerun it")
     frame = io.read_results([files["csv"]])
-    others = set(frame.variant) - {batch_variant(batch)}
+    others = sorted({v for v in frame.variant if not own(k, v)})
     if others:
-        raise io.ContractError(f"{files['csv']}: rows of other batch sizes {sorted(others)}")
-    return batch, prov, frame, io.read_samples(files["samples"])
+        raise io.ContractError(f"{files['csv']}: rows of other jobs than {k}: {others}")
+    return k, prov, frame, io.read_samples(files["samples"])
 
 
-def _provenance(contract: Mapping[str, Any], provenances: dict[int, dict],
-                answers: list[dict[str, Any]], n_rows: int, n_samples: int) -> dict[str, Any]:
-    """E08's provenance: the first batch's environment (and which keys differ across
-    batches), the span of the jobs, the answers, and every batch's own provenance."""
+def _read_batch(files: Mapping[str, str], contract: Mapping[str, Any]):
+    """One batch size's files, checked against E08's contract (:func:`read_job`)."""
+    return read_job(files, lambda prov: batch_contract(contract, _batch(prov)), _batch,
+                    lambda b, v: v == batch_variant(b))
+
+
+def _batch(prov: dict) -> int:
+    return int(prov["contract"]["params"]["batch"])
+
+
+def combined_provenance(eid: str, title: str, contract: Mapping[str, Any],
+                        provenances: Mapping[Any, dict], jobs: str) -> dict[str, Any]:
+    """The provenance of an experiment of many jobs: the first job's environment (and which
+    keys differ across jobs), the span of their times, their summed wall time, their code
+    (one record when they agree), and each job's own provenance under ``jobs``."""
     first = provenances[min(provenances)]
     environment = dict(first["environment"])
     environment["config_hash"] = env.config_hash(contract)
@@ -184,26 +199,32 @@ def _provenance(contract: Mapping[str, Any], provenances: dict[int, dict],
                 for p in provenances.values())
     )
     return {
-        "experiment": EID,
-        "title": ENTRY.title,
+        "experiment": eid,
+        "title": title,
         "contract": dict(contract),
         "environment": environment,
-        "environment_differs_across_batches": differ,
+        f"environment_differs_across_{jobs}": differ,
         "started": min(p["started"] for p in provenances.values()),
         "finished": max(p["finished"] for p in provenances.values()),
         "wall_s": round(sum(float(p.get("wall_s", 0.0)) for p in provenances.values()), 3),
         "workloads": first.get("workloads", {}),
-        # the batches' code: one record when they agree, else none (the report then flags it)
+        # the jobs' code: one record when they agree, else none (the report then flags it)
         "instrument_code": (first.get("instrument_code") if len(
             {json.dumps(p.get("instrument_code"), sort_keys=True)
-             for p in provenances.values()}) == 1 else {"files": {"(batches differ)": ""}}),
-        "answers": {a["variant"]: (int(a["value"]) if a["status"] == "ok" else
-                                   {"status": a["status"], "reason": a["reason"]})
-                    for a in answers},
-        "batches": {str(b): p for b, p in sorted(provenances.items())},
-        "rows": n_rows,
-        "samples": n_samples,
+             for p in provenances.values()}) == 1 else {"files": {f"({jobs} differ)": ""}}),
+        jobs: {str(k): p for k, p in sorted(provenances.items())},
     }
+
+
+def write_outputs(outputs: Mapping[str, str], records: list[dict], samples: pd.DataFrame,
+                  provenance: dict) -> pd.DataFrame:
+    """Validate ``records``, then write samples, provenance and rows (nothing if a row is bad)."""
+    provenance = {**provenance, "rows": len(records), "samples": len(samples)}
+    frame = io.rows_to_frame(records)
+    io.validate_rows(frame)  # nothing is written if any row breaks the contract
+    io.write_samples(outputs["samples"], samples.to_dict("records"))
+    io.atomic_write_json(outputs["provenance"], provenance)
+    return io.write_results(outputs["csv"], records)
 
 
 def aggregate(
@@ -241,12 +262,11 @@ def aggregate(
                                     else f"{a['status']} ({a['reason']})"))
 
     sample_frame = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
-    provenance = _provenance(contract, provenances, answers, len(records), len(sample_frame))
-    frame = io.rows_to_frame(records)
-    io.validate_rows(frame)  # nothing is written if any row breaks the contract
-    io.write_samples(outputs["samples"], sample_frame.to_dict("records"))
-    io.atomic_write_json(outputs["provenance"], provenance)
-    return io.write_results(outputs["csv"], records)
+    provenance = combined_provenance(EID, ENTRY.title, contract, provenances, "batches")
+    provenance["answers"] = {a["variant"]: (int(a["value"]) if a["status"] == "ok" else
+                                            {"status": a["status"], "reason": a["reason"]})
+                             for a in answers}
+    return write_outputs(outputs, records, sample_frame, provenance)
 
 
 def summary_line(rows: pd.DataFrame) -> str:

@@ -137,11 +137,9 @@ def _shape(t: Tensor | None) -> str:
 
 
 def _is_iterable(obj: Any) -> bool:
-    try:
-        iter(obj)
-    except TypeError:
-        return False
-    return True
+    # asked of the type, not by calling iter(): a DataLoader's iter() starts its workers and
+    # draws from its generator, so asking would shift the order of the batches it then yields
+    return isinstance(obj, Iterable) or hasattr(type(obj), "__getitem__")
 
 
 def one_pass(loader: Any) -> Iterable[Any]:

@@ -1,6 +1,7 @@
 # Helpers shared by the workflow's .smk files: the validated configuration,
 # output paths and per-experiment contracts, computed here and nowhere else.
 import glob
+import json
 import os
 import sys
 
@@ -323,3 +324,41 @@ def before_first_job():
 
 onstart:
     before_first_job()
+
+
+# W01 what if: a plan job (a checkpoint: which interventions apply), one job per
+# intervention that applies (a fresh process each), then the aggregation (perflab/whatif.py).
+from perflab import whatif as perflab_whatif  # noqa: E402
+
+
+def w01_job_outputs(job):
+    """csv, samples and provenance of a W01 job: the plan, or "{intervention}"."""
+    return perflab_whatif.job_outputs(perflab_config.result_dir(RUN), job)
+
+
+def w01_job_log(job):
+    return f"{LOGS}/{EXPERIMENTS['W01'].slug}/{job}.log"
+
+
+def w01_intervention_contract(wildcards):
+    """W01's contract with this job's intervention in place of the list."""
+    return perflab_whatif.intervention_contract(
+        exp_contract("W01"), wildcards.intervention
+    )
+
+
+def w01_files(kind):
+    """The files (`kind`: csv, samples or provenance) of every intervention the plan found
+    to apply: known once the plan (a checkpoint) has run."""
+
+    def files(wildcards):
+        with open(checkpoints.w01_plan.get().output.applies) as fh:
+            names = json.load(fh)
+        return [w01_job_outputs(n)[kind] for n in names]
+
+    return files
+
+
+def w01_context():
+    """The localization and calibration results W01's table reads, when this run has them."""
+    return [exp_outputs(e)["csv"] for e in perflab_whatif.CONTEXT if e in selected()]

@@ -34,9 +34,10 @@ def experiment_rule(eid):
 
 
 #: experiments of more than one job, in multi_job.smk: E08 (a job per batch size, then
-#: the aggregation) and E20 (a cold job, then a warm one); and D01, one job of N ranks
-#: (data_parallel.smk: its launch, threads and SLURM tasks are its own)
-OWN_SHAPE = ("E08", "E20", "D01")
+#: the aggregation), E20 (a cold job, then a warm one), W01 (a plan, a job per intervention
+#: that applies, then the aggregation); and D01, one job of N ranks (data_parallel.smk: its
+#: launch, threads and SLURM tasks are its own)
+OWN_SHAPE = ("E08", "E20", "W01", "D01")
 
 for eid in EXPERIMENTS:
     if eid not in OWN_SHAPE:

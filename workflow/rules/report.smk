@@ -2,7 +2,7 @@
 # HTML report, and the comparison with another run.
 
 # On a cluster these run on the submit host: seconds of work each, no GPU.
-# (e08_batch_sweep only gathers the per-batch jobs' files.)
+# (e08_batch_sweep and w01_whatif only gather their jobs' files.)
 
 
 localrules:
@@ -10,6 +10,8 @@ localrules:
     figures,
     report_html,
     e08_batch_sweep,
+    w01_whatif,
+    w01_whatif,
     diagnosis,
     compare,
     claims,

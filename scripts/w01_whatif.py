@@ -1,0 +1,443 @@
+"""W01 — what if: each intervention that applies to the workload, measured on its step.
+
+Three kinds of job, each a fresh process (rules in workflow/rules/whatif.smk):
+
+- the plan (``w01_plan``): builds the workload once, reads which interventions of
+  :mod:`perflab.whatif` apply (each that does not is a row saying why) and the memory its
+  step holds (activations saved for backward, persistent state), and lists the ones that
+  apply in ``applies.json``. Naming interventions that do not apply is an error, naming them.
+- one job per intervention (``w01_intervention``): the baseline loop and the intervened one,
+  each on its own copy of the initial state; each first call timed (compile, CUDA graph
+  capture included) and the two first steps compared (loss, gradients, update) within the
+  intervention's tolerance; each warmed on its own; then interleaved blocks of free-running
+  stretches (a sync at the two ends of each, as a training loop runs) through the one A/B
+  writer, perflab.ab; the break-even number of steps; the peak memory of each side alone.
+  An intervention that fails (a compile error, an OOM) is a row saying why.
+- the aggregation (``w01_whatif``): W01's csv, samples and provenance, each job's wall time,
+  and the ranked what-if table as Markdown (``w01_whatif.md``, what ``perflab whatif`` prints).
+
+By hand (every job in a subprocess of its own, then the aggregation)::
+
+    python scripts/w01_whatif.py                          # the plan, each that applies, the table
+    python scripts/w01_whatif.py --intervention fused_optimizer   # one, in this process
+"""
+
+import copy
+import datetime as dt
+import gc
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from perflab import ab, interventions, io, profiling, sweep, timing, transforms, whatif, workloads
+from perflab import config as cfgmod
+from perflab.experiments import w01_whatif as names
+from perflab.runner import base_parser, config_from_args, execute, log_to
+
+#: steps in one timed free-running stretch (fewer when a block has fewer)
+STRETCH = 10
+CONTRACT_COLUMNS = ("workload", "model", "input_shape", "dtype", "device", "device_name",
+                    "mode", "execution")
+
+
+# ------------------------------------------------------------------ the plan
+
+
+def measure_plan(ctx):
+    p = ctx.params
+    requested = whatif.selected(p["interventions"])
+    w = ctx.workload()
+    pr = transforms.probe(w, ctx.device, p)
+    reasons = whatif.plan(pr, requested)
+    if p["interventions"] != "all" and any(reasons.values()):
+        usable = [n for n, why in whatif.plan(pr).items() if not why]
+        bad = "; ".join(f"{n}: {why}" for n, why in reasons.items() if why)
+        raise ValueError(
+            f"W01: intervention(s) named in experiments.W01.interventions do not apply to "
+            f"{ctx.contract['workload']} on {ctx.device}: {bad} (these apply here: "
+            f"{', '.join(usable) or 'none'})")
+    window = f"read from one build of the workload on {ctx.device}"
+    for name, why in reasons.items():
+        v = names.variant(name, names.PLAN)
+        if why:
+            ctx.unsupported(variant=v, metric=names.APPLIES, unit="bool", reason=why,
+                            window=window)
+        else:
+            ctx.row(variant=v, metric=names.APPLIES, value=1.0, unit="bool", window=window,
+                    sync_boundary="applicability tests of perflab.whatif")
+    for metric, mib, how in ((names.ACTIVATION_MEMORY, pr.activation_mib,
+                              "bytes autograd saved for backward by one forward + loss"),
+                             (names.PERSISTENT_MEMORY, pr.persistent_mib,
+                              "parameters + gradients + optimizer state after one step")):
+        if mib is not None:
+            ctx.row(variant=names.PROBE, metric=metric, value=mib, unit="MiB", window=window,
+                    sync_boundary=f"tensor accounting (perflab.memory): {how}")
+    applies = [n for n, why in reasons.items() if not why]
+    io.atomic_write_json(ctx.outputs["applies"], applies)
+    ctx.log(f"applies: {', '.join(applies) or 'none'}; not: "
+            + "; ".join(f"{n} ({why})" for n, why in reasons.items() if why))
+
+
+# ------------------------------------------------------------------ one intervention
+
+
+def _side_contract(w, recipe, parts) -> dict:
+    """The contract columns of a side whose recipe changes them (dtype, execution, shape)."""
+    out = {}
+    if recipe.precision != "fp32":
+        out["dtype"] = f"float32 params, autocast {interventions.AMP_DTYPES[recipe.precision]}"
+    if recipe.compile_mode:
+        out["execution"] = ("compiled" if recipe.compile_mode == "default"
+                            else f"compiled ({recipe.compile_mode})")
+    if parts.examples != w.batch_size and w.loader is None:
+        out["input_shape"] = w.input_shape(parts.examples)
+    return out
+
+
+def _graph_breaks() -> int:
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())
+
+
+def _first_steps(ctx, iv, base, inter, kw_of) -> float:
+    """Each side's first call from identical state, timed, and the one-step check's rows.
+
+    Returns the intervened side's first call (ms).
+    """
+    firsts, states = {}, {}
+    breaks = _graph_breaks()
+    # identical state and, unless the intervention changes where batches come from, the
+    # very same batch
+    batch = base.next_batch()
+    own = iv.change.keys() & {"batch_factor", "loader_workers", "pin_memory"}
+    for side, parts in ((names.BASELINE, base), (names.INTERVENED, inter)):
+        b = parts.next_batch() if side == names.INTERVENED and own else batch
+        before, out = transforms.parameters_before(parts), []
+        firsts[side] = timing.time_first_call(lambda: out.append(parts.run(b)), ctx.sync)
+        states[side] = transforms.capture(parts, before, out[0])
+        ctx.row(variant=names.variant(iv.name, side), metric=names.FIRST_CALL,
+                value=firsts[side], unit="ms", window="the side's first call in this process "
+                "(the baseline's first: it pays the process's lazy initialisation)",
+                sync_boundary=f"{ctx.sync_name} at both ends", **kw_of[side])
+    if iv.change.get("compile_mode"):
+        breaks = _graph_breaks() - breaks
+        ctx.row(variant=names.variant(iv.name, names.INTERVENED), metric=names.GRAPH_BREAKS,
+                value=float(breaks), unit="count", window="torch._dynamo graph breaks while "
+                "compiling the first call", sync_boundary="dynamo's counters",
+                **kw_of[names.INTERVENED])
+    tol = whatif.TOLERANCES[iv.tolerance]
+    agree = whatif.agreement(states[names.BASELINE], states[names.INTERVENED], tol)
+    check = dict(variant=names.variant(iv.name, names.CHECK), n=1,
+                 window="one step of each side from identical state and batch",
+                 sync_boundary="values read after both steps; tolerance " + tol.describe())
+    limits = dict(zip(names.CHECK_METRICS, (tol.loss_rel, tol.grad_rel, tol.update_rel)))
+    for metric in names.CHECK_METRICS:
+        if math.isfinite(agree[metric]):
+            ctx.row(metric=metric, value=agree[metric], unit="relative", **check)
+        else:
+            ctx.unsupported(metric=metric, unit="relative", status="error",
+                            reason=f"not finite ({agree[metric]})", **check)
+        if limits[metric] is not None:
+            ctx.row(metric=metric + names.TOLERANCE_SUFFIX, value=limits[metric],
+                    unit="relative", **check)
+    ctx.row(metric=names.CORRECT, value=float(agree["passes"]), unit="bool", **check)
+    ctx.log(f"{iv.name}: first calls baseline {firsts[names.BASELINE]:.1f} ms, intervened "
+            f"{firsts[names.INTERVENED]:.1f} ms; check "
+            + ", ".join(f"{m} {agree[m]:.2e}" for m in names.CHECK_METRICS)
+            + (" ok" if agree["passes"] else " MISMATCH"))
+    return firsts[names.INTERVENED]
+
+
+def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
+    """Both sides warmed on their own, then interleaved blocks of free-running stretches."""
+    p, t = ctx.params, ctx.timing
+    for parts in (base, inter):
+        timing.warm(parts.step, t["warmup"], ctx.sync)
+    k = min(STRETCH, p["inner"])
+    calls = max(1, p["inner"] // k)
+    res = timing.interleaved_ab(profiling.free_running(base.step, k),
+                                profiling.free_running(inter.step, k), blocks=p["blocks"],
+                                inner=calls, warmup=1, sync=ctx.sync)
+    per_example = iv.judged == whatif.LATENCY_PER_EXAMPLE
+    div = {names.BASELINE: k * (base.examples if per_example else 1),
+           names.INTERVENED: k * (inter.examples if per_example else 1)}
+    block_of = [i for i in range(p["blocks"]) for _ in range(calls)]
+    stretch = (f"{ctx.sync_name} at both ends of each {k}-step stretch only (the loop's host "
+               "read of the loss, when it has one, inside)")
+    unit = "per example" if per_example else "per step"
+    window = (f"{p['blocks']} blocks per side, alternating AB/BA, each {calls} stretch(es) of "
+              f"{k} free-running steps (ms {unit} = stretch time / {div[names.BASELINE]}"
+              + (f" and / {div[names.INTERVENED]}" if per_example else "")
+              + f"); after each side's first call and {t['warmup']} warmup steps")
+    sides = [ab.Side(names.variant(iv.name, side), [v / div[side] for v in samples],
+                     block_of, [v / div[side] for v in blocks], stretch, contract=kw_of[side])
+             for side, samples, blocks in ((names.BASELINE, res.a_samples, res.a_blocks),
+                                           (names.INTERVENED, res.b_samples, res.b_blocks))]
+    pc = ab.record(ctx, *sides, metric=iv.judged, window=window,
+                   diff_variant=names.variant(iv.name, names.CHANGE), diff_metric=iv.judged)
+    examples = {names.BASELINE: base.examples, names.INTERVENED: inter.examples}
+    for side, med in ((names.BASELINE, pc.a_median), (names.INTERVENED, pc.b_median)):
+        per_s = 1e3 / med * (1 if per_example else examples[side])
+        ctx.row(variant=names.variant(iv.name, side), metric=names.THROUGHPUT, value=per_s,
+                unit="examples/s", statistic="median", n=len(res.a_samples), window=window,
+                sync_boundary=stretch, **kw_of[side])
+    ctx.row(variant=names.variant(iv.name, names.CHANGE), metric=names.THROUGHPUT_REL,
+            value=names.throughput_change(pc.judgement.relative_pct), unit="%", n=p["blocks"],
+            window=window, sync_boundary="from the judged change of the time (perflab.stats."
+            "judge's effect): 1 / (1 + change) - 1")
+    ctx.log(f"{iv.name}: baseline {pc.a_median:.4g} ms {unit}, intervened {pc.b_median:.4g} "
+            f"(judged change {pc.judgement.relative_pct:+.1f}%, Wilcoxon p {pc.judgement.p:.3g}, "
+            f"{'resolved' if pc.resolved else 'not resolved'})")
+    return pc
+
+
+def _break_even(ctx, iv, pc, first_ms, examples, kw) -> None:
+    """The intervention's first-call cost over its steady step, and the steps that repay it."""
+    per_example = iv.judged == whatif.LATENCY_PER_EXAMPLE
+    steady = pc.b_median * (examples[names.INTERVENED] if per_example else 1)
+    cost = first_ms - steady
+    ctx.row(variant=names.variant(iv.name, names.INTERVENED), metric=names.FIRST_CALL_COST,
+            value=cost, unit="ms", window="the first call minus the median steady step: the "
+            "one-time cost (compiling, capturing, first kernels)",
+            sync_boundary=f"{ctx.sync_name} at both ends of the first call", **kw)
+    saving = (pc.a_median - pc.b_median) * (examples[names.BASELINE] if per_example else 1)
+    v = names.variant(iv.name, names.CHANGE)
+    window = "first-call cost / saving per baseline step's worth of examples"
+    if pc.resolved and saving > 0:
+        ctx.row(variant=v, metric=names.BREAK_EVEN, value=float(max(0, math.ceil(cost / saving))),
+                unit="steps", window=window, sync_boundary="from the pair's medians")
+    else:
+        ctx.unsupported(variant=v, metric=names.BREAK_EVEN, unit="steps", window=window,
+                        reason="no resolved saving per step: the first-call cost is not repaid")
+
+
+def _measure_pair(ctx, iv, w, base_recipe, recipe) -> None:
+    """Build both sides from identical state; first calls and check; the pair; break-even."""
+    fresh = copy.deepcopy(w.model)
+    base = transforms.build(w, base_recipe, ctx.device, transforms.fresh_copy(fresh, ctx.device))
+    inter = transforms.build(w, recipe, ctx.device, transforms.fresh_copy(fresh, ctx.device))
+    del fresh
+    if iv.custom is not None:
+        inter = iv.custom(inter)
+    kw_of = {names.BASELINE: {}, names.INTERVENED: _side_contract(w, recipe, inter)}
+    first_ms = _first_steps(ctx, iv, base, inter, kw_of)
+    pc = _pair(ctx, iv, base, inter, kw_of)
+    _break_even(ctx, iv, pc, first_ms, {names.BASELINE: base.examples,
+                                        names.INTERVENED: inter.examples},
+                kw_of[names.INTERVENED])
+
+
+def _peaks(ctx, iv) -> None:
+    """Each side's peak memory alone (as E15-E18), and the intervened minus the baseline."""
+    calls = int(ctx.params["peak_calls"])
+    window = f"{calls} steps of this side alone (its first calls included)"
+    metric = "peak_allocated" if ctx.is_cuda else "peak_rss"
+    why = ("" if calls else "peak memory not measured (peak_calls: 0)") or (
+        "" if iv.name in whatif.REGISTRY and iv.custom is None
+        else "a custom intervention exists in this process only: no process of its own")
+    if why:
+        for side in (names.BASELINE, names.INTERVENED, names.CHANGE):
+            ctx.unsupported(variant=names.variant(iv.name, side), metric=names.PEAK_CHANGE
+                            if side == names.CHANGE else metric, unit="MiB", reason=why)
+        return
+    got = {}
+    for side in (names.BASELINE, names.INTERVENED):
+        got[side] = interventions.variant_peak(ctx.contract, "whatif", {"side": side}, calls)
+        interventions.peak_rows(ctx, names.variant(iv.name, side), got[side], window)
+    a, b = (got[s].get(metric) for s in (names.BASELINE, names.INTERVENED))
+    v = names.variant(iv.name, names.CHANGE)
+    if a is None or b is None:
+        ctx.unsupported(variant=v, metric=names.PEAK_CHANGE, unit="MiB",
+                        reason="a side's peak was not measured (see its rows)")
+    else:
+        ctx.row(variant=v, metric=names.PEAK_CHANGE, value=b - a, unit="MiB", n=1,
+                window=window, sync_boundary=f"intervened minus baseline {metric}")
+        ctx.log(f"{iv.name}: peak {metric} baseline {a:.1f} MiB, intervened {b:.1f} MiB")
+
+
+def measure_intervention(ctx, iv: whatif.Intervention) -> None:
+    """One intervention against the baseline (see the module doc); a failure is a row."""
+    p, t0 = ctx.params, time.perf_counter()
+    w = ctx.workload()
+    change = names.variant(iv.name, names.CHANGE)
+    pr = transforms.probe(w, ctx.device, p)
+    why = (whatif.plan(pr, [iv.name])[iv.name] if iv.name in whatif.REGISTRY
+           else iv.applies(pr))
+    if why:
+        ctx.unsupported(variant=change, metric=iv.judged, unit="ms", reason=why)
+        return
+    base_recipe = whatif.baseline_recipe(p)
+    recipe = whatif.resolve_recipe(iv, base_recipe, p, torch.get_num_threads())
+    try:
+        _measure_pair(ctx, iv, w, base_recipe, recipe)
+    except Exception as exc:  # the intervention's failure is a finding, not a crash
+        status = ("oom" if isinstance(exc, torch.cuda.OutOfMemoryError) else "unsupported"
+                  if isinstance(exc, workloads.NotApplicable) else "error")
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        ctx.log(f"{iv.name}: {status} ({reason})")
+        ctx.rows = [r for r in ctx.rows if not r["variant"].startswith(iv.name + "/")]
+        ctx.samples = [s for s in ctx.samples if not s["variant"].startswith(iv.name + "/")]
+        ctx.unsupported(variant=change, metric=iv.judged, unit="ms", status=status,
+                        reason=reason)
+        return
+    del w
+    if recipe.compile_mode:
+        torch._dynamo.reset()  # compiled graphs and CUDA-graph pools hold memory
+    gc.collect()
+    _peaks(ctx, iv)
+    ctx.log(f"{iv.name}: {time.perf_counter() - t0:.1f} s in this job")
+
+
+def measure_one(ctx):
+    measure_intervention(ctx, whatif.REGISTRY[ctx.params["intervention"]])
+
+
+# ------------------------------------------------------------------ the aggregation
+
+
+def _wall_rows(frame, provenances, span: dict) -> list[dict]:
+    """One row per intervention job (its process's wall time, from its provenance), and one
+    for the whole set: from the plan's start to the last job's results."""
+    out = []
+
+    def row(base, variant, value, window):
+        out.append({**{c: base[c] for c in CONTRACT_COLUMNS}, "experiment": whatif.EID,
+                    "variant": variant, "metric": names.JOB_WALL, "window": window,
+                    "sync_boundary": "wall clock of the jobs (their provenance)",
+                    "statistic": "value", "value": float(value), "unit": "s", "n": 1,
+                    "status": "ok", "reason": ""})
+
+    for name, prov in provenances.items():
+        sel = frame[frame.variant.str.startswith(name + "/")]
+        if not sel.empty:
+            row(sel.iloc[0], names.variant(name, names.JOB), prov["wall_s"],
+                "the intervention's fresh process, start to written results")
+    if not frame.empty:
+        row(frame.iloc[0], names.ALL_JOBS, float(span["wall_s"]),
+            f"the plan's and the {len(provenances)} intervention jobs' own wall times, summed")
+        start, end = (dt.datetime.fromisoformat(span[k]) for k in ("started", "finished"))
+        row(frame.iloc[0], names.SPAN, (end - start).total_seconds(),
+            "the plan's start to the last intervention job's results, whole seconds (other "
+            "jobs of the run may run between them)")
+    return out
+
+
+def context_csvs(result_dir: Path) -> list[Path]:
+    """The localization and calibration results beside W01's (its bounds and floor read them)."""
+    from perflab.catalogue import EXPERIMENTS
+
+    return [p for e in whatif.CONTEXT if e in EXPERIMENTS
+            and (p := result_dir / f"{EXPERIMENTS[e].slug}.csv").is_file()]
+
+
+def aggregate(contract, plan_files, job_files, outputs, log=None):
+    """W01's outputs from the plan's and every intervention job's files; the Markdown table."""
+    log = log or (lambda msg: None)
+
+    def name_of(prov):
+        return prov["contract"]["params"].get("intervention", whatif.PLAN)
+
+    def contract_of(prov):
+        name = name_of(prov)
+        return contract if name == whatif.PLAN else whatif.intervention_contract(contract, name)
+
+    jobs = [sweep.read_job(f, contract_of, name_of, lambda n, v: n == whatif.PLAN
+                           or v.startswith(n + "/")) for f in [plan_files, *job_files]]
+    for name, _, frame, samples in jobs:
+        log(f"{name}: {len(frame)} rows, {len(samples)} samples")
+    provs = {name: prov for name, prov, _, _ in jobs}
+    rows = pd_concat([frame for *_, frame, _ in jobs])
+    provenance = sweep.combined_provenance(whatif.EID, names.ENTRY.title, contract, provs,
+                                           "jobs")
+    measured = {n: p for n, p in provs.items() if n != whatif.PLAN}
+    records = rows.to_dict("records") + _wall_rows(rows, measured, provenance)
+    for name, prov in measured.items():
+        log(f"{name}: {prov['wall_s']:.1f} s")
+    frame = sweep.write_outputs(outputs, records, pd_concat([s for *_, s in jobs]), provenance)
+    context = io.read_results(context_csvs(Path(outputs["csv"]).parent))
+    io.atomic_write_text(outputs["md"], names.markdown(pd_concat([frame, context])))
+    return frame
+
+
+def pd_concat(frames):
+    import pandas as pd
+
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def _log(msg: str) -> None:
+    print(f"[{whatif.EID}] {msg}", file=sys.stderr, flush=True)
+
+
+def _applies(cfg) -> list[str]:
+    path = whatif.job_outputs(cfgmod.result_dir(cfg), whatif.PLAN)["applies"]
+    return json.loads(Path(path).read_text())
+
+
+def main(argv=None) -> None:
+    p = base_parser("W01", "W01: each intervention that applies, measured against the "
+                    "baseline. Without options: the plan, then each intervention that applies "
+                    "in a fresh subprocess of its own, then the aggregation (the files the "
+                    "Snakemake rules write).")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--plan", action="store_true", help="only the plan, in this process")
+    g.add_argument("--intervention", help="measure this one intervention in this process")
+    g.add_argument("--aggregate-only", action="store_true",
+                   help="only aggregate the plan's and the interventions' files present")
+    args = p.parse_args(argv)
+    cfg = config_from_args(args)
+    contract = cfgmod.contract(cfg, whatif.EID)
+    rdir = cfgmod.result_dir(cfg)
+    if args.plan:
+        execute(whatif.EID, measure_plan, contract, whatif.job_outputs(rdir, whatif.PLAN), args.log)
+        return
+    if args.intervention:
+        name = whatif.selected([args.intervention])[0]
+        execute(whatif.EID, measure_one, whatif.intervention_contract(contract, name),
+                whatif.job_outputs(rdir, name), args.log)
+        return
+    passed = [a for f in args.configfile for a in ("--configfile", f)]
+    for key in ("device", "scale", "outdir"):
+        if getattr(args, key):
+            passed += [f"--{key}", getattr(args, key)]
+    if not args.aggregate_only:
+        if subprocess.run([sys.executable, __file__, "--plan", *passed]).returncode:
+            sys.exit("W01: the plan failed; nothing measured")
+        for name in _applies(cfg):
+            _log(f"{name}: fresh process")
+            if subprocess.run([sys.executable, __file__, "--intervention", name, *passed]).returncode:
+                sys.exit(f"W01: {name} failed; nothing aggregated")
+    rows = aggregate(contract, whatif.job_outputs(rdir, whatif.PLAN),
+                     [whatif.job_outputs(rdir, n) for n in _applies(cfg)],
+                     cfgmod.experiment_outputs(cfg, whatif.EID), _log)
+    _log(f"{len(rows)} rows -> {cfgmod.experiment_outputs(cfg, whatif.EID)['csv']}")
+    print(Path(cfgmod.experiment_outputs(cfg, whatif.EID)["md"]).read_text())
+
+
+if __name__ == "__main__":
+    smk = globals().get("snakemake")
+    if smk is None:
+        main()
+    elif smk.rule == "w01_plan":
+        execute(whatif.EID, measure_plan, smk.params.contract, dict(smk.output.items()),
+                smk.log[0])
+    elif hasattr(smk.wildcards, "intervention"):
+        execute(whatif.EID, measure_one, smk.params.contract, dict(smk.output.items()),
+                smk.log[0])
+    else:
+        with log_to(smk.log[0]):
+            jobs = [{"csv": c, "samples": s, "provenance": j}
+                    for c, s, j in zip(smk.input.csv, smk.input.samples, smk.input.provenance)]
+            plan = {"csv": smk.input.plan_csv, "samples": smk.input.plan_samples,
+                    "provenance": smk.input.plan_provenance}
+            aggregate(smk.params.contract, plan, jobs, dict(smk.output.items()), _log)

@@ -1,0 +1,304 @@
+"""W01 (what if): every verdict can come out either way, on changes whose effect is known.
+
+A planted optimizer that sleeps unless fused makes the real ``fused_optimizer`` faster; no
+change is not resolved (held to an A/A floor, as a run with C00 is); a sleep added is
+slower; a tripled learning rate fails the one-step check; a failing change is a row that
+says why; an intervention that does not apply is a row (or, when named, an error) that
+says why. No test asserts a time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import planted
+import pytest
+import torch
+from experiments import load_script
+
+from perflab import config, io, runner, transforms, whatif, workloads
+from perflab.experiments import w01_whatif as w01
+
+SCRIPT = load_script("w01_whatif")
+PLANTED = {"target": "planted:slow_optimizer_mlp", "params": {"seed": 0}}
+#: an A/A floor as C00 writes it: a no-op must exceed it to be called a change
+FLOOR_PCT = 5.0
+
+
+def _contract(tiny_cfg, name="plan", workload=None, **params):
+    c = copy.deepcopy(config.contract(tiny_cfg, "W01"))
+    c["threads"] = 1
+    if workload is not None:
+        c["workload"], c["workloads"] = "planted", {"planted": workload}
+    c["params"].update({"blocks": 6, "inner": 10, "peak_calls": 0, **params})
+    return c if name == "plan" else whatif.intervention_contract(c, name)
+
+
+def _run(contract, out_dir: Path, job: str, measure) -> pd.DataFrame:
+    out = whatif.job_outputs(out_dir, job)
+    saved = torch.get_num_threads()
+    try:
+        runner.execute("W01", measure, contract, out)
+    finally:
+        torch.set_num_threads(saved)
+    return io.read_results([out["csv"]])
+
+
+def _floor_row() -> dict:
+    return {"experiment": "C00", "variant": "aa", "workload": "mlp", "model": "m",
+            "input_shape": "[1]", "dtype": "float32", "device": "cpu", "device_name": "cpu",
+            "mode": "train", "execution": "eager", "metric": "aa_noise_floor",
+            "window": "w", "sync_boundary": "s", "statistic": "value", "value": FLOOR_PCT,
+            "unit": "%", "n": 12, "status": "ok", "reason": ""}
+
+
+@pytest.fixture(scope="module")
+def planted_runs(tiny_cfg, tmp_path_factory):
+    """The five planted changes, each measured as its own job would, in one frame."""
+    d = tmp_path_factory.mktemp("w01")
+    frames = [_run(_contract(tiny_cfg, "fused_optimizer", PLANTED), d, "fused_optimizer",
+                   SCRIPT.measure_one)]
+    for iv in (planted.NOOP, planted.SLOWER, planted.WRONG, planted.BROKEN):
+        frames.append(_run(_contract(tiny_cfg, iv.name, PLANTED), d, iv.name,
+                           lambda ctx, iv=iv: SCRIPT.measure_intervention(ctx, iv)))
+    return pd.concat([*frames, pd.DataFrame([_floor_row()])], ignore_index=True)
+
+
+def _verdicts(frame) -> dict[str, w01.Outcome]:
+    return {n: w01.outcome(frame, n) for n in w01.names_in(frame)}
+
+
+def test_a_planted_slow_optimizer_is_faster_fused(planted_runs):
+    o = _verdicts(planted_runs)["fused_optimizer"]
+    assert o.verdict == w01.FASTER and o.correct
+    assert o.ci_pct[1] < 0 and o.throughput_pct > 0
+    assert w01.best(planted_runs).name == "fused_optimizer"
+
+
+def test_no_change_is_not_resolved_and_a_sleep_is_slower(planted_runs):
+    v = _verdicts(planted_runs)
+    assert v["noop"].verdict == w01.UNRESOLVED and v["noop"].correct
+    assert v["sleep_added"].verdict == w01.SLOWER
+
+
+def test_a_wrong_result_fails_the_check_and_is_never_the_best(planted_runs):
+    o = _verdicts(planted_runs)["wrong_lr"]
+    assert o.correct is False
+    r = planted_runs[planted_runs.variant == "wrong_lr/check"]
+    upd = r[r.metric == "update_rel_diff"].value.iloc[0]
+    assert upd > r[r.metric == "update_rel_diff_tol"].value.iloc[0]
+    assert w01.best(planted_runs).name != "wrong_lr"
+    assert "MISMATCH" in set(w01.table(planted_runs).correct)
+
+
+def test_a_failing_intervention_is_a_row_that_says_why(planted_runs):
+    o = _verdicts(planted_runs)["broken"]
+    assert o.verdict == w01.FAILED and "the compiler failed" in o.reason
+    rows = planted_runs[planted_runs.variant.str.startswith("broken/")]
+    assert set(rows.status) == {"error"}  # nothing half-measured left behind
+    t = w01.table(planted_runs)
+    assert "the compiler failed" in t[t.intervention == "broken"].why.iloc[0]
+
+
+def test_ranked_by_gain_with_first_call_break_even_and_check(planted_runs):
+    t = w01.table(planted_runs)
+    assert list(t.intervention[:1]) == ["fused_optimizer"]
+    assert t.verdict.iloc[-1] == w01.FAILED
+    fused = t[t.intervention == "fused_optimizer"].iloc[0]
+    assert fused.break_even_steps >= 0 and fused.correct == "yes"
+    md = w01.markdown(planted_runs)
+    assert "**Best measured:** fused_optimizer" in md and f"{FLOOR_PCT:.2g}%" in md
+
+
+def test_the_plan_says_why_each_does_not_apply(tiny_cfg, tmp_path):
+    rows = _run(_contract(tiny_cfg, interventions="all"), tmp_path, whatif.PLAN,
+                SCRIPT.measure_plan)
+    plan = rows[rows.metric == w01.APPLIES]
+    assert set(plan.variant) == {w01.variant(n, w01.PLAN) for n in whatif.NAMES}
+    why = dict(zip(plan.variant.str.split("/").str[0], plan.reason))
+    assert "CUDA" in why["autocast_fp16"] and "CUDA" in why["compile_reduce_overhead"]
+    assert "no loader" in why["loader_workers"] and "already" in why["foreach_optimizer"]
+    assert "do not set the peak" in why["activation_checkpointing"]
+    applies = json.loads(Path(whatif.job_outputs(tmp_path, "plan")["applies"]).read_text())
+    assert applies == [n for n in whatif.NAMES if not why[n]] and "fused_optimizer" in applies
+
+
+def test_naming_one_that_does_not_apply_is_one_clear_error(tiny_cfg, tmp_path):
+    c = _contract(tiny_cfg, interventions=["fused_optimizer", "activation_checkpointing"])
+    with pytest.raises(Exception, match="activation_checkpointing.*do not set the peak"
+                       ".*these apply here: fused_optimizer"):
+        _run(c, tmp_path, whatif.PLAN, SCRIPT.measure_plan)
+
+
+@pytest.mark.parametrize("name, bad, message", [
+    ("nonsense", ["nonsense"], "unknown intervention 'nonsense'; valid: fused_optimizer"),
+    ("fp16 on a CPU", ["autocast_fp16"], "autocast_fp16 does not apply on cpu"),
+])
+def test_bad_names_stop_the_config(name, bad, message):
+    with pytest.raises(config.ConfigError, match=message):
+        config.load([], {"device": "cpu", "experiments": {"W01": {"interventions": bad}}})
+
+
+def test_the_one_step_check_catches_a_changed_update():
+    tol = whatif.TOLERANCES["same arithmetic"]
+    a = whatif.StepState(1.0, [torch.ones(3)], [torch.full((3,), 1e-3)])
+    same = whatif.StepState(1.0 + 1e-7, [torch.ones(3)], [torch.full((3,), 1e-3)])
+    off = whatif.StepState(1.0, [torch.ones(3)], [torch.full((3,), 2e-3)])
+    gone = whatif.StepState(1.0, [None], [torch.full((3,), 1e-3)])
+    assert whatif.agreement(a, same, tol)["passes"]
+    assert not whatif.agreement(a, off, tol)["passes"]
+    assert not whatif.agreement(a, gone, tol)["passes"]
+
+
+def test_bounds_come_from_the_localization():
+    def row(eid, variant, metric, value):
+        return {**_floor_row(), "experiment": eid, "variant": variant, "metric": metric,
+                "value": value}
+
+    frame = pd.DataFrame([row("E05", f"sync/{ph}", "phase_share", v) for ph, v in
+                          (("forward", 20.0), ("loss", 5.0), ("backward", 40.0),
+                           ("optimizer", 24.0), ("logging", 1.0))]
+                         + [row("E13", "controlled/tax", "tax_rel", 25.0),
+                            row("R01", "phase/forward_backward", "flops_fraction", 50.0)])
+    frame.loc[frame.experiment == "R01", "statistic"] = "median"
+    assert w01.predicted_bound(frame, "fused_optimizer") == (24.0, pytest.approx(
+        "E05: optimizer 24.0% of the step"))
+    assert w01.predicted_bound(frame, "compile_default")[0] == pytest.approx(65.0)
+    assert w01.predicted_bound(frame, "device_accumulator")[0] == pytest.approx(20.0)
+    assert w01.predicted_bound(frame, "larger_batch")[0] == pytest.approx(40.0 + 30.0)
+    assert w01.predicted_bound(frame.iloc[0:0], "fused_optimizer")[0] is None
+    inside = w01.Outcome("x", w01.FASTER, change_pct=-20.0, ci_pct=(-22.0, -18.0), bound_pct=24)
+    beyond = w01.Outcome("x", w01.FASTER, change_pct=-40.0, ci_pct=(-42.0, -38.0), bound_pct=24)
+    assert w01.explained(inside) == "within the bound"
+    assert w01.explained(beyond).startswith("beyond the bound")
+
+
+def test_checkpointing_wraps_blocks_and_refuses_batchnorm():
+    lm = workloads.transformer(torch.device("cpu"), vocab=32, dim=16, heads=2, depth=2, seq=8,
+                               batch=2)
+    model, what = transforms.checkpoint_blocks(lm.model)
+    assert "2 children of blocks" in what
+    assert all(isinstance(b, transforms.Recompute) for b in model.blocks)
+    conv = workloads.convnet(torch.device("cpu"), channels=4, image=8, batch=2)
+    with pytest.raises(Exception, match="BatchNorm"):
+        transforms.checkpoint_blocks(conv.model)
+
+
+def test_a_loader_is_rebuilt_with_its_batches_kept():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.arange(12.0).view(6, 2), torch.arange(6))
+    given = DataLoader(data, batch_size=2)
+    rebuilt = transforms.rebuilt_loader(given, workers=1, pin_memory=False)
+    assert rebuilt.num_workers == 1
+    assert [b[1].tolist() for b in rebuilt] == [b[1].tolist() for b in given]
+    with pytest.raises(Exception, match="not a torch DataLoader"):
+        transforms.rebuilt_loader([1, 2], workers=1, pin_memory=False)
+
+
+def test_fused_and_foreach_rebuild_the_users_optimizer():
+    p = [torch.nn.Parameter(torch.ones(2))]
+    opt = torch.optim.AdamW(p, lr=0.5, weight_decay=0.1)
+    fused = transforms.optimizer_with(opt, "fused")
+    assert transforms.resolved_impl(opt) == "forloop"  # torch's CPU default
+    assert transforms.resolved_impl(fused) == "fused"
+    assert fused.param_groups[0]["lr"] == 0.5 and fused.param_groups[0]["weight_decay"] == 0.1
+
+
+@pytest.mark.parametrize("workload", ["convnet", "transformer"])
+def test_the_built_in_workloads_plan_and_measure(tiny_cfg, tmp_path, workload):
+    spec = {"target": workload, "params": {**tiny_cfg["workloads"][workload], "seed": 0}}
+    c = _contract(tiny_cfg, interventions="all", blocks=4, inner=4)
+    c["workload"], c["workloads"] = workload, {workload: spec}
+    plan = _run(c, tmp_path, whatif.PLAN, SCRIPT.measure_plan)
+    applies = json.loads(Path(whatif.job_outputs(tmp_path, "plan")["applies"]).read_text())
+    assert "fused_optimizer" in applies
+    if workload == "convnet":  # BatchNorm in its blocks: recomputing them would update it twice
+        r = plan[plan.variant == "activation_checkpointing/plan"]
+        assert "BatchNorm" in r.reason.iloc[0]
+    # the transformer's larger batch also has each side's peak from a process of its own
+    c1 = whatif.intervention_contract(c, "larger_batch")
+    c1["params"]["peak_calls"] = int(workload == "transformer")
+    rows = _run(c1, tmp_path, "larger_batch", SCRIPT.measure_one)
+    frame = pd.concat([plan, rows])
+    o = w01.outcome(frame, "larger_batch")
+    assert o.verdict in (w01.FASTER, w01.SLOWER, w01.UNRESOLVED) and o.correct, o
+    assert (rows.metric == w01.FIRST_CALL_COST).any()
+    shape = rows[rows.variant == "larger_batch/intervened"].input_shape.iloc[0]
+    assert shape.startswith(f"[{2 * spec['params']['batch']},")
+    if workload == "transformer":
+        peaks = rows[rows.metric.isin(["peak_rss", w01.PEAK_CHANGE]) & (rows.status == "ok")]
+        assert set(peaks.variant) == {f"larger_batch/{s}" for s in ("baseline", "intervened",
+                                                                    "change")}
+
+
+def test_compile_on_the_tiny_mlp(tiny_cfg, tmp_path):
+    """The compiled step: its first call (the compile) apart, graph breaks counted, its rows
+    marked compiled, the check within the reordered tolerance."""
+    c = _contract(tiny_cfg, "compile_default", interventions="all", blocks=4, inner=4)
+    rows = _run(c, tmp_path, "compile_default", SCRIPT.measure_one)
+    first = rows[(rows.metric == w01.FIRST_CALL)].set_index("variant").value
+    assert first["compile_default/intervened"] > first["compile_default/baseline"]
+    assert (rows[rows.metric == w01.GRAPH_BREAKS].value == 0).all()
+    timed = rows[(rows.variant == "compile_default/intervened") & (rows.status == "ok")]
+    assert set(timed.execution) == {"compiled"}
+    assert rows[(rows.variant == "compile_default/check") & (rows.metric == w01.CORRECT)
+                ].value.iloc[0] == 1
+
+
+def test_the_diagnosis_names_the_best_measured_beside_the_hypothesis(planted_runs):
+    from perflab import diagnose
+
+    def share(ph, v):
+        return {**_floor_row(), "experiment": "E05", "variant": f"sync/{ph}",
+                "metric": "phase_share", "value": v}
+
+    e05 = pd.DataFrame([share(ph, v) for ph, v in (("input_wait", 1.0), ("forward", 14.0),
+                                                    ("backward", 25.0), ("optimizer", 60.0))])
+    d = diagnose.diagnose(pd.concat([planted_runs, e05], ignore_index=True))
+    assert d.verdict == "optimizer"
+    md = diagnose.render_markdown(d)
+    assert "**Best measured intervention (W01):** fused_optimizer" in md
+    assert "the verdict's intervention is the best measured" in md
+    assert "bound 60%" in md  # the optimizer's share bounds what fusing it can save
+    assert diagnose.diagnose(e05).measured == []  # without W01 the diagnosis reads as before
+
+
+def test_the_cli_preflight_names_an_intervention_that_does_not_apply():
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT, TEST_CONFIG
+
+    proc = subprocess.run([sys.executable, "-m", "perflab", "check", "mlp", "--device", "cpu",
+                           "--configfile", str(TEST_CONFIG), "--only",
+                           "fused_optimizer,activation_checkpointing"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "intervention 'activation_checkpointing' does not apply to mlp" in proc.stderr
+    assert "these apply here: fused_optimizer" in proc.stderr
+
+
+def test_a_users_own_loader_and_step(tiny_cfg, tmp_path, monkeypatch):
+    """examples/mypkg/classifier.py (its DataLoader, its AMP step with clipping): the loader
+    rebuilt with a worker draws the same batches (the check passes), what needs perflab's
+    own step or batch says why it does not apply."""
+    from conftest import REPO_ROOT
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples"))
+    spec = {"target": "mypkg.classifier:make_step",
+            "params": {"vocab": 50, "seq": 8, "dim": 16, "depth": 1, "batch": 8,
+                       "examples": 64, "workers": 0, "seed": 0}}
+    c = _contract(tiny_cfg, interventions="all", blocks=4, inner=4, loader_workers=1)
+    c["workload"], c["workloads"] = "classifier", {"classifier": spec}
+    plan = _run(c, tmp_path, whatif.PLAN, SCRIPT.measure_plan)
+    why = dict(zip(plan.variant.str.split("/").str[0], plan.reason))
+    assert why["loader_workers"] == "" and why["device_accumulator"] == ""
+    assert "loader sets the batch" in why["larger_batch"]
+    rows = _run(whatif.intervention_contract(c, "loader_workers"), tmp_path, "loader_workers",
+                SCRIPT.measure_one)
+    o = w01.outcome(pd.concat([plan, rows]), "loader_workers")
+    assert o.verdict in (w01.FASTER, w01.SLOWER, w01.UNRESOLVED) and o.correct, o
