@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from perflab import ab, calibration, whatif
-from perflab.experiments import Experiment
+from perflab.experiments import Experiment, e05_phases, e13_sync_tax, r01_roofline
 from perflab.tables import Missing, make_table, pick, rows_of
-from perflab.vocabulary import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -160,13 +159,6 @@ def outcome(frame: pd.DataFrame, name: str) -> Outcome | None:
 # ------------------------------------------------------------------ the localization's bound
 
 
-def _e05_shares(frame: pd.DataFrame) -> dict[str, float]:
-    """E05's synchronized phase shares (% of the phase sum), the phases it measured."""
-    r = rows_of("E05", frame)
-    got = {ph: pick(r, f"sync/{ph}", "phase_share", "value") for ph in PHASES}
-    return {ph: float(v) for ph, v in got.items() if not isinstance(v, Missing)}
-
-
 def predicted_bound(frame: pd.DataFrame, name: str) -> tuple[float | None, str]:
     """(the most the intervention can save, % of the judged time; where that comes from).
 
@@ -179,18 +171,19 @@ def predicted_bound(frame: pd.DataFrame, name: str) -> tuple[float | None, str]:
     iv = whatif.REGISTRY.get(name)
     if iv is None or iv.bound == "memory":
         return None, "a memory intervention: no time bound (it may cost time)"
-    shares = _e05_shares(frame)
+    shares = e05_phases.phase_shares(frame)
     if iv.bound == "sync_tax":
-        from perflab.experiments import e13_sync_tax as e13
-
-        tax = pick(rows_of("E13", frame), e13.CONTROLLED_TAX, e13.TAX_REL, "value")
+        tax = pick(rows_of("E13", frame), e13_sync_tax.CONTROLLED_TAX, e13_sync_tax.TAX_REL,
+                   "value")
         if not isinstance(tax, Missing):
             t = float(tax)  # % of the step without the read; a tax inside the noise may be < 0
             return (max(0.0, 100 * t / (100 + t)),
                     f"E13: a per-step host read costs {t:+.1f}% of the step without it")
         iv_phases = iv.touches
     elif iv.bound == "roofline":
-        frac = pick(rows_of("R01", frame), "phase/forward_backward", "flops_fraction")
+        eid, variant, metric, statistic = r01_roofline.forward_backward_row(
+            r01_roofline.FLOPS_FRACTION)
+        frac = pick(rows_of(eid, frame), variant, metric, statistic)
         if isinstance(frac, Missing) or not shares:
             return None, "needs E05 and R01"
         fb = shares.get("forward", 0.0) + shares.get("backward", 0.0)
