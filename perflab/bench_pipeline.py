@@ -182,9 +182,11 @@ def _refine_with_metadata(workdir: Path, log: Path, jobs: list[Job]) -> bool:
 def _measured_s(workdir: Path, job: Job) -> float | None:
     """The job's measurement time: ``wall_s`` of the provenance JSONs it wrote, or None.
 
-    E08's aggregation writes a provenance whose ``wall_s`` sums its batch jobs'
-    (``batches``): those are counted in the batch jobs, not twice.
+    An aggregation (E08's, W01's) writes a provenance whose ``wall_s`` sums its jobs'
+    (:func:`perflab.sweep.combines_jobs`): those are counted in the jobs, not twice.
     """
+    from perflab.sweep import combines_jobs
+
     total = None
     for out in job.outputs:
         if not out.endswith(".json"):
@@ -193,7 +195,7 @@ def _measured_s(workdir: Path, job: Job) -> float | None:
             prov = json.loads((workdir / out).read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(prov, dict) and "wall_s" in prov and "batches" not in prov:
+        if isinstance(prov, dict) and "wall_s" in prov and not combines_jobs(prov):
             total = (total or 0.0) + float(prov["wall_s"])
     return total
 

@@ -184,6 +184,16 @@ def _batch(prov: dict) -> int:
     return int(prov["contract"]["params"]["batch"])
 
 
+#: the key (with the jobs' name after it) that marks the provenance of an aggregation
+DIFFERS_ACROSS = "environment_differs_across_"
+
+
+def combines_jobs(provenance: Mapping[str, Any]) -> bool:
+    """Whether ``provenance`` is an aggregation's (:func:`combined_provenance`): its
+    ``wall_s`` sums its jobs' own, each counted already where that job ran."""
+    return any(k.startswith(DIFFERS_ACROSS) for k in provenance)
+
+
 def combined_provenance(eid: str, title: str, contract: Mapping[str, Any],
                         provenances: Mapping[Any, dict], jobs: str) -> dict[str, Any]:
     """The provenance of an experiment of many jobs: the first job's environment (and which
@@ -203,7 +213,7 @@ def combined_provenance(eid: str, title: str, contract: Mapping[str, Any],
         "title": title,
         "contract": dict(contract),
         "environment": environment,
-        f"environment_differs_across_{jobs}": differ,
+        f"{DIFFERS_ACROSS}{jobs}": differ,
         "started": min(p["started"] for p in provenances.values()),
         "finished": max(p["finished"] for p in provenances.values()),
         "wall_s": round(sum(float(p.get("wall_s", 0.0)) for p in provenances.values()), 3),
