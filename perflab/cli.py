@@ -121,7 +121,8 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
     if rc != 0:
         return rc, workdir
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-           "--directory", str(workdir), "--cores", str(args.cores), "--keep-going"]
+           "--directory", str(workdir), "--cores", str(args.cores), "--keep-going",
+           *targets]  # before --config, whose values would otherwise swallow them
     for f in args.configfile:
         cmd += ["--configfile", str(Path(f).resolve())]
     cmd += ["--config", f"workload={args.target}", f"run={run}", f"device={args.device}"]
@@ -129,7 +130,7 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
         cmd.append(f"scale={args.scale}")
     if _only(args):
         cmd.append("experiments={%s: {interventions: [%s]}}" % (WHATIF, ", ".join(_only(args))))
-    cmd += snakemake_args + targets
+    cmd += snakemake_args
     print("perflab: " + " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, env=env), workdir
 
@@ -137,7 +138,8 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
 def diagnose(args, snakemake_args: list[str]) -> int:
     cfg = _config(args)
     run = args.run
-    if not args.no_whatif and run != "all" and WHATIF not in run.upper().split(","):
+    # `all` leaves W01 out (it runs only when asked), so all,W01 is how it joins
+    if not args.no_whatif and WHATIF not in run.upper().replace(" ", "").split(","):
         run = f"{run},{WHATIF}"
     started = time.time()
     rc, workdir = _snakemake(args, cfg, run, [], snakemake_args)

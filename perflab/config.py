@@ -158,9 +158,12 @@ def by_default(devices: int = 1) -> list[str]:
     """The experiments ``run: all`` selects on a machine with ``devices`` CUDA devices (a CPU: 1).
 
     An experiment that needs several devices (D01, data parallel) is left out where there are
-    fewer: named, it still runs (on a CPU, its ranks share the cores).
+    fewer: named, it still runs (on a CPU, its ranks share the cores). One that is not
+    ``in_all`` (W01, the what-if set) is left out everywhere: it runs when named, or through
+    ``perflab whatif`` and ``perflab diagnose``.
     """
-    return [eid for eid, e in EXPERIMENTS.items() if e.devices <= max(devices, 1)]
+    return [eid for eid, e in EXPERIMENTS.items()
+            if e.in_all and e.devices <= max(devices, 1)]
 
 
 def selected_experiments(run: str | list[str], devices: int = 1) -> list[str]:
@@ -177,7 +180,7 @@ def selected_experiments(run: str | list[str], devices: int = 1) -> list[str]:
         if again:
             raise ConfigError("config error at 'run': 'all' selects every experiment that runs "
                               f"here already ({', '.join(again)} among them); beside it name "
-                              "only those it leaves out (D01 without two CUDA devices)")
+                              "only those it leaves out (W01; D01 without two CUDA devices)")
     ids = []
     for item in items:
         if item.lower() == "all":

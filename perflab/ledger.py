@@ -257,29 +257,27 @@ def _roofline_and_verdict(frame: pd.DataFrame, add) -> None:
 
 
 def _whatif_rows(frame: pd.DataFrame, add) -> None:
-    """W01's interventions ranked by measured gain (each field one intervention), or why not."""
-    ranked = w01_whatif.ranked(frame)
-    for o in ranked:
+    """W01's interventions ranked by measured gain (each field one intervention); nothing
+    when the run has no W01 rows (it runs only when asked: perflab whatif or diagnose)."""
+    for o in w01_whatif.ranked(frame):
         measured = o.change_pct is not None
         src = (f"W01 {w01_whatif.variant(o.name, w01_whatif.CHANGE)} ab_effect_rel" if measured
                else f"W01 {o.name}")
         add("whatif", o.name, o.change_pct, "%" if measured else "",
             f"{src}: {o.verdict}" + (", one-step check MISMATCH" if o.correct is False else "")
             + (f" — {o.reason}" if o.reason else ""))
-    if not ranked:
-        add("whatif", "interventions", None, "", "not measured in this run (needs W01: "
-            "perflab whatif)")
 
 
-def _whatif_line(ledger: pd.DataFrame) -> str:
+def _whatif_line(ledger: pd.DataFrame) -> list[str]:
+    """The ledger's what-if line, or none when W01 did not run."""
     rows = ledger[ledger.section == "whatif"]
-    if rows.empty or list(rows.field) == ["interventions"]:
-        return "what if     " + (rows.source.iloc[0] if not rows.empty else "not measured")
+    if rows.empty:
+        return []
     parts = []
     for f, v, src in zip(rows.field, rows.value, rows.source):
         verdict = src.split(": ", 1)[1].split(" — ", 1)[0]
         parts.append(f"{f} {float(v):+.1f}% ({verdict})" if pd.notna(v) else f"{f}: {verdict}")
-    return "what if     " + " | ".join(parts)
+    return ["what if     " + " | ".join(parts)]
 
 
 def _harness(frame: pd.DataFrame, prov: dict[str, dict[str, Any]], add) -> None:
@@ -410,7 +408,7 @@ def render_markdown(ledger: pd.DataFrame) -> str:
     if verdict:
         lines.append(f"verdict     waiting for {verdict}: {val('verdict', 'because')}")
         lines.append(f"next        {val('verdict', 'next_intervention')}")
-    lines.append(_whatif_line(ledger))
+    lines += _whatif_line(ledger)
     lines += _harness_lines(ledger, val, missing)
     return "```\n" + "\n".join(lines) + "\n```\n"
 

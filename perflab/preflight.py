@@ -65,6 +65,7 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
     calls += sum(2 * p[f"{x}blocks"] * p[f"{x}inner"] for x in PAIRS
                  if _int(p.get(f"{x}blocks")) and _int(p.get(f"{x}inner")))
     sweep = math.prod(len(p[k]) for k in SWEEPS if isinstance(p.get(k), list) and p[k])
+    sweep *= _planned(p)
     batches = [b for b in (p.get("batches") or []) + [p.get("batch")] if _int(b)]
     base = _controlled_batch(contract)
     scale = max(1.0, max(batches, default=0) / base) if base else 1.0
@@ -72,6 +73,19 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
     seconds += sum(float(v) / 1e3 for k, v in p.items() if k.endswith("_ms") and _num(v)) \
         * max(1, p.get("repeats", 1) if _int(p.get("repeats")) else 1) * sweep
     return calls * sweep * scale, seconds
+
+
+def _planned(p: Mapping[str, Any]) -> int:
+    """W01's plan job stands for the interventions it plans (their jobs are known only once
+    it has run): one A/B per intervention named, each of them under ``all``."""
+    if "interventions" not in p:
+        return 1
+    from perflab import whatif
+
+    try:
+        return max(1, len(whatif.selected(p["interventions"])))
+    except (TypeError, ValueError):
+        return 1
 
 
 def _int(v: Any) -> bool:

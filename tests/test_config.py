@@ -32,8 +32,9 @@ def test_resolve_default_config_on_cpu(default_config_raw):
     assert cfg["resolved_device"] == "cpu"
     assert cfg["resolved_scale"] == "cpu"
     assert cfg["resolved_tag"] == f"cpu-{os.cpu_count()}c"
-    # every experiment but those that need several devices (D01: data parallel)
-    assert cfg["resolved_experiments"] == [e for e in EXPERIMENTS if e != "D01"]
+    # every experiment but those that need several devices (D01: data parallel) and the
+    # what-if set (W01), which runs only when asked
+    assert cfg["resolved_experiments"] == [e for e in EXPERIMENTS if e not in ("D01", "W01")]
     # the cpu scale patch is applied, untouched keys keep the chapter's values
     assert cfg["workloads"]["mlp"]["dim"] == 512
     assert cfg["workloads"]["mlp"]["num_classes"] == 1000
@@ -97,7 +98,8 @@ def test_load_non_mapping_file(tmp_path):
     [("all", config.by_default()), (["all"], config.by_default()), ("E03", ["E03"]),
      (["e04", "E01"], ["E04", "E01"]), ("E06, E02", ["E06", "E02"]),
      ("D01", ["D01"]), ("all,D01", [*config.by_default(), "D01"]),
-     (["D01", "all"], ["D01", *config.by_default()])],
+     (["D01", "all"], ["D01", *config.by_default()]),
+     ("W01", ["W01"]), ("all,W01", [*config.by_default(), "W01"])],
 )
 def test_run_selection(base_config, run, expected):
     base_config["run"] = run
@@ -112,7 +114,9 @@ def test_all_stands_beside_only_the_ids_it_leaves_out(base_config):
 
 def test_all_leaves_out_what_needs_more_devices_than_there_are():
     assert "D01" not in config.by_default(1)
-    assert config.by_default(2) == list(EXPERIMENTS)  # two GPUs: data parallel runs too
+    # two GPUs: data parallel runs too; the what-if set (W01) runs only when asked, anywhere
+    assert config.by_default(2) == [e for e in EXPERIMENTS if e != "W01"]
+    assert "W01" not in config.by_default(1)
 
 
 @pytest.mark.parametrize("d01, key, match", [

@@ -17,6 +17,7 @@ import pandas as pd
 import planted
 import pytest
 import torch
+from conftest import TEST_CONFIG
 from experiments import load_script
 
 from perflab import config, io, runner, transforms, whatif, workloads
@@ -140,6 +141,22 @@ def test_naming_one_that_does_not_apply_is_one_clear_error(tiny_cfg, tmp_path):
 def test_bad_names_stop_the_config(name, bad, message):
     with pytest.raises(config.ConfigError, match=message):
         config.load([], {"device": "cpu", "experiments": {"W01": {"interventions": bad}}})
+
+
+def test_runs_only_when_asked_and_its_plan_counts_the_whole_set(tiny_cfg):
+    """Out of the default chapter run (``all``), in when named; the pre-flight's estimate
+    counts the plan job (its intervention jobs are not known yet) once per intervention."""
+    from perflab import preflight
+
+    assert "W01" not in config.by_default(8)
+    asked = config.load([TEST_CONFIG], {"device": "cpu", "run": "all,W01"})
+    assert asked["resolved_experiments"][-1] == "W01"
+    plan = _contract(tiny_cfg)
+    one = preflight.step_calls(whatif.intervention_contract(plan, "fused_optimizer"))[0]
+    n = len(plan["params"]["interventions"])
+    assert preflight.step_calls(plan)[0] == n * one
+    every = {**plan, "params": {**plan["params"], "interventions": "all"}}
+    assert preflight.step_calls(every)[0] == len(whatif.NAMES) * one
 
 
 def test_the_one_step_check_catches_a_changed_update():
@@ -271,7 +288,7 @@ def test_the_cli_preflight_names_an_intervention_that_does_not_apply():
     import subprocess
     import sys
 
-    from conftest import REPO_ROOT, TEST_CONFIG
+    from conftest import REPO_ROOT
 
     proc = subprocess.run([sys.executable, "-m", "perflab", "check", "mlp", "--device", "cpu",
                            "--configfile", str(TEST_CONFIG), "--only",
@@ -280,6 +297,23 @@ def test_the_cli_preflight_names_an_intervention_that_does_not_apply():
     assert proc.returncode != 0
     assert "intervention 'activation_checkpointing' does not apply to mlp" in proc.stderr
     assert "these apply here: fused_optimizer" in proc.stderr
+
+
+def test_perflab_whatif_plans_w01_alone(tmp_path):
+    """`perflab whatif` hands Snakemake W01's table as its target (a dry run: the plan)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "perflab", "whatif", "mlp", "--device", "cpu",
+                           "--configfile", str(TEST_CONFIG), "--directory", str(tmp_path),
+                           "--", "-n"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "checkpoint w01_plan:" in out and "rule w01_whatif:" in out
+    assert "e05_phases" not in out  # W01 alone: no other experiment
 
 
 def test_a_users_own_loader_and_step(tiny_cfg, tmp_path, monkeypatch):

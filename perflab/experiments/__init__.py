@@ -49,6 +49,10 @@ class Experiment:
     #: the devices it needs to run under ``run: all``: with more than one, it runs there only
     #: on a machine with that many CUDA devices, else only when named (``run: all,D01``)
     devices: int = 1
+    #: False: left out of ``run: all`` (the default chapter run) on any machine, run only
+    #: when named (``run: all,W01``, its rule as a target) or by the command that owns it
+    #: (W01: ``perflab whatif``, the last step of ``perflab diagnose``)
+    in_all: bool = True
 
     @property
     def slug(self) -> str:

@@ -39,6 +39,7 @@ ENTRY = Experiment(
                   "per side",
     extra_outputs=(("md", ".md"),),
     report_section="25 · What if: each intervention measured",
+    in_all=False,  # up to 3 min on the H200: perflab whatif / diagnose, or run=all,W01
 )
 NO_CLAIMS = ("W01 measures the interventions that apply to the workload at hand; the "
              "chapter's one worked intervention is E25's claim C43")

@@ -11,7 +11,6 @@ localrules:
     report_html,
     e08_batch_sweep,
     w01_whatif,
-    w01_whatif,
     diagnosis,
     compare,
     claims,
