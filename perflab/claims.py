@@ -44,7 +44,7 @@ import pandas as pd
 
 from perflab import ab
 from perflab.experiments.c00_calibration import EID as C00
-from perflab.rows import Absent, Rows, Unmeasured
+from perflab.rows import Absent, Missing, Rows, Unmeasured
 
 REPRODUCED, DIFFERS, INCONCLUSIVE, ERROR, NOT_RUN, UNSUPPORTED = (
     "REPRODUCED", "DIFFERS", "INCONCLUSIVE", "ERROR", "NOT RUN", "UNSUPPORTED")
@@ -162,10 +162,52 @@ def against_floor(ev: Evidence, value_pct: float, threshold_pct: float = 0.0, *,
     floor = _floor(ev)
     if floor is None:
         return False, no_floor(ev)
+    return beyond_floor(value_pct, threshold_pct, floor, agree=agree)
+
+
+def beyond_floor(value_pct: float, threshold_pct: float, floor_pct: float, *,
+                 agree: bool = False, floor_name: str = f"A/A floor ({C00})") -> Decision:
+    """Does ``value_pct`` lie farther from ``threshold_pct`` than ``floor_pct``? (decided?, how)
+
+    The rule :func:`against_floor` and :func:`against_process_floor` share; ``floor_name``
+    says which floor it was ("A/A floor (C00)").
+    """
     x = abs(value_pct) if agree else value_pct
     gap = abs(x - threshold_pct)
-    return gap > floor, (f"{gap:.3g} points from the {threshold_pct:g}% threshold, "
-                         f"A/A floor {floor:.2g}% (C00)")
+    name, _, where = floor_name.partition(" (")
+    return gap > floor_pct, (f"{gap:.3g} points from the {threshold_pct:g}% threshold, "
+                             f"{name} {floor_pct:.2g}% ({where}")
+
+
+def process_floor(ev: Evidence, metric: str = "step_latency") -> tuple[float | None, str]:
+    """E08's between-process floor of ``metric``'s median (%), and "" — or None and why not.
+
+    The floor of a comparison between two separate processes (E08's batch sizes, E20's
+    cold and warm jobs): C00's A/A is within one process and does not bound it.
+    """
+    from perflab.experiments import e08_batch_sweep as e08
+
+    why = "not resolved: separate processes, no between-process floor"
+    if ev.rows.empty or not ev.has(e08.EID):
+        return None, f"{why} ({e08.EID} did not run)"
+    got = ev.pick(e08.EID, e08.floor_variant(metric), e08.PROCESS_FLOOR, "value")
+    if isinstance(got, Missing):
+        detail = got.reason or f"this run's {e08.EID} predates it"
+        return None, f"{why} ({e08.EID}: {detail})"
+    return float(got), ""
+
+
+def against_process_floor(ev: Evidence, value_pct: float, threshold_pct: float = 0.0, *,
+                          metric: str = "step_latency", agree: bool = False) -> Decision:
+    """:func:`against_floor` for a relative difference between two separate processes: the
+    scale is E08's between-process floor of ``metric`` (:func:`process_floor`), the 95%
+    bound of how far two fresh processes of the same contract land apart. No floor: not
+    resolved, with the reason."""
+    floor, why = process_floor(ev, metric)
+    if floor is None:
+        return False, why
+    return beyond_floor(value_pct, threshold_pct, floor, agree=agree,
+                        floor_name="between-process floor (E08)")
 
 
 def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> Decision:
@@ -211,12 +253,6 @@ def lead_against_floor(ev: Evidence, values: dict[str, float]) -> Decision:
         return False, no_floor(ev)
     gap = 100 * (values[top] - values[second]) / values[top] if values[top] else 0.0
     return gap > floor, f"{top} leads {second} by {gap:.2g}%, A/A floor {floor:.2g}% (C00)"
-
-
-#: the noise verdict of a comparison between separate processes (E08's batch sizes, E20's cold
-#: and warm jobs): C00's A/A floor is measured within one process, so no floor of that kind
-#: exists to tell a difference between processes from the processes' own spread
-SEPARATE_PROCESSES = (False, "not resolved: separate processes, no between-process floor")
 
 
 # ------------------------------------------------------------------ the verdict of a predicate

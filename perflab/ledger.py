@@ -24,6 +24,7 @@ from perflab.experiments import e05_phases as e05
 from perflab.experiments import e06_events_vs_wall as e06
 from perflab.experiments import e07_optimizers as e07
 from perflab.experiments import (
+    e08_batch_sweep,
     e09_memory_by_phase,
     e15_amp,
     e16_checkpointing,
@@ -291,6 +292,13 @@ def _harness(frame: pd.DataFrame, prov: dict[str, dict[str, Any]], add) -> None:
         if not isinstance(f[key], tables.Missing):
             unit = "%" if key.endswith("_pct") else "x" if "_over_" in key else "ms"
             add("harness", key, f[key], unit, f"{c00.EID} {variant} {metric} {statistic}")
+    # the floor of comparisons between separate processes (E08's replicates), beside C00's
+    between = e08_batch_sweep.process_floor_of(frame)
+    if not isinstance(between, tables.Missing):
+        add("harness", "process_floor_pct", between, "%",
+            f"{e08_batch_sweep.EID} {e08_batch_sweep.floor_variant('step_latency')} "
+            f"{e08_batch_sweep.PROCESS_FLOOR} value (over "
+            f"{int(e08_batch_sweep.process_floor_of(frame, field='n'))} processes)")
     flagged = {eid: env.judge_gpu_state(p) for eid, p in prov.items()}
     known = {eid: v for eid, v in flagged.items() if v["status"] != "unknown"}
     bad = {eid: v for eid, v in known.items() if v["status"] == "flagged"}
@@ -432,8 +440,13 @@ def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
         aa = val("harness", "aa_floor_pct", 2)
         if aa:
             block = val("harness", "aa_block_ms", 0)
-            parts.append(f"A/A floor {aa}% (95% bound of |median paired block difference|, "
-                         "two copies of the step" + (f", {block} ms blocks)" if block else ")"))
+            parts.append(f"A/A floor within a process {aa}% (95% bound of |median paired "
+                         "block difference|, two copies of the step"
+                         + (f", {block} ms blocks)" if block else ")"))
+        between = val("harness", "process_floor_pct", 2)
+        if between:
+            parts.append(f"A/A floor between processes {between}% (95% bound of the gap "
+                         "between two fresh processes of one contract, E08)")
         for key, label in (("timer_over_helper", "Timer/helper"),
                            ("do_bench_over_helper", "do_bench/helper")):
             v = val("harness", key, 3)

@@ -43,6 +43,8 @@ PAIRS = ("", "pair_", "aa_", "copy_")
 #: list params that repeat the whole measurement once per entry (a sweep)
 SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers", "dtypes",
           "matmul_sizes")
+#: int params that add that many further runs of the whole measurement (E08's replicates)
+REPEATS_OF_RUN = ("replicates",)
 #: full-batch steps the pre-flight times (after one untimed)
 TIMED_STEPS = 5
 
@@ -66,6 +68,7 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
                  if _int(p.get(f"{x}blocks")) and _int(p.get(f"{x}inner")))
     sweep = math.prod(len(p[k]) for k in SWEEPS if isinstance(p.get(k), list) and p[k])
     sweep *= _planned(p)
+    sweep += sum(p[k] for k in REPEATS_OF_RUN if _int(p.get(k)))
     batches = [b for b in (p.get("batches") or []) + [p.get("batch")] if _int(b)]
     base = _controlled_batch(contract)
     scale = max(1.0, max(batches, default=0) / base) if base else 1.0

@@ -8,13 +8,22 @@ files through the harness::
     results/<tag>/e08_batch_sweep/b<B>.csv           rows of batch B
     results/<tag>/e08_batch_sweep/b<B>_samples.csv   its per-call samples
     results/<tag>/e08_batch_sweep/b<B>.json          its provenance
+    results/<tag>/e08_batch_sweep/b<B>_r<k>.*        replicate k of batch B
+
+The replicates are further fresh processes of one batch size's contract (the
+controlled batch size when the sweep has it, else the smallest): with the
+sweep's own job they are R processes of the same code, the between-process
+A/A that comparisons of separate processes (batch sizes, E20's cold and warm
+jobs) are judged against.
 
 :func:`aggregate` concatenates them into the experiment's three standard
 outputs and adds the sweep's three answers as rows (variant
 ``lowest_latency``, ``highest_throughput``, ``largest_that_fits``; metric
 ``batch_size``, the value is the batch size; the names are
-:mod:`perflab.experiments.e08_batch_sweep`'s). An answer no batch qualifies for
-is a non-ok row with the reason.
+:mod:`perflab.experiments.e08_batch_sweep`'s), then the between-process floor
+of the median step latency and of the throughput (:func:`floor_rows`). An
+answer no batch qualifies for, or a floor that could not be measured, is a
+non-ok row with the reason.
 """
 
 from __future__ import annotations
@@ -27,16 +36,23 @@ from typing import Any
 
 import pandas as pd
 
-from perflab import env, io
+from perflab import env, io, stats
 from perflab.experiments.e08_batch_sweep import (
     BATCH,
     BATCH_SIZE,
     ENTRY,
+    FLOOR_METRICS,
     HIGHEST_THROUGHPUT,
+    JOB_WALL,
     LARGEST_THAT_FITS,
     LOWEST_LATENCY,
+    PROCESS_FLOOR,
+    PROCESS_GAP_MAX,
+    REPLICATES,
     batch_of,
     batch_variant,
+    floor_variant,
+    job_variant,
 )
 
 EID = ENTRY.eid
@@ -56,25 +72,61 @@ def batches(contract: Mapping[str, Any]) -> list[int]:
     return sorted({int(b) for b in contract["params"]["batches"]})
 
 
-def batch_outputs(result_dir: str | Path, batch: int | str) -> dict[str, str]:
-    """csv, samples and provenance of one batch size's job (``batch`` may be ``"{batch}"``)."""
+def replicates(contract: Mapping[str, Any]) -> int:
+    """How many further fresh processes repeat one batch size (``replicates``, default 0)."""
+    return int(contract["params"].get("replicates", 0))
+
+
+def replicate_batch(contract: Mapping[str, Any]) -> int:
+    """The batch size the replicates repeat: the controlled workload's when the sweep has it
+    (the step C00's within-process A/A is measured on, so the two floors are of one step),
+    else the smallest swept (the cheapest process)."""
+    sizes = batches(contract)
+    spec = contract.get("workloads", {}).get(contract.get("workload", ""), {})
+    own = (spec.get("params") or {}).get("batch")
+    return int(own) if own in sizes else sizes[0]
+
+
+def jobs(contract: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """(batch, replicate) of every job: each batch size (replicate 0), then the replicates."""
+    extra = [(replicate_batch(contract), k) for k in range(1, replicates(contract) + 1)]
+    return [(b, 0) for b in batches(contract)] + extra
+
+
+def job_name(batch: int | str, replicate: int = 0) -> str:
+    """A job's name in its file names and Snakemake's ``{batch}`` wildcard: ``64``, ``64_r1``."""
+    return f"{batch}_r{replicate}" if replicate else f"{batch}"
+
+
+def parse_job(name: str) -> tuple[int, int]:
+    """(batch, replicate) of a job name (``64`` -> (64, 0), ``64_r2`` -> (64, 2))."""
+    batch, _, rep = str(name).partition("_r")
+    return int(batch), int(rep or 0)
+
+
+def batch_outputs(result_dir: str | Path, batch: int | str, replicate: int = 0) -> dict[str, str]:
+    """csv, samples and provenance of one job (``batch`` may be ``"{batch}"``)."""
     d = Path(result_dir) / SLUG
+    name = job_name(batch, replicate)
     return {
-        "csv": str(d / f"b{batch}.csv"),
-        "samples": str(d / f"b{batch}_samples.csv"),
-        "provenance": str(d / f"b{batch}.json"),
+        "csv": str(d / f"b{name}.csv"),
+        "samples": str(d / f"b{name}_samples.csv"),
+        "provenance": str(d / f"b{name}.json"),
     }
 
 
-def batch_contract(contract: Mapping[str, Any], batch: int) -> dict:
-    """One batch size's contract: E08's, with ``batch`` in place of the list of batches.
+def batch_contract(contract: Mapping[str, Any], batch: int, replicate: int = 0) -> dict:
+    """One job's contract: E08's, with ``batch`` in place of the list of batches.
 
-    Leaving the list out means adding a batch size to the sweep does not
-    rerun the batch sizes already measured.
+    Leaving the list (and the number of replicates) out means adding a batch size
+    or a replicate does not rerun the jobs already measured. A replicate's contract
+    is its batch size's plus ``replicate: k``, the one key that tells its files apart.
     """
     c = copy.deepcopy(dict(contract))
-    params = {k: v for k, v in c.get("params", {}).items() if k != "batches"}
+    params = {k: v for k, v in c.get("params", {}).items() if k not in ("batches", "replicates")}
     params["batch"] = int(batch)
+    if replicate:
+        params["replicate"] = int(replicate)
     c["params"] = params
     return c
 
@@ -97,10 +149,15 @@ def _fits(rows: pd.DataFrame) -> dict[int, str]:
     return dict(sorted(out.items()))
 
 
-def _value(rows: pd.DataFrame, batch: int, metric: str, statistic: str) -> float | None:
-    sel = rows[(rows.variant == batch_variant(batch)) & (rows.metric == metric)
+def _value(rows: pd.DataFrame, batch: int, metric: str, statistic: str,
+           replicate: int = 0) -> float | None:
+    sel = rows[(rows.variant == job_variant(batch, replicate)) & (rows.metric == metric)
                & (rows.statistic == statistic) & (rows.status == "ok")]
     return None if sel.empty else float(sel.value.iloc[0])
+
+
+#: the contract columns a derived row copies from the row it is derived from
+CONTRACT_OF_SOURCE = ("workload", "model", "dtype", "device", "device_name", "mode", "execution")
 
 
 def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
@@ -124,8 +181,7 @@ def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
     for name, (batch, how) in chosen.items():
         src = rows[(rows.variant == batch_variant(batch)) & (rows.metric == "step_latency")]
         base = src.iloc[0] if batch is not None and not src.empty else rows.iloc[0]
-        r = {c: base[c] for c in ("workload", "model", "dtype", "device", "device_name",
-                                  "mode", "execution")}
+        r = {c: base[c] for c in CONTRACT_OF_SOURCE}
         r.update(
             experiment=EID,
             variant=name,
@@ -145,6 +201,72 @@ def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
             r.update(value=None, status=word, reason=f"no batch size qualifies ({detail})")
         out.append(r)
     return out
+
+
+# ------------------------------------------------------------------ the between-process floor
+
+
+def _floor_row(rows: pd.DataFrame, batch: int, n_reps: int, metric: str) -> list[dict]:
+    """The floor of ``metric``'s median over the R = 1 + n_reps processes of ``batch``, and the
+    largest gap among them; one non-ok row with the reason when it cannot be measured."""
+    variants = [job_variant(batch, k) for k in range(n_reps + 1)]
+    src = rows[(rows.variant == variants[0]) & (rows.metric == metric)]
+    base = src.iloc[0] if not src.empty else rows.iloc[0]
+    unit = "%"
+    common = {c: base[c] for c in CONTRACT_OF_SOURCE}
+    common.update(
+        experiment=EID, variant=floor_variant(metric), input_shape=base["input_shape"],
+        statistic="value", unit=unit, n=n_reps + 1,
+        window=f"the median {metric} of batch {batch} in {n_reps + 1} fresh processes of one "
+               f"contract: the sweep's own job ({variants[0]}) and {n_reps} replicate(s) "
+               f"({', '.join(variants[1:]) or 'none'})",
+        sync_boundary=f"each median as its own row ({base['sync_boundary']}); the bound is "
+                      "t(0.975, R-1) x sqrt(2) x s, s = standard deviation of ln(median) over "
+                      "the R processes: 95% of gaps between two separate processes of the same "
+                      "code lie inside it (perflab.stats.process_floor_pct)")
+    values = [_value(rows, batch, metric, "median", k) for k in range(n_reps + 1)]
+    if n_reps == 0 or None in values:
+        status = sorted({str(s) for s in src.status} - {"ok"}) or ["error"]
+        why = ("no replicate processes configured (replicates: 0)" if n_reps == 0
+               else "a process has no ok median: " + ", ".join(
+                   v for v, x in zip(variants, values) if x is None))
+        word = "unsupported" if n_reps == 0 else status[0]
+        return [{**common, "metric": PROCESS_FLOOR, "value": None, "status": word,
+                 "reason": why}]
+    gap = 100 * (max(values) / min(values) - 1)
+    return [
+        {**common, "metric": PROCESS_FLOOR, "value": stats.process_floor_pct(values),
+         "status": "ok", "reason": ""},
+        {**common, "metric": PROCESS_GAP_MAX, "value": gap, "status": "ok", "reason": "",
+         "sync_boundary": "100 x (largest / smallest median - 1) over the R processes"},
+    ]
+
+
+def floor_rows(rows: pd.DataFrame, contract: Mapping[str, Any],
+               replicate_provenances: Mapping[int, dict]) -> list[dict[str, Any]]:
+    """The between-process A/A of the sweep: for the median step latency and the throughput,
+    the floor (95% prediction bound of the relative gap between two fresh processes of one
+    contract) and the largest gap seen; then what the replicate jobs cost (their wall_s)."""
+    batch, n_reps = replicate_batch(contract), replicates(contract)
+    out = [r for m in FLOOR_METRICS for r in _floor_row(rows, batch, n_reps, m)]
+    if replicate_provenances:
+        walls = [_job_s(p) for p in replicate_provenances.values()]
+        out.append({**{k: out[0][k] for k in (*CONTRACT_OF_SOURCE, "experiment",
+                                               "input_shape")},
+                    "variant": REPLICATES, "metric": JOB_WALL, "value": sum(walls),
+                    "unit": "s", "statistic": "value", "n": len(walls), "status": "ok",
+                    "reason": "", "window": f"the {len(walls)} replicate job(s) of batch "
+                    f"{batch}: {', '.join(f'{w:.2f}' for w in walls)} s",
+                    "sync_boundary": "each job's provenance wall_s less the time it waited "
+                    "for the device lock (from the harness's start to its files written; "
+                    "interpreter start and imports not included)"})
+    return out
+
+
+def _job_s(provenance: Mapping[str, Any]) -> float:
+    """Seconds a job ran: its wall_s less the time it waited for another job's device lock."""
+    waited = (provenance.get("device_lock") or {}).get("waited_s") or 0.0
+    return max(0.0, float(provenance.get("wall_s", 0.0)) - float(waited))
 
 
 # ------------------------------------------------------------------ aggregation
@@ -175,13 +297,15 @@ def read_job(files: Mapping[str, str], expected: Callable[[dict], Mapping[str, A
 
 
 def _read_batch(files: Mapping[str, str], contract: Mapping[str, Any]):
-    """One batch size's files, checked against E08's contract (:func:`read_job`)."""
-    return read_job(files, lambda prov: batch_contract(contract, _batch(prov)), _batch,
-                    lambda b, v: v == batch_variant(b))
+    """One job's files (a batch size, or its replicate), checked against E08's contract
+    (:func:`read_job`); its key is (batch, replicate)."""
+    return read_job(files, lambda prov: batch_contract(contract, *_job(prov)), _job,
+                    lambda job, v: v == job_variant(*job))
 
 
-def _batch(prov: dict) -> int:
-    return int(prov["contract"]["params"]["batch"])
+def _job(prov: dict) -> tuple[int, int]:
+    params = prov["contract"]["params"]
+    return int(params["batch"]), int(params.get("replicate", 0))
 
 
 #: the key (with the jobs' name after it) that marks the provenance of an aggregation
@@ -245,38 +369,58 @@ def aggregate(
 ) -> pd.DataFrame:
     """Write E08's csv, samples and provenance from per-batch files; return the rows.
 
-    ``batch_files`` holds one mapping (csv, samples, provenance) per batch size.
-    Each batch's provenance must carry the contract :func:`batch_contract`
-    derives from ``contract``: results measured under another contract are
-    refused, not mixed in.
+    ``batch_files`` holds one mapping (csv, samples, provenance) per job: each
+    batch size, and each replicate (:func:`jobs`). Each job's provenance must
+    carry the contract :func:`batch_contract` derives from ``contract``: results
+    measured under another contract are refused, not mixed in.
     """
     log = log or (lambda msg: None)
     if not batch_files:
         raise io.ContractError(f"{EID}: no per-batch results to aggregate")
-    provenances: dict[int, dict] = {}
-    frames, samples = [], []
+    provenances: dict[tuple[int, int], dict] = {}
+    frames, samples = {}, []
     for files in batch_files:
-        batch, prov, frame, s = _read_batch(files, contract)
-        provenances[batch] = prov
-        frames.append(frame)
+        job, prov, frame, s = _read_batch(files, contract)
+        provenances[job] = prov
+        frames[job] = frame
         samples.append(s)
-        log(f"batch {batch}: {len(frame)} rows, {len(s)} samples from {files['csv']}")
-    rows = pd.concat(frames, ignore_index=True)
-    rows = rows.assign(_b=rows.variant.map(batch_of)).sort_values("_b", kind="stable")
-    rows = rows.drop(columns="_b").reset_index(drop=True)
+        log(f"{job_variant(*job)}: {len(frame)} rows, {len(s)} samples from {files['csv']}")
+    if not any(k == 0 for _, k in provenances):
+        raise io.ContractError(f"{EID}: replicates but no batch size's own job to aggregate")
+    # the batch sizes in ascending order, then the replicates
+    order = sorted(frames, key=lambda job: (job[1], job[0]))
+    rows = pd.concat([frames[j] for j in order], ignore_index=True)
     records = rows.to_dict("records")
     answers = answer_rows(rows)
-    records += answers
-    for a in answers:
-        log(f"{a['variant']}: " + (f"batch {int(a['value'])}" if a["status"] == "ok"
-                                    else f"{a['status']} ({a['reason']})"))
+    floor = floor_rows(rows, contract, {j: p for j, p in provenances.items() if j[1]})
+    records += answers + floor
+    for a in answers + floor:
+        log(f"{a['variant']} {a['metric']}: " + (f"{a['value']:.4g}" if a["status"] == "ok"
+                                                 else f"{a['status']} ({a['reason']})"))
 
     sample_frame = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
-    provenance = combined_provenance(EID, ENTRY.title, contract, provenances, "batches")
+    provenance = _provenance(contract, provenances)
     provenance["answers"] = {a["variant"]: (int(a["value"]) if a["status"] == "ok" else
                                             {"status": a["status"], "reason": a["reason"]})
                              for a in answers}
     return write_outputs(outputs, records, sample_frame, provenance)
+
+
+def _provenance(contract: Mapping[str, Any], jobs_: Mapping[tuple[int, int], dict]) -> dict:
+    """E08's provenance (:func:`combined_provenance` of its batch sizes' jobs), with the
+    replicates apart: their own provenances, their span and wall time counted in, and what
+    they cost (``replicates_s``, lock waits left out)."""
+    reps = {job_name(b, k): p for (b, k), p in sorted(jobs_.items()) if k}
+    out = combined_provenance(EID, ENTRY.title, contract,
+                              {b: p for (b, k), p in jobs_.items() if not k}, "batches")
+    if reps:
+        out["started"] = min(out["started"], *(p["started"] for p in reps.values()))
+        out["finished"] = max(out["finished"], *(p["finished"] for p in reps.values()))
+        out["wall_s"] = round(out["wall_s"] + sum(float(p.get("wall_s", 0.0))
+                                                  for p in reps.values()), 3)
+    out["replicates"] = reps
+    out["replicates_s"] = round(sum(_job_s(p) for p in reps.values()), 3)
+    return out
 
 
 def summary_line(rows: pd.DataFrame) -> str:
@@ -291,5 +435,7 @@ def summary_line(rows: pd.DataFrame) -> str:
     return ", ".join(out)
 
 
-def batch_files_for(result_dir: str | Path, sizes: Iterable[int]) -> list[dict[str, str]]:
-    return [batch_outputs(result_dir, b) for b in sizes]
+def batch_files_for(result_dir: str | Path,
+                    jobs_: Iterable[tuple[int, int] | int]) -> list[dict[str, str]]:
+    """The files of each job: (batch, replicate) pairs, or batch sizes alone."""
+    return [batch_outputs(result_dir, *(j if isinstance(j, tuple) else (j,))) for j in jobs_]

@@ -13,14 +13,18 @@ process's peak resident set (VmHWM, reset at the same point). A CUDA
 out-of-memory error becomes rows with status ``oom`` and the reason.
 
 The aggregation then writes the experiment's rows with its three answers —
-lowest-latency batch, highest-throughput batch, largest batch that fits
-(see :mod:`perflab.sweep`).
+lowest-latency batch, highest-throughput batch, largest batch that fits — and
+the between-process floor: ``replicates`` further fresh processes of one
+batch size's contract (variant ``replicate_<k>/batch_<B>``), the A/A of
+separate processes (see :mod:`perflab.sweep`).
 
 Under Snakemake the same script is two rules: ``e08_batch`` (one job per
-``{batch}``) and ``e08_batch_sweep`` (the aggregation). By hand::
+``{batch}``: ``64``, or ``64_r1`` for a replicate) and ``e08_batch_sweep`` (the
+aggregation). By hand::
 
-    python scripts/e08_batch_sweep.py                  # every batch size, a subprocess each
+    python scripts/e08_batch_sweep.py                  # every job, a subprocess each
     python scripts/e08_batch_sweep.py --batch 64       # one batch size, in this process
+    python scripts/e08_batch_sweep.py --batch 64 --replicate 1   # its first replicate
     python scripts/e08_batch_sweep.py --aggregate-only # aggregate the per-batch files present
 """
 
@@ -42,7 +46,7 @@ from perflab.experiments.e08_batch_sweep import (
     LATENCY_PER_EXAMPLE,
     PEAK_ALLOCATED,
     PEAK_RESERVED,
-    batch_variant,
+    job_variant,
 )
 from perflab.runner import base_parser, config_from_args, execute, log_to
 
@@ -52,7 +56,7 @@ STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 FREE_STRETCHES = 4
 
 
-def build_step(ctx, batch: int):
+def build_step(ctx, batch: int, variant: str):
     """The controlled training step with a batch of ``batch`` examples resident on the device.
 
     The batch size reaches the builder as a ``batch`` override when it takes
@@ -60,8 +64,8 @@ def build_step(ctx, batch: int):
     parameter is built as configured and only its batch factory sees B (a
     workload with its own loader then cannot be swept: the row says so). The
     step is the workload's own train_step where it gives one.
-    Returns ``None`` (with an ``unsupported`` row) for a workload without an
-    optimizer.
+    Returns ``None`` (with an ``unsupported`` row under ``variant``) for a workload
+    without an optimizer.
     """
     spec = ctx.contract["workloads"][ctx.contract["workload"]]
     try:
@@ -69,7 +73,7 @@ def build_step(ctx, batch: int):
         overrides = {"batch": batch}
     except workloads.WorkloadError:  # a builder without a batch parameter: only B batches
         overrides = {}
-    step = ctx.step(variants=(batch_variant(batch),), batch_size=batch, **overrides)
+    step = ctx.step(variants=(variant,), batch_size=batch, **overrides)
     if step is None:
         return None
     w = step.workload
@@ -91,9 +95,10 @@ def _peak_rows(ctx) -> list[tuple[str, str]]:
                         "libraries, model, optimizer state, activations)"))]
 
 
-def _run(ctx, batch: int, warmup: int, repeats: int, where: list[str]) -> dict | None:
+def _run(ctx, batch: int, variant: str, warmup: int, repeats: int,
+         where: list[str]) -> dict | None:
     """Build, reset the peaks, run warmup + timed steps, read the peaks."""
-    step = build_step(ctx, batch)
+    step = build_step(ctx, batch, variant)
     if step is None:
         return None
     ctx.sync()
@@ -121,11 +126,12 @@ def _run(ctx, batch: int, warmup: int, repeats: int, where: list[str]) -> dict |
 def measure(ctx):
     p, t = ctx.params, ctx.timing
     batch, repeats, warmup = int(p["batch"]), int(p["repeats"]), int(t["warmup"])
-    v = batch_variant(batch)
+    # a replicate is the same measurement in a further fresh process, under its own name
+    v = job_variant(batch, int(p.get("replicate", 0)))
     where = ["building the model, optimizer and batch"]
     oom = None
     try:
-        result = _run(ctx, batch, warmup, repeats, where)
+        result = _run(ctx, batch, v, warmup, repeats, where)
     except torch.cuda.OutOfMemoryError as exc:
         peak = ""
         if ctx.is_cuda:
@@ -179,24 +185,24 @@ def measure(ctx):
         for metric in CUDA_PEAKS:
             ctx.unsupported(variant=v, metric=metric, unit="MiB", reason=why)
     peaks = ", ".join(f"{k} {val:.1f} MiB" for k, val in result["peaks"].items())
-    ctx.log(f"batch {batch}: median {s['median']:.3f} ms (IQR {s['iqr']:.3f}), free-running "
+    ctx.log(f"{v}: median {s['median']:.3f} ms (IQR {s['iqr']:.3f}), free-running "
             f"{free:.3f} ms/step, {batch / free * 1e3:.0f} examples/s, {peaks}")
 
 
 # ------------------------------------------------------------------ entry points
 
 
-def run_batch(cfg: dict, batch: int, log_path: str | None = None):
-    """One batch size in this process: its per-batch csv, samples and provenance."""
-    contract = sweep.batch_contract(cfgmod.contract(cfg, EID), batch)
-    outputs = sweep.batch_outputs(cfgmod.result_dir(cfg), batch)
+def run_batch(cfg: dict, batch: int, log_path: str | None = None, replicate: int = 0):
+    """One job in this process (a batch size, or its replicate): its csv, samples, provenance."""
+    contract = sweep.batch_contract(cfgmod.contract(cfg, EID), batch, replicate)
+    outputs = sweep.batch_outputs(cfgmod.result_dir(cfg), batch, replicate)
     return execute(EID, measure, contract, outputs, log_path)
 
 
 def aggregate_cfg(cfg: dict, log=None):
     """Aggregate the per-batch files of ``cfg``'s sweep into E08's three outputs."""
     contract = cfgmod.contract(cfg, EID)
-    files = sweep.batch_files_for(cfgmod.result_dir(cfg), sweep.batches(contract))
+    files = sweep.batch_files_for(cfgmod.result_dir(cfg), sweep.jobs(contract))
     return sweep.aggregate(files, contract, cfgmod.experiment_outputs(cfg, EID), log)
 
 
@@ -208,14 +214,17 @@ def _parse_args(argv):
     p = base_parser(
         EID,
         "E08: latency, throughput and peak memory across batch sizes. Without --batch, runs "
-        "every configured batch size in a fresh subprocess of its own, then aggregates them "
-        "into the experiment's CSV, samples CSV and provenance JSON (the files the Snakemake "
-        "rules write). A --log gets one file per batch: <log>.b<B>.",
+        "every configured batch size (and each replicate) in a fresh subprocess of its own, "
+        "then aggregates them into the experiment's CSV, samples CSV and provenance JSON (the "
+        "files the Snakemake rules write). A --log gets one file per job: <log>.b<B>[_r<k>].",
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--batch", type=int, help="measure this one batch size in this process")
     g.add_argument("--aggregate-only", action="store_true",
                    help="only aggregate the per-batch files already written")
+    p.add_argument("--replicate", type=int, default=0,
+                   help="with --batch: measure it as replicate K (a further process of the "
+                        "same contract, for the between-process floor)")
     return p.parse_args(argv)
 
 
@@ -223,23 +232,27 @@ def main(argv=None) -> None:
     args = _parse_args(argv)
     cfg = config_from_args(args)
     if args.batch is not None:
-        if args.batch < 1:
-            sys.exit("--batch must be at least 1")
-        run_batch(cfg, args.batch, args.log)
+        if args.batch < 1 or args.replicate < 0:
+            sys.exit("--batch must be at least 1, --replicate at least 0")
+        run_batch(cfg, args.batch, args.log, args.replicate)
         return
+    if args.replicate:
+        sys.exit("--replicate needs --batch")
     if not args.aggregate_only:
         passed = [a for f in args.configfile for a in ("--configfile", f)]
         for key in ("device", "scale", "outdir"):
             if getattr(args, key):
                 passed += [f"--{key}", getattr(args, key)]
-        for b in sweep.batches(cfgmod.contract(cfg, EID)):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--batch", str(b), *passed]
+        for b, k in sweep.jobs(cfgmod.contract(cfg, EID)):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--batch", str(b),
+                   "--replicate", str(k), *passed]
             if args.log:
-                cmd += ["--log", f"{args.log}.b{b}"]
-            _log(f"batch {b}: fresh process")
+                cmd += ["--log", f"{args.log}.b{sweep.job_name(b, k)}"]
+            _log(f"{job_variant(b, k)}: fresh process")
             proc = subprocess.run(cmd, check=False)
             if proc.returncode != 0:
-                sys.exit(f"E08: batch {b} failed (exit {proc.returncode}); nothing aggregated")
+                sys.exit(f"E08: {job_variant(b, k)} failed (exit {proc.returncode}); "
+                         "nothing aggregated")
     rows = aggregate_cfg(cfg, _log)
     _log(f"{sweep.summary_line(rows)} -> {cfgmod.experiment_outputs(cfg, EID)['csv']}")
 
@@ -248,7 +261,7 @@ if __name__ == "__main__":
     smk = globals().get("snakemake")
     if smk is None:
         main()
-    elif hasattr(smk.wildcards, "batch"):  # rule e08_batch: one batch size
+    elif hasattr(smk.wildcards, "batch"):  # rule e08_batch: one batch size or a replicate
         execute(EID, measure, smk.params.contract, dict(smk.output.items()),
                 smk.log[0] if smk.log else None)
     else:  # rule e08_batch_sweep: the aggregation

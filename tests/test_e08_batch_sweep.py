@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from experiments import load_script
+from experiments import load_script, one_value
 
-from perflab import config, io, sweep, tables, timing
+from perflab import config, io, stats, sweep, tables, timing
 from perflab.experiments.e08_batch_sweep import FREE_RUNNING_STEP
 from perflab.runner import execute
 
@@ -44,11 +44,12 @@ def outputs(root) -> dict[str, str]:
 
 
 def run_sweep(e08, contract, root) -> pd.DataFrame:
-    """Every batch size through the harness, then the aggregation; the aggregated rows."""
-    for b in sweep.batches(contract):
-        execute("E08", e08.measure, sweep.batch_contract(contract, b),
-                sweep.batch_outputs(root, b))
-    files = sweep.batch_files_for(root, sweep.batches(contract))
+    """Every job (each batch size, each replicate) through the harness, then the
+    aggregation; the aggregated rows."""
+    for b, k in sweep.jobs(contract):
+        execute("E08", e08.measure, sweep.batch_contract(contract, b, k),
+                sweep.batch_outputs(root, b, k))
+    files = sweep.batch_files_for(root, sweep.jobs(contract))
     sweep.aggregate(files, contract, outputs(root))
     return io.read_results([outputs(root)["csv"]])
 
@@ -57,8 +58,8 @@ def oom_for(e08, monkeypatch, failing: set[int]) -> None:
     """Make the step of each batch size in ``failing`` raise CUDA's out-of-memory error."""
     real = e08.build_step
 
-    def build_step(ctx, batch):
-        step = real(ctx, batch)
+    def build_step(ctx, batch, variant):
+        step = real(ctx, batch, variant)
         if batch not in failing:
             return step
 
@@ -110,6 +111,23 @@ def test_batch_contract_replaces_the_list_with_one_batch(contract):
         {k: v for k, v in contract.items() if k != "params"}
     assert "batches" in contract["params"]  # the experiment's own contract is untouched
     assert sweep.batches({"params": {"batches": [8, 4, 8]}}) == [4, 8]
+    # neither the number of replicates nor which one a job is enters a batch size's contract
+    assert "replicates" not in c["params"] and "replicate" not in c["params"]
+    r = sweep.batch_contract(contract, 4, 1)
+    assert r["params"] == {**sweep.batch_contract(contract, 4)["params"], "replicate": 1}
+
+
+def test_replicates_repeat_the_controlled_batch_else_the_smallest(contract):
+    # tiny: the controlled batch (16) is not swept, so the smallest is replicated
+    assert sweep.replicate_batch(contract) == 4
+    assert sweep.jobs(contract) == [(4, 0), (8, 0), (4, 1)]
+    swept16 = copy.deepcopy(contract)
+    swept16["params"].update(batches=[4, 16, 64], replicates=2)
+    assert sweep.replicate_batch(swept16) == 16
+    assert sweep.jobs(swept16)[-2:] == [(16, 1), (16, 2)]
+    assert [sweep.parse_job(sweep.job_name(b, k)) for b, k in sweep.jobs(swept16)] == \
+        sweep.jobs(swept16)
+    assert sweep.batch_outputs("r", 16, 2)["csv"].endswith("b16_r2.csv")
 
 
 def test_rows_obey_the_contract_one_set_per_batch(swept, contract):
@@ -118,6 +136,7 @@ def test_rows_obey_the_contract_one_set_per_batch(swept, contract):
     sizes = sweep.batches(contract)
     assert sizes == [4, 8]
     r = step_rows(rows)
+    # the replicates' rows are apart: no batch_ prefix, so no answer or claim reads them
     assert list(dict.fromkeys(r.variant)) == [f"batch_{b}" for b in sizes]
     for b in sizes:
         mine = r[r.variant == f"batch_{b}"]
@@ -145,7 +164,49 @@ def test_rows_obey_the_contract_one_set_per_batch(swept, contract):
     samples = pd.read_csv(outputs(root)["samples"])
     assert list(samples.columns) == io.SAMPLE_COLUMNS
     counts = samples.groupby("variant").size().to_dict()
-    assert counts == {f"batch_{b}": contract["params"]["repeats"] for b in sizes}
+    assert counts == {**{f"batch_{b}": contract["params"]["repeats"] for b in sizes},
+                      "replicate_1/batch_4": contract["params"]["repeats"]}
+
+
+def test_replicate_measures_what_its_batch_size_measures(swept, contract):
+    _, rows = swept
+    rep = rows[rows.variant == "replicate_1/batch_4"]
+    own = rows[rows.variant == "batch_4"]
+    assert set(zip(rep.metric, rep.statistic)) == set(zip(own.metric, own.statistic))
+    assert (rep.n.to_numpy() == own.n.to_numpy()).all()
+    assert set(rep.input_shape) == set(own.input_shape)
+
+
+def test_floor_rows_bound_the_gap_between_the_processes(swept, contract):
+    """The floor is perflab.stats.process_floor_pct of the R medians, above the largest
+    gap seen among them; the method and the processes are in the row."""
+    root, rows = swept
+    for metric in ("step_latency", "throughput"):
+        med = [one_value(rows, v, metric, "median") for v in ("batch_4", "replicate_1/batch_4")]
+        f = rows[(rows.variant == f"between_process/{metric}")]
+        floor = f[f.metric == "process_floor"].iloc[0]
+        assert floor.status == "ok" and floor.unit == "%" and floor.n == 2
+        assert floor.value == pytest.approx(stats.process_floor_pct(med))
+        gap = f[f.metric == "process_gap_max"].value.iloc[0]
+        assert gap == pytest.approx(100 * (max(med) / min(med) - 1))
+        assert floor.value > gap
+        assert "replicate_1/batch_4" in floor.window and "t(0.975, R-1)" in floor.sync_boundary
+    cost = rows[rows.variant == "between_process/replicates"].iloc[0]
+    prov = json.loads(Path(outputs(root)["provenance"]).read_text())
+    assert set(prov["replicates"]) == {"4_r1"}
+    rep = prov["replicates"]["4_r1"]
+    assert cost.metric == "job_wall" and cost.unit == "s"
+    assert cost.value == pytest.approx(rep["wall_s"] - rep["device_lock"].get("waited_s", 0))
+    assert prov["replicates_s"] == pytest.approx(cost.value)
+
+
+def test_no_replicates_no_floor_with_the_reason(e08, contract, tmp_path):
+    none = copy.deepcopy(contract)
+    none["params"]["replicates"] = 0
+    rows = run_sweep(e08, none, tmp_path)
+    f = rows[rows.variant.str.startswith("between_process/")]
+    assert set(f.metric) == {"process_floor"} and set(f.status) == {"unsupported"}
+    assert f.reason.str.contains("no replicate processes").all()
 
 
 def test_answers_are_consistent_with_the_rows(swept):
@@ -187,7 +248,7 @@ def test_oom_becomes_a_row_and_is_not_a_fit(e08, contract, tmp_path, monkeypatch
     for name, batch in want.items():
         assert int(answer(rows, name).value) == batch
     samples = pd.read_csv(tmp_path / "e08_samples.csv")
-    assert set(samples.variant) == {"batch_4"}
+    assert set(samples.variant) == {"batch_4", "replicate_1/batch_4"}
     # the table shows the status where the numbers would be, with the reason
     t = tables.table("E08", rows)
     b8_row = t[t.batch == 8].iloc[0]
@@ -203,6 +264,9 @@ def test_no_batch_fits_answers_say_oom(e08, contract, tmp_path, monkeypatch):
         row = answer(rows, name)
         assert row.status == "oom" and pd.isna(row.value)
         assert "batch 4: oom" in row.reason and "batch 8: oom" in row.reason
+    # the replicated batch did not fit: no floor, and the row says why
+    floor = rows[rows.variant == "between_process/step_latency"].iloc[0]
+    assert floor.status == "oom" and "batch_4" in floor.reason
 
 
 def test_aggregate_refuses_a_batch_measured_under_another_contract(swept, contract, tmp_path):
@@ -213,6 +277,11 @@ def test_aggregate_refuses_a_batch_measured_under_another_contract(swept, contra
     with pytest.raises(io.ContractError, match="another contract"):
         sweep.aggregate(files, other, outputs(tmp_path))
     assert not (tmp_path / "e08.csv").exists()
+    # a replicate is refused the same way, and never taken for its batch size's own job
+    with pytest.raises(io.ContractError, match="another contract"):
+        sweep.aggregate(sweep.batch_files_for(root, [(4, 1)]), other, outputs(tmp_path))
+    with pytest.raises(io.ContractError, match="no batch size's own job"):
+        sweep.aggregate(sweep.batch_files_for(root, [(4, 1)]), contract, outputs(tmp_path))
 
 
 def test_table_and_figure(swept, tmp_path):
@@ -222,6 +291,12 @@ def test_table_and_figure(swept, tmp_path):
     assert "peak_rss_mib" in t.columns and "per_example_ms" in t.columns
     sweep_rows = t[t.answer == ""]
     assert list(sweep_rows.batch) == [4, 8]
+    rep = t[t.answer.str.startswith("replicate 1")]
+    assert list(rep.batch) == [4] and rep.median_ms.iloc[0] == one_value(
+        rows, "replicate_1/batch_4", "step_latency", "median")
+    floor = t[t.answer.str.startswith("between-process floor, median ms")].iloc[0]
+    assert floor.batch == 4 and floor.floor_pct == one_value(
+        rows, "between_process/step_latency", "process_floor", "value")
     want = expected_answers(rows)
     for label, name in (("lowest-latency batch", "lowest_latency"),
                         ("highest-throughput batch", "highest_throughput"),
@@ -250,9 +325,13 @@ def test_standalone_sweep_runs_a_process_per_batch(tmp_path):
     (tag,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     rows = io.read_results([tag / "e08_batch_sweep.csv"])
     assert set(step_rows(rows).variant) == {"batch_4", "batch_8"}
+    assert "replicate_1/batch_4" in set(rows.variant)
     prov = json.loads((tag / "e08_batch_sweep.json").read_text())
-    # one process per batch size: each was started with its own --batch
+    # one process per job: each was started with its own --batch (and --replicate)
     for b, p in prov["batches"].items():
         argv = p["argv"]
         assert argv[argv.index("--batch") + 1] == b
         assert p["contract"]["params"]["batch"] == int(b)
+    argv = prov["replicates"]["4_r1"]["argv"]
+    assert argv[argv.index("--batch") + 1] == "4" and argv[argv.index("--replicate") + 1] == "1"
+    assert prov["replicates"]["4_r1"]["contract"]["params"]["replicate"] == 1

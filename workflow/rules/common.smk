@@ -162,7 +162,9 @@ def compare_outputs():
 
 
 # E08 batch sweep: one job per batch size (a fresh process each, so no allocator
-# carry-over biases a peak), then one job aggregating them (perflab/sweep.py).
+# carry-over biases a peak), the replicates of one batch size (further fresh processes
+# of its contract: the between-process A/A), then one job aggregating them
+# (perflab/sweep.py).
 from perflab import sweep as perflab_sweep  # noqa: E402
 
 
@@ -171,7 +173,8 @@ def e08_batches():
 
 
 def e08_batch_outputs():
-    """csv, samples and provenance of the per-batch job, with the {batch} wildcard."""
+    """csv, samples and provenance of the per-batch job, with the {batch} wildcard (a batch
+    size, 64, or a replicate of one, 64_r1)."""
     return perflab_sweep.batch_outputs(perflab_config.result_dir(RUN), "{batch}")
 
 
@@ -180,14 +183,16 @@ def e08_batch_log():
 
 
 def e08_batch_files(kind):
-    """The per-batch files (`kind`: csv, samples or provenance) the aggregation reads."""
+    """The per-job files (`kind`: csv, samples or provenance) the aggregation reads."""
     d = perflab_config.result_dir(RUN)
-    return [perflab_sweep.batch_outputs(d, b)[kind] for b in e08_batches()]
+    jobs = perflab_sweep.jobs(exp_contract("E08"))
+    return [perflab_sweep.batch_outputs(d, *job)[kind] for job in jobs]
 
 
 def e08_batch_contract(wildcards):
-    """E08's contract with this job's batch size in place of the list of batch sizes."""
-    return perflab_sweep.batch_contract(exp_contract("E08"), int(wildcards.batch))
+    """E08's contract with this job's batch size (and replicate) in place of the list."""
+    batch, replicate = perflab_sweep.parse_job(wildcards.batch)
+    return perflab_sweep.batch_contract(exp_contract("E08"), batch, replicate)
 
 
 # The memory snapshot (the escalation tool): one HTML page beside the report, when E09

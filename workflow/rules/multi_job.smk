@@ -1,8 +1,9 @@
 # Experiments of more than one job (the others: experiments.smk).
 
 
-# E08: each batch size in its own job (fresh process), then the aggregation that
-# writes E08's csv, samples and provenance with the sweep's three answers.
+# E08: each batch size in its own job (fresh process), and replicates of one batch
+# size (64_r1, ...: the between-process A/A), then the aggregation that writes E08's
+# csv, samples and provenance with the sweep's three answers and the floor.
 rule e08_batch:
     output:
         **e08_batch_outputs(),
@@ -11,7 +12,7 @@ rule e08_batch:
     params:
         contract=e08_batch_contract,
     wildcard_constraints:
-        batch="[0-9]+",
+        batch="[0-9]+(_r[0-9]+)?",
     threads: timing_threads()
     resources:
         gpu=gpu_request(),
