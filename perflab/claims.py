@@ -44,7 +44,7 @@ import pandas as pd
 
 from perflab import ab
 from perflab.experiments.c00_calibration import EID as C00
-from perflab.rows import Absent, Missing, Rows, Unmeasured
+from perflab.rows import Absent, Rows, Unmeasured
 
 REPRODUCED, DIFFERS, INCONCLUSIVE, ERROR, NOT_RUN, UNSUPPORTED = (
     "REPRODUCED", "DIFFERS", "INCONCLUSIVE", "ERROR", "NOT RUN", "UNSUPPORTED")
@@ -179,35 +179,35 @@ def beyond_floor(value_pct: float, threshold_pct: float, floor_pct: float, *,
                              f"{name} {floor_pct:.2g}% ({where}")
 
 
-def process_floor(ev: Evidence, metric: str = "step_latency") -> tuple[float | None, str]:
-    """E08's between-process floor of ``metric``'s median (%), and "" — or None and why not.
+def process_floor(ev: Evidence) -> tuple[float | None, str]:
+    """The run's between-process floor (%) and the processes it came from — or None and why
+    not (:func:`perflab.experiments.e08_batch_sweep.run_process_floor`).
 
     The floor of a comparison between two separate processes (E08's batch sizes, E20's
-    cold and warm jobs): C00's A/A is within one process and does not bound it.
+    cold and warm jobs): C00's A/A is within one process and does not bound it. It is of
+    the median step latency; a throughput (examples/s of one batch) is judged by it too,
+    the process's offset being one factor on both.
     """
     from perflab.experiments import e08_batch_sweep as e08
 
     why = "not resolved: separate processes, no between-process floor"
-    if ev.rows.empty or not ev.has(e08.EID):
-        return None, f"{why} ({e08.EID} did not run)"
-    got = ev.pick(e08.EID, e08.floor_variant(metric), e08.PROCESS_FLOOR, "value")
-    if isinstance(got, Missing):
-        detail = got.reason or f"this run's {e08.EID} predates it"
-        return None, f"{why} ({e08.EID}: {detail})"
-    return float(got), ""
+    if ev.rows.empty:
+        return None, f"{why} (no rows)"
+    floor, how = e08.run_process_floor(ev.rows)
+    return (floor, how) if floor is not None else (None, f"{why} ({how})")
 
 
 def against_process_floor(ev: Evidence, value_pct: float, threshold_pct: float = 0.0, *,
-                          metric: str = "step_latency", agree: bool = False) -> Decision:
+                          agree: bool = False) -> Decision:
     """:func:`against_floor` for a relative difference between two separate processes: the
-    scale is E08's between-process floor of ``metric`` (:func:`process_floor`), the 95%
-    bound of how far two fresh processes of the same contract land apart. No floor: not
-    resolved, with the reason."""
-    floor, why = process_floor(ev, metric)
+    scale is the run's between-process floor (:func:`process_floor`), the 95% bound of how
+    far two fresh processes of the same step land apart. No floor: not resolved, with the
+    reason."""
+    floor, how = process_floor(ev)
     if floor is None:
-        return False, why
+        return False, how
     return beyond_floor(value_pct, threshold_pct, floor, agree=agree,
-                        floor_name="between-process floor (E08)")
+                        floor_name=f"between-process floor ({how})")
 
 
 def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> Decision:

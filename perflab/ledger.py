@@ -292,13 +292,11 @@ def _harness(frame: pd.DataFrame, prov: dict[str, dict[str, Any]], add) -> None:
         if not isinstance(f[key], tables.Missing):
             unit = "%" if key.endswith("_pct") else "x" if "_over_" in key else "ms"
             add("harness", key, f[key], unit, f"{c00.EID} {variant} {metric} {statistic}")
-    # the floor of comparisons between separate processes (E08's replicates), beside C00's
-    between = e08_batch_sweep.process_floor_of(frame)
-    if not isinstance(between, tables.Missing):
+    # the floor of comparisons between separate processes (the run's jobs of one step)
+    between, how = e08_batch_sweep.run_process_floor(frame)
+    if between is not None:
         add("harness", "process_floor_pct", between, "%",
-            f"{e08_batch_sweep.EID} {e08_batch_sweep.floor_variant('step_latency')} "
-            f"{e08_batch_sweep.PROCESS_FLOOR} value (over "
-            f"{int(e08_batch_sweep.process_floor_of(frame, field='n'))} processes)")
+            f"perflab.stats.process_floor_pct of step_latency median over {how}")
     flagged = {eid: env.judge_gpu_state(p) for eid, p in prov.items()}
     known = {eid: v for eid, v in flagged.items() if v["status"] != "unknown"}
     bad = {eid: v for eid, v in known.items() if v["status"] == "flagged"}
@@ -446,7 +444,8 @@ def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
         between = val("harness", "process_floor_pct", 2)
         if between:
             parts.append(f"A/A floor between processes {between}% (95% bound of the gap "
-                         "between two fresh processes of one contract, E08)")
+                         "between two fresh processes' medians of one step, from the run's "
+                         "jobs that time it)")
         for key, label in (("timer_over_helper", "Timer/helper"),
                            ("do_bench_over_helper", "do_bench/helper")):
             v = val("harness", key, 3)

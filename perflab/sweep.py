@@ -227,7 +227,8 @@ def _floor_row(rows: pd.DataFrame, batch: int, n_reps: int, metric: str) -> list
     values = [_value(rows, batch, metric, "median", k) for k in range(n_reps + 1)]
     if n_reps == 0 or None in values:
         status = sorted({str(s) for s in src.status} - {"ok"}) or ["error"]
-        why = ("no replicate processes configured (replicates: 0)" if n_reps == 0
+        why = ("no replicate processes configured (replicates: 0): claims use the run's jobs "
+               "of the controlled step (e08_batch_sweep.run_process_floor)" if n_reps == 0
                else "a process has no ok median: " + ", ".join(
                    v for v, x in zip(variants, values) if x is None))
         word = "unsupported" if n_reps == 0 else status[0]

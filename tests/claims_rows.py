@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from perflab import ab, claims, io
+from perflab.experiments import e08_batch_sweep as e08
 from perflab.experiments.c00_calibration import AA_FLOOR
 
 
@@ -35,6 +37,34 @@ def rows(*specs: tuple) -> pd.DataFrame:
 def floor(pct: float) -> list[tuple]:
     """C00's A/A floor row (%)."""
     return [("C00", *AA_FLOOR, "value", pct)]
+
+
+#: the shape of the peers' controlled step in :func:`with_process_floor` (not "[1, 1]", so
+#: the other rows of a case never join the floor's processes)
+PEER_SHAPE = "[256, 1]"
+
+
+def peer_medians(pct: float, n: int = 4) -> list[float]:
+    """``n`` (even) medians (ms) whose between-process floor is ``pct`` %: ln values +-d."""
+    from scipy.stats import t as student_t
+
+    d = np.log1p(pct / 100) / (student_t.ppf(0.975, n - 1) * np.sqrt(2) * np.sqrt(n / (n - 1)))
+    return [3.0 * np.exp(d if k % 2 else -d) for k in range(n)]
+
+
+def with_process_floor(frame: pd.DataFrame, pct: float | None, n: int = 4) -> pd.DataFrame:
+    """``frame`` plus ``n`` of the run's jobs that time the controlled step (e08.PROCESS_PEERS),
+    their medians spread so that the between-process floor is ``pct`` %; None: none."""
+    if pct is None:
+        return frame
+    peers = rows(*[(e, v, "step_latency", "median", m)
+                   for (e, v), m in zip(e08.PROCESS_PEERS, peer_medians(pct, n))])
+    return pd.concat([frame, peers.assign(input_shape=PEER_SHAPE)], ignore_index=True)
+
+
+def without_process_floor(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the peers :func:`with_process_floor` added."""
+    return frame[frame.input_shape != PEER_SHAPE]
 
 
 def with_floor(pct: float | None, *specs: tuple) -> pd.DataFrame:
@@ -82,10 +112,8 @@ Rows = Callable[[], pd.DataFrame]
 class Case:
     """A claim's three cases: its finding holds, it fails, it is inside the noise.
 
-    ``inside`` is None for a claim with no noise question (it declares ``exact``), and for
-    one whose noise question no floor can settle yet (``undecidable`` says why: series of
-    separate processes, judged by none). ``holds_gives`` / ``fails_gives``: what the holding
-    and the failing rows give (REPRODUCED / DIFFERS, unless undecidable).
+    ``inside`` is None for a claim with no noise question (it declares ``exact``).
+    ``holds_gives`` / ``fails_gives``: what the holding and the failing rows give.
     """
 
     holds: Rows
@@ -93,7 +121,6 @@ class Case:
     inside: Rows | None
     holds_gives: str = claims.REPRODUCED
     fails_gives: str = claims.DIFFERS
-    undecidable: str = ""
 
 
 #: every claim's cases, by claim id (filled by tests/cases_*.py)

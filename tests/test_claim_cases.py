@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from cases_c01_c22 import e01_loops, e04_rows, e05_rows, e06_rows, e08_rows
 from cases_c23_c47 import e13_rows, e14_ranges, e21_rows, e23_rows, e24_workers
-from claims_rows import CASES, as_error, floor, rows, verdict
+from claims_rows import CASES, as_error, floor, rows, verdict, without_process_floor
 
 from perflab import claims
 from perflab.experiments import e13_sync_tax as e13
@@ -23,7 +23,6 @@ from perflab.experiments import e24_input_pipeline as e24
 
 IDS = sorted(CASES, key=lambda c: int(c[1:]))
 EXACT = [c for c in IDS if claims.registry()[c].exact]
-UNDECIDABLE = [c for c in IDS if CASES[c].undecidable]
 
 
 def test_every_claim_has_its_cases():
@@ -31,11 +30,9 @@ def test_every_claim_has_its_cases():
 
 
 def test_a_claim_without_an_inside_case_says_why():
-    """No inside case: the claim declares why it has no noise question (``exact``), or its
-    cases say why no floor can settle it yet (``undecidable``)."""
+    """No inside case: the claim declares why it has no noise question (``exact``)."""
     for cid, c in CASES.items():
-        assert bool(claims.registry()[cid].exact) + bool(c.undecidable) <= 1, cid
-        assert (c.inside is None) == bool(claims.registry()[cid].exact or c.undecidable), cid
+        assert (c.inside is None) == bool(claims.registry()[cid].exact), cid
 
 
 @pytest.mark.parametrize("cid", IDS)
@@ -50,16 +47,6 @@ def test_finding_fails(cid):
     assert v.verdict == CASES[cid].fails_gives, (cid, v)
     if v.verdict == claims.DIFFERS:
         assert v.mechanism, f"{cid}: a DIFFERS names what the data shows instead"
-
-
-@pytest.mark.parametrize("cid", UNDECIDABLE)
-def test_separate_processes_are_not_decided_either_way(cid):
-    """Series of separate processes: whether the finding holds or fails as measured, the
-    verdict says it is not resolved, and which way it leans."""
-    for make, lean in ((CASES[cid].holds, "holds"), (CASES[cid].fails, "fails")):
-        v = verdict(cid, make())
-        assert "not resolved: separate processes" in v.measured, (cid, v)
-        assert f"as measured it {lean}" in v.measured, (cid, v)
 
 
 @pytest.mark.parametrize("cid", [c for c in IDS if CASES[c].inside is not None])
@@ -84,8 +71,9 @@ def test_an_exact_claim_takes_no_noise_input(cid):
 
 @pytest.mark.parametrize("cid", IDS)
 def test_missing_noise_evidence_is_never_support(cid):
-    """The holding rows without C00's floor: a claim that needs it is not decided."""
-    frame = CASES[cid].holds()
+    """The holding rows without C00's floor and the run's between-process floor: a claim
+    that needs one is not decided."""
+    frame = without_process_floor(CASES[cid].holds())
     frame = frame[frame.experiment != "C00"]
     v = verdict(cid, frame)
     if claims.registry()[cid].exact:
@@ -94,6 +82,7 @@ def test_missing_noise_evidence_is_never_support(cid):
         assert v.verdict in (claims.REPRODUCED, claims.INCONCLUSIVE), (cid, v)
         if v.verdict == claims.REPRODUCED:  # decided by a spread of its own series
             assert v.noise_tested and "(C00)" not in v.measured, (cid, v)
+            assert "between-process floor" not in v.measured, (cid, v)
 
 
 @pytest.mark.parametrize("cid", IDS)

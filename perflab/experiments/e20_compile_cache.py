@@ -189,8 +189,8 @@ STEADY_AGREES_WITHIN = 0.1
 @claim("C41", "E20", "a warm Inductor cache cuts the first compiled call; steady state is the same",
        chapter="10.945 s cold vs 2.542 s warm; steady 0.892 vs 0.885 ms",
        tolerance=f"warm first call < {WARM_FIRST_CALL_BELOW:.0%} of cold; steady states within "
-       f"{STEADY_AGREES_WITHIN:.0%}, decided against E08's between-process floor (cold and warm "
-       "are separate processes) when E20's own eager A/A across them lies inside it")
+       f"{STEADY_AGREES_WITHIN:.0%}, decided against the run's between-process floor (cold and "
+       "warm are separate processes) when E20's own eager A/A across them lies inside it")
 def _compile_cache(ev):
     eid = ENTRY.eid
     cold = ev.value(eid, side_variant(COLD, COMPILED), FIRST_CALL, "value")
@@ -212,7 +212,7 @@ def _compile_cache(ev):
 
 
 def _steady_decided(ev, gap_pct: float) -> Decision:
-    """The steady-state gap against E08's between-process floor, which is measured on
+    """The steady-state gap against the run's between-process floor, which is measured on
     another step (the controlled training step): it is used only when E20's own A/A across
     its two processes (eager, the same code in both) lies inside it."""
     decided, how = against_process_floor(ev, gap_pct, 100 * STEADY_AGREES_WITHIN, agree=True)
@@ -222,10 +222,10 @@ def _steady_decided(ev, gap_pct: float) -> Decision:
         return decided, how
     if None in eager:
         return False, ("not resolved: no eager steady state in both processes to check that "
-                       "E08's between-process floor carries over to E20's step")
+                       "the between-process floor carries over to E20's step")
     own = 100 * (eager[1] / eager[0] - 1)
     if abs(own) > floor:
         return False, (f"not resolved: E20's own A/A (eager in the cold and the warm process) "
-                       f"is {pct(own)}, beyond E08's between-process floor {floor:.2g}%: that "
+                       f"is {pct(own)}, beyond the between-process floor {floor:.2g}%: that "
                        "floor does not carry over to this step")
     return decided, f"{how}; E20's eager A/A {pct(own)} inside it"
