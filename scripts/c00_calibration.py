@@ -8,9 +8,10 @@ measured in one job that runs first:
   helper (:func:`perflab.timing.time_calls`);
 * CUDA events: the device time between two events recorded back to back and
   the host cost of recording a pair (CUDA only);
-* the per-process floor: fresh interpreters launched a few times — bare, with
-  ``import torch``, and with the device initialised — so a job's fixed cost
-  is known;
+* the per-process floor: fresh interpreters launched a few times — bare, and
+  one that imports torch (stamping a clock every process shares) and then
+  initialises the device, so one child gives both stages — so a job's fixed
+  cost is known;
 * the profiler's overhead on the reference step (the controlled training step);
 * the A/A floor: two independent copies of the step (model, optimizer, batch)
   as A and as B, interleaved; the floor is the 95% upper bound (bootstrap over
@@ -69,14 +70,30 @@ from perflab.experiments.c00_calibration import (
 )
 from perflab.runner import run
 
-#: the fresh-process variants: (variant, what the child does, code)
-PROCESS_STAGES = (
-    (PROCESS_INTERPRETER, "start the interpreter and exit", "pass"),
-    (PROCESS_IMPORT_TORCH, "start, import torch, exit", "import torch"),
-    (PROCESS_DEVICE_INIT, "start, import torch, first tensor on the device, synchronize",
-     "import torch\nd = torch.device({device!r})\nx = torch.zeros(1, device=d)\n"
-     "torch.cuda.synchronize(d) if d.type == 'cuda' else None"),
+#: what each fresh child does, for the window of the rows it gives
+BARE_WHAT = "start the interpreter and exit"
+STAGED_WHAT = ("start, import torch, first tensor on the device, synchronize, exit; the "
+               "child stamps the shared monotonic clock once torch is imported")
+#: the staged child: it prints the shared clock once torch is imported, then initialises
+#: the device, so one interpreter gives both the import stage and the device-init stage
+#: (a separate import-only child would pay the same import again and add no evidence)
+STAGED_CODE = (
+    "import time\n"
+    "_c = getattr(time, 'clock_gettime', None)\n"
+    "_now = (lambda: _c(time.CLOCK_MONOTONIC)) if _c else time.time\n"
+    "import torch\n"
+    "print(repr(_now()), flush=True)\n"
+    "d = torch.device({device!r})\n"
+    "x = torch.zeros(1, device=d)\n"
+    "torch.cuda.synchronize(d) if d.type == 'cuda' else None\n"
 )
+
+
+def _shared_clock():
+    """Seconds on a clock every process of this machine reads alike (CLOCK_MONOTONIC on
+    POSIX), so a child's stamp can be set against the parent's launch time."""
+    c = getattr(time, "clock_gettime", None)
+    return c(time.CLOCK_MONOTONIC) if c else time.time()
 
 
 def _clock_floor(ctx):
@@ -147,34 +164,74 @@ def _events(ctx):
                 sync_boundary="host clock around the two record() calls; device drained before")
 
 
-def _process_floor(ctx):
-    p = ctx.params
-    samples = {v: [] for v, _, _ in PROCESS_STAGES}
+def _launch(code):
+    """(launch time, exit time, the child's result) on the shared clock."""
+    t0 = _shared_clock()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=600)
+    return t0, _shared_clock(), proc
+
+
+def _child_error(proc):
+    return (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+
+
+def _staged_sample(t0, t1, proc):
+    """(launch to torch imported, launch to exit) in ms from one staged child, or an error."""
+    try:
+        stamp = float(proc.stdout.strip().splitlines()[0])
+    except (IndexError, ValueError):
+        return f"the child printed no clock stamp: {proc.stdout.strip()[:200]!r}"
+    if not t0 <= stamp <= t1:
+        return "the child's clock stamp lies outside its launch-to-exit span: no shared clock"
+    return (stamp - t0) * 1e3, (t1 - t0) * 1e3
+
+
+def _process_samples(ctx, n):
+    """n bare children and n staged children, alternating (drift hits both alike)."""
+    samples = {v: [] for v in (PROCESS_INTERPRETER, PROCESS_IMPORT_TORCH, PROCESS_DEVICE_INIT)}
     failed = {}
-    env = dict(os.environ)
-    for _ in range(p["process_repeats"]):
-        for variant, _, code in PROCESS_STAGES:  # round robin: drift hits every stage alike
-            if variant in failed:
-                continue
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-c", code.format(device=str(ctx.device))],
-                                  capture_output=True, text=True, env=env, timeout=600)
-            dt = (time.perf_counter() - t0) * 1e3
+    staged = STAGED_CODE.format(device=str(ctx.device))
+    for _ in range(n):
+        if PROCESS_INTERPRETER not in failed:
+            t0, t1, proc = _launch("pass")
             if proc.returncode != 0:
-                failed[variant] = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-                continue
-            samples[variant].append(dt)
-    for variant, what, _ in PROCESS_STAGES:
+                failed[PROCESS_INTERPRETER] = _child_error(proc)
+            else:
+                samples[PROCESS_INTERPRETER].append((t1 - t0) * 1e3)
+        if PROCESS_DEVICE_INIT in failed:
+            continue
+        t0, t1, proc = _launch(staged)
+        got = _staged_sample(t0, t1, proc) if proc.returncode == 0 else _child_error(proc)
+        if isinstance(got, str):
+            failed[PROCESS_IMPORT_TORCH] = failed[PROCESS_DEVICE_INIT] = got
+            continue
+        samples[PROCESS_IMPORT_TORCH].append(got[0])
+        samples[PROCESS_DEVICE_INIT].append(got[1])
+    return samples, failed
+
+
+def _process_floor(ctx):
+    n = ctx.params["process_repeats"]
+    samples, failed = _process_samples(ctx, n)
+    exe = os.path.basename(sys.executable)
+    stages = (
+        (PROCESS_INTERPRETER, f"{n} fresh `{exe} -c pass` processes: {BARE_WHAT}",
+         "host clock around subprocess.run (launch to exit)"),
+        (PROCESS_IMPORT_TORCH, f"{n} fresh `{exe} -c` processes: {STAGED_WHAT}",
+         "shared monotonic clock: launch (parent) to torch imported (child's stamp)"),
+        (PROCESS_DEVICE_INIT, f"the same {n} fresh `{exe} -c` processes: {STAGED_WHAT}",
+         "shared monotonic clock around subprocess.run (launch to exit)"),
+    )
+    for variant, window, boundary in stages:
         if variant in failed:
             ctx.row(variant=variant, metric=PROCESS_WALL, value=None, unit="ms",
                     window="fresh interpreter", sync_boundary="n/a", status="error",
                     reason=f"the child process failed: {failed[variant]}")
             continue
         ctx.summary(samples[variant], variant=variant, metric=PROCESS_WALL,
-                    window=f"{p['process_repeats']} fresh `{os.path.basename(sys.executable)} -c` "
-                    f"processes: {what}; stages launched round robin",
-                    sync_boundary="host clock around subprocess.run (launch to exit)",
-                    statistics=("median", "min", "max", "iqr"))
+                    window=window + "; bare and staged children alternate",
+                    sync_boundary=boundary, statistics=("median", "min", "max", "iqr"))
     ctx.log("process floor: " + ", ".join(
         f"{v} {statistics.median(s):.0f} ms" for v, s in samples.items() if s))
 
