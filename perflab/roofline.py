@@ -190,9 +190,11 @@ def per_call_ms(fn: Callable[[], Any], *, target_ms: float, repeats: int,
 
 
 def matmul_op(n: int, dtype: torch.dtype, device: torch.device) -> Callable[[], Any]:
-    g = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    # drawn on the device itself (seeded): on one host thread, drawing two 8192 x 8192
+    # matrices on the host and copying them took longer than timing their matmul
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, generator=g, device=device).to(dtype=dtype)
+    b = torch.randn(n, n, generator=g, device=device).to(dtype=dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
     return lambda: torch.mm(a, b, out=c)
 
@@ -208,13 +210,15 @@ def copy_op(kind: str, nbytes: int, device: torch.device) -> tuple[Callable[[], 
         src = torch.ones(n, device=device)
         dst = torch.empty(n, device=device)
         return (lambda: dst.copy_(src)), 2 * 4 * n
+    # pinned buffers allocated pinned: ``.pin_memory()`` of a pageable buffer would fill
+    # and copy a second buffer of the same size first
     if kind == "host_to_device":
-        src = torch.ones(n).pin_memory()
+        src = torch.ones(n, pin_memory=True)
         dst = torch.empty(n, device=device)
         return (lambda: dst.copy_(src, non_blocking=True)), 4 * n  # across the link once
     if kind == "device_to_host":
         src = torch.ones(n, device=device)
-        dst = torch.empty(n).pin_memory()
+        dst = torch.empty(n, pin_memory=True)
         return (lambda: dst.copy_(src, non_blocking=True)), 4 * n
     raise ValueError(f"unknown copy kind {kind!r}")
 

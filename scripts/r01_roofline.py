@@ -94,7 +94,6 @@ def _matmul_rate(ctx, name: str, dtype: torch.dtype, n: int) -> float | None:
 def copy_ceilings(ctx) -> tuple[float | None, float] | None:
     """(pinned host-to-device bandwidth or None, memory bandwidth), or None."""
     p = ctx.params
-    nbytes = int(p["copy_mib"] * 2**20)
     rates: dict[str, float] = {}
     for kind in r01.COPY_KINDS:
         variant = r01.copy_variant(kind)
@@ -102,8 +101,11 @@ def copy_ceilings(ctx) -> tuple[float | None, float] | None:
             ctx.unsupported(variant=variant, metric=r01.BANDWIDTH, unit="B/s",
                             reason="a CPU device's memory is the host's: see copy/host_memcpy")
             continue
+        # host memory is the slowest of these: its own buffer, still far above any cache
+        mib = p["host_copy_mib"] if kind == "host_memcpy" else p["copy_mib"]
+        nbytes = int(mib * 2**20)
         moved = "read + write" if kind in ("host_memcpy", "device_to_device") else "bytes copied"
-        window = (f"Tensor.copy_ of a {p['copy_mib']} MiB float32 buffer"
+        window = (f"Tensor.copy_ of a {mib} MiB float32 buffer"
                   + (" (pinned host memory, non_blocking)" if "host_to" in kind
                      or "to_host" in kind else "")
                   + f"; bandwidth counts {moved}")
