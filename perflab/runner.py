@@ -458,29 +458,3 @@ def run(eid: str, measure: Callable[[Context], None], snakemake: Any = None,
     cfg = config_from_args(args)
     return execute(eid, measure, cfgmod.contract(cfg, eid), cfgmod.experiment_outputs(cfg, eid),
                    args.log)
-
-
-def run_aggregation(build: Callable[[list[str]], tuple], doc: str | None, snakemake: Any = None,
-                    what: str = "experiment result CSVs of one run") -> None:
-    """Entry of a script that turns result CSVs into a Markdown block and a CSV of rows.
-
-    ``build(csvs)`` returns ``(rows, markdown, ...)``. Under Snakemake the inputs are
-    ``input.csv`` and the outputs ``output.md``/``output.csv``; by hand, positional CSVs and
-    ``--md``/``--out-csv``. Both outputs are written atomically; the block is echoed to stderr.
-    """
-    def main(csvs, md_out, csv_out):
-        rows, md = build(list(csvs))[:2]
-        io.atomic_write_csv(csv_out, rows)
-        io.atomic_write_text(md_out, md)
-        print(md, file=sys.stderr)
-
-    if snakemake is not None:
-        with log_to(snakemake.log[0]):
-            main(snakemake.input.csv, snakemake.output.md, snakemake.output.csv)
-        return
-    p = argparse.ArgumentParser(description=doc)
-    p.add_argument("csv", nargs="+", help=what)
-    p.add_argument("--md", required=True)
-    p.add_argument("--out-csv", required=True)
-    a = p.parse_args()
-    main(a.csv, a.md, a.out_csv)

@@ -6,7 +6,7 @@ Under Snakemake (``script:``): input.csv, output.md, output.csv, log[0]. Standal
 """
 
 from perflab import diagnose
-from perflab.runner import run_aggregation
+from perflab.aggregation import run_aggregation
 
 if __name__ == "__main__":
     run_aggregation(diagnose.build, __doc__, globals().get("snakemake"))
