@@ -179,13 +179,18 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     device = torch.device(spec["device"])
     if device.type == "cuda" and not torch.cuda.is_available():
         device = torch.device("cpu")  # a cluster's submit host: check the builder here
+    t_check = time.perf_counter()
     w = workloads.check(spec["target"], device, **dict(spec["params"]))
     out = {"ok": True, "device": str(device), "description": w.description,
-           "batch": w.batch_size, "step_ms": None}
+           "batch": w.batch_size, "step_ms": None,
+           "check_s": round(time.perf_counter() - t_check, 2)}
     if w.make_optimizer is None and w.train_step is None:
         return out  # no training step (the experiments write unsupported rows)
+    t_lock = time.perf_counter()
     with devicelock.held(device, f"pre-flight of {spec.get('tag', '?')}",
                          lambda m: print(f"perflab: {m}", file=sys.stderr, flush=True)):
+        t_steps = time.perf_counter()
+        out["lock_wait_s"] = round(t_steps - t_lock, 2)
         w = workloads.cast(w, getattr(torch, spec.get("dtype", "float32")))
         step = steps.build(w, device)
         sync = timing.synchronizer(device)
@@ -198,6 +203,7 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
             if i:
                 times.append((time.perf_counter() - t0) * 1e3)
     out["step_ms"] = sorted(times)[len(times) // 2]
+    out["steps_s"] = round(time.perf_counter() - t_steps, 2)
     return out
 
 
@@ -232,6 +238,16 @@ def clean_result_temps(result_dir: str | Path, log) -> list[Path]:
     return removed
 
 
+def _split(answer: Mapping[str, Any], wall_s: float) -> str:
+    """Where the child's time went: its start (interpreter, imports, device), the check, the
+    timed steps — so a slow pre-flight says which part was slow."""
+    parts = {"check": answer.get("check_s", 0.0), "waiting for the device lock":
+             answer.get("lock_wait_s", 0.0), f"{1 + TIMED_STEPS} full-batch steps":
+             answer.get("steps_s", 0.0)}
+    start = max(wall_s - sum(parts.values()), 0.0)
+    return ", ".join(f"{k} {v:.1f} s" for k, v in {"start": start, **parts}.items())
+
+
 def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
                      result_dir: str, log=None) -> None:
     """The checks of the module doc, for the experiment jobs about to run (``contracts``)."""
@@ -240,11 +256,13 @@ def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
         return
     clean_result_temps(result_dir, log)
     spec = workload_spec(cfg)
+    t0 = time.perf_counter()
     answer = run_child(spec)
+    wall_s = time.perf_counter() - t0
     if not answer["ok"]:
         sys.exit(f"perflab: pre-flight failed, no job has started: {answer['error']}")
     log(f"pre-flight: {spec['target']} builds and steps on {answer['device']} "
-        f"({answer['description']}, batch {answer['batch']})")
+        f"({answer['description']}, batch {answer['batch']}) in {wall_s:.1f} s: " + _split(answer, wall_s))
     if answer["step_ms"] is None:
         log("no training step (the workload has no optimizer): no time estimate")
     elif answer["device"] != spec["device"]:
