@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from perflab import ab, devicelock, env, io, stats, steps, timing, workloads
+from perflab import ab, devicelock, env, forkserver, io, stats, steps, timing, workloads
 from perflab import config as cfgmod
 from perflab.catalogue import EXPERIMENTS
 from perflab.io import log_to  # noqa: F401  (scripts import it from here too)
@@ -391,6 +391,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "inductor_cache_dir": env.portable_path(cache_dir),
             "workloads": ctx.workloads_built,
             "argv": [env.portable_path(a) for a in sys.argv],
+            "process_start": forkserver.process_start(),
             "rows": len(ctx.rows),
             "samples": len(ctx.samples),
             # the code it was measured with (the report flags results of other code) and

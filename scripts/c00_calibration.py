@@ -23,6 +23,10 @@ measured in one job that runs first:
   and, on CUDA, ``triton.testing.do_bench`` on the same step.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import os
 import statistics
 import subprocess

@@ -20,6 +20,10 @@ By hand: ``python scripts/d01_data_parallel.py --configfile config/test.yaml`` (
 ``--device cuda`` on a machine with several GPUs).
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import os
 import shutil
 import tempfile

@@ -11,6 +11,10 @@ On CPU execution is synchronous: the backlog is ~0 and the trap is cold vs
 steady (first call, unwarmed, warmed).
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 from perflab import timing
 from perflab.experiments.e01_lying_benchmark import (
     BACKLOG_AT_FINAL_SYNC,

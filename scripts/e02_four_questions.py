@@ -11,6 +11,10 @@ robin (balanced order, block by block), so the answers are compared like with
 like: measured side by side, not one after another.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import torch
 
 from perflab import steps, timing

@@ -6,6 +6,10 @@ process's first step), then 400 warmed steps summarised by median, IQR,
 quartiles, mean, std, max and the count of steps above median + 3 IQR.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 from perflab import timing
 from perflab.experiments.e03_warmup_spread import EID, SPREAD, SPREAD_STATISTICS, warmup_variant
 from perflab.runner import run

@@ -6,6 +6,10 @@ then per-call synchronized samples). Both are valid; they measure slightly
 different boundaries, so the report shows them side by side.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 from perflab import timing
 from perflab.experiments.e04_timer_vs_helper import EID, HELPER, NUMBER_PER_RUN, RUNS, TIMER
 from perflab.runner import run

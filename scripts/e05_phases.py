@@ -16,6 +16,10 @@ loop's logging would. On CPU host_to_device is a no-op copy and the syncs are
 no-ops.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 from perflab import phases as ph
 from perflab import timing
 from perflab.experiments.e05_phases import (

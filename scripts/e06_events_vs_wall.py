@@ -13,6 +13,10 @@ how much of the step is the host. CUDA events need a CUDA device: on CPU those
 rows are written as unsupported, with the reason.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 from perflab import timing
 from perflab.experiments.e06_events_vs_wall import (
     CALLS_REDONE,

@@ -12,6 +12,10 @@ foreach and with fused AdamW runs as an interleaved pair, so the end-to-end
 change is measured back to back.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 
 from perflab import optim, steps, timing

@@ -28,6 +28,10 @@ aggregation). By hand::
     python scripts/e08_batch_sweep.py --aggregate-only # aggregate the per-batch files present
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import gc
 import statistics
 import subprocess

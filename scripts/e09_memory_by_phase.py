@@ -20,6 +20,10 @@ step), and the breakdown has no "other" (its percentages are of the counted
 tensors).
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import gc
 from dataclasses import dataclass, field
 

@@ -24,6 +24,10 @@ fail anywhere, not in the allocator), so the OOM and the diagnosis are
 (peak RSS per batch size, RSS after each step) and tensor accounting.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import gc
 from dataclasses import dataclass
 

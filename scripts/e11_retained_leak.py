@@ -24,6 +24,10 @@ The monitored metric (mean over the iterations of the kept values) is
 reported per variant: identical, because the computation is identical.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -16,6 +16,10 @@ On a CPU the allocator and NVML counters are ``unsupported``; the process
 RSS is read at the same states instead (``empty_cache`` has no CPU state).
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import gc
 
 import torch

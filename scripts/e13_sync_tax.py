@@ -21,6 +21,10 @@ On a CPU there is no device queue to run ahead of, so the tax is expected to
 be ~0: the same code runs and the windows say so.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 import math
 

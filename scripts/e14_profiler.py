@@ -14,6 +14,10 @@ the same step unprofiled, and the difference: the profiler's overhead. The
 chrome trace of the active steps is written gzipped beside the CSV.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 from perflab import phases, profiling, timing
 from perflab.experiments.e14_profiler import (
     OP_SELF_CPU_TIME,

@@ -12,6 +12,10 @@ A precision this device cannot run (an error on its first step) becomes
 ``unsupported`` rows with the error as the reason.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 import math
 

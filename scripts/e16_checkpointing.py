@@ -9,6 +9,10 @@ gradient norm of both, their differences and the largest gradient difference;
 VmHWM of a fresh process per variant) and the saving.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 
 from perflab import interventions as iv

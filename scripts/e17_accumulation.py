@@ -9,6 +9,10 @@ optimizer step over the full batch for every K as an interleaved round robin
 peaks; CPU: VmHWM of a fresh process per K), and % of K=1.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 
 from perflab import interventions as iv

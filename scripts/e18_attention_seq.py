@@ -12,6 +12,10 @@ manual path's out-of-memory at long T reproduces on a large GPU; an OOM
 becomes ``oom`` rows with the reason, never a crash.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import contextlib
 import gc
 

@@ -11,6 +11,10 @@ input) and the peak memory of each side alone (CUDA allocator counters; on the
 CPU an in-process peak cannot separate the two, so those rows say so).
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 
 import torch

@@ -20,6 +20,10 @@ warm job, which depends on the cold one). By hand::
     python scripts/e20_compile_cache.py --phase cold   # one phase in this process
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import math
 import os
 import shutil

@@ -14,6 +14,10 @@ the graph break it reports becomes a row, with ``torch._dynamo.explain``'s
 graph and break counts for the same function compiled without fullgraph.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import torch
 
 from perflab import compiling, timing

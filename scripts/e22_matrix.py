@@ -14,6 +14,10 @@ one process, so those rows say so), and the correctness column: the first
 step's loss against eager fp32's.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import contextlib
 import copy
 import gc

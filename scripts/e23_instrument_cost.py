@@ -22,6 +22,10 @@ the cost in ms and %, and whether the cost exceeds the block-to-block
 spread. This regenerates the chapter's forensic-vs-performance-mode table.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import math
 import statistics
 

@@ -20,6 +20,10 @@ a pageable and from a pinned tensor as an interleaved pair (ms, GB/s). On the
 CPU there is no host-to-device copy to pin for: those rows say so.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 
 from perflab import pipeline, stats, timing

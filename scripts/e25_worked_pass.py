@@ -11,6 +11,10 @@ of each variant alone (CUDA: each in isolation, allocator peaks reset; on CPU
 an in-process RSS peak cannot separate two variants, so those rows say so).
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 import gc
 

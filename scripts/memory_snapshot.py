@@ -17,6 +17,10 @@ Under Snakemake (rule ``memory_snapshot``) the contract is E09's; by hand::
     python scripts/memory_snapshot.py --out snapshot.html [--configfile config/test.yaml]
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import argparse
 import html
 import sys

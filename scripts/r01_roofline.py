@@ -15,6 +15,10 @@ at every boundary (as in E05), and the achieved FLOP/s and bytes/s as a
 fraction of the ceilings. A workload without an optimizer gets ceilings only.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import torch
 
 from perflab import phases, roofline, timing

@@ -22,6 +22,10 @@ By hand (every job in a subprocess of its own, then the aggregation)::
     python scripts/w01_whatif.py --intervention fused_optimizer   # one, in this process
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import copy
 import datetime as dt
 import gc

@@ -9,6 +9,7 @@ that fails leaves the others drawn and says why.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import io
 import sys
@@ -42,6 +43,17 @@ def test_entry_names_its_module_and_its_script(eid):
     assert mod.__name__ == f"perflab.experiments.{entry.slug}"
     assert (ROOT / "scripts" / f"{entry.slug}.py").is_file(), f"no scripts/{entry.slug}.py"
     assert entry.title.strip()
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_the_script_hands_its_job_to_the_fork_server_before_any_import(eid):
+    """A job pays for its imports unless delegate(globals()) comes before them
+    (perflab/forkserver.py); the module docstring and a __future__ import may precede it."""
+    tree = ast.parse((ROOT / "scripts" / f"{MODULES[eid].ENTRY.slug}.py").read_text())
+    body = [n for n in tree.body[1:] if not (isinstance(n, ast.ImportFrom)
+                                           and n.module == "__future__")]
+    first_two = [ast.unparse(n) for n in body[:2]]
+    assert first_two == ["from perflab.forkserver import delegate", "delegate(globals())"]
 
 
 @pytest.mark.parametrize("eid", list(MODULES))

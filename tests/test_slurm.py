@@ -175,7 +175,7 @@ def test_experiments_were_slurm_jobs_and_aggregation_ran_locally(submitted):
     _, out, _ = submitted
     jobs = _jobs(out)
     assert set(jobs) == {EXPERIMENTS[e].slug for e in EXPERIMENTS_RUN}, out[-4000:]
-    for rule in ("ledger", "figure", "report_html"):
+    for rule in ("ledger", "figures", "report_html"):
         assert f"localrule {rule}:" in out, f"{rule} did not run on the submit host"
 
 

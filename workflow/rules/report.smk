@@ -160,4 +160,5 @@ rule memory_snapshot:
 
 # a failed run still gets its report of what exists (partial_report in common.smk)
 onerror:
+    stop_fork_server()
     partial_report()

@@ -1,0 +1,150 @@
+"""The fork server (perflab/forkserver.py): a job handed to it runs as a new process with the
+caller's stdio, cwd, environment and argv, its exit status comes back, and a cancelled caller
+takes its job with it. Jobs here are small scripts that look like Snakemake's (a ``snakemake``
+global); the pipeline's own jobs go through the server in every tests/shared_run.py run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from perflab import forkserver
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fork")
+    sock = base / "s.sock"
+    proc = forkserver.start(sock, base / "server.log", "cpu")
+    deadline = time.monotonic() + 120
+    while not sock.exists():
+        assert proc.poll() is None, (base / "server.log").read_text()
+        assert time.monotonic() < deadline, "the server did not get ready"
+        time.sleep(0.1)
+    yield sock, proc
+    forkserver.stop(proc, sock)
+
+
+def _job(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        snakemake = object()  # what Snakemake's preamble defines
+        from perflab.forkserver import delegate
+        delegate(globals())
+    """) + textwrap.dedent(body))
+    return script
+
+
+def _launch(script: Path, sock: Path | None, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JOB_MARK": "42"}
+    env.pop(forkserver.ENV_CHILD, None)
+    if sock is None:
+        env.pop(forkserver.ENV_SOCKET, None)
+    else:
+        env[forkserver.ENV_SOCKET] = str(sock)
+    return subprocess.Popen([sys.executable, str(script), "an-arg"], cwd=script.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_a_job_runs_in_a_new_process_with_the_callers_stdio_env_cwd_and_argv(server, tmp_path):
+    sock, proc = server
+    script = _job(tmp_path, """
+        import torch
+        print("pid", os.getpid(), "ppid", os.getppid(), "forked", os.environ.get("PERFLAB_FORKED_JOB"))
+        print("mark", os.environ["JOB_MARK"], "cwd", os.getcwd(), "argv", sys.argv[1:])
+        print("cuda initialised", torch.cuda.is_initialized())
+        print("to stderr", file=sys.stderr)
+    """)
+    p = _launch(script, sock)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    fields = dict(zip(out.split()[::2], out.split()[1::2]))
+    assert int(fields["pid"]) not in (p.pid, proc.pid)
+    assert int(fields["ppid"]) not in (p.pid, proc.pid)  # a handler's child, not the server's
+    assert fields["forked"] == "1"
+    assert f"mark 42 cwd {tmp_path} argv ['an-arg']" in out
+    assert "cuda initialised False" in out
+    assert "to stderr" in err
+
+
+def test_without_a_server_the_script_runs_in_its_own_interpreter(tmp_path):
+    script = _job(tmp_path, 'print("forked", os.environ.get("PERFLAB_FORKED_JOB"), os.getpid())\n')
+    p = _launch(script, None)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert out.split()[:2] == ["forked", "None"] and int(out.split()[2]) == p.pid
+
+
+@pytest.mark.parametrize("body, code", [
+    ("sys.exit(3)\n", 3),
+    ("raise RuntimeError('injected')\n", 1),
+    ("os.kill(os.getpid(), 9)\n", 128 + 9),
+    ("pass\n", 0),
+])
+def test_the_jobs_exit_status_is_the_callers(server, tmp_path, body, code):
+    p = _launch(_job(tmp_path, body), server[0])
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == code, err
+    if code == 1:
+        assert "RuntimeError: injected" in err
+
+
+def test_atexit_handlers_run_as_in_a_fresh_interpreter(server, tmp_path):
+    script = _job(tmp_path, """
+        import atexit
+        atexit.register(lambda: print("atexit ran", flush=True))
+    """)
+    p = _launch(script, server[0])
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and "atexit ran" in out, err
+
+
+def test_a_cancelled_caller_takes_its_job_with_it(server, tmp_path):
+    pidfile = tmp_path / "job.pid"
+    script = _job(tmp_path, f"""
+        import time
+        open({str(pidfile)!r}, "w").write(str(os.getpid()))
+        time.sleep(120)
+    """)
+    p = _launch(script, server[0])
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.05)
+    job = int(pidfile.read_text())
+    p.send_signal(signal.SIGTERM)  # what Snakemake does to a job it cancels
+    p.wait(10)
+    deadline = time.monotonic() + forkserver.KILL_GRACE_S + 10
+    while _alive(job):
+        assert time.monotonic() < deadline, "the job outlived its caller"
+        time.sleep(0.05)
+
+
+def test_the_job_takes_its_thread_count_from_its_environment(server, tmp_path):
+    script = _job(tmp_path, "import torch\nprint(torch.get_num_threads())\n")
+    for n in ("1", "2"):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": n,
+               forkserver.ENV_SOCKET: str(server[0])}
+        out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        assert out.strip() == n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie waiting for its reaper is gone for our purpose
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
