@@ -281,9 +281,9 @@ def _finish_like_an_interpreter() -> None:
     import atexit
     import threading
     try:
-        for thread in threading.enumerate():
-            if thread is not threading.main_thread() and not thread.daemon:
-                thread.join()
+        # Python's own finalisation order: threading's exit hooks (which stop executors such
+        # as Inductor's compile pool), then the join of non-daemon threads, then atexit
+        threading._shutdown()
         atexit._run_exitfuncs()
     except BaseException:
         traceback.print_exc()

@@ -109,6 +109,22 @@ def test_atexit_handlers_run_as_in_a_fresh_interpreter(server, tmp_path):
     assert p.returncode == 0 and "atexit ran" in out, err
 
 
+def test_a_job_with_a_thread_pool_exits_as_a_fresh_interpreter_would(server, tmp_path):
+    """A live executor's worker threads are stopped by threading's exit hooks before the
+    join (Inductor's compile pool is one): joining them first would wait forever."""
+    script = _job(tmp_path, """
+        from concurrent.futures import ThreadPoolExecutor
+        sys.kept_pool = ThreadPoolExecutor(2)  # held for the process's life, as Inductor's
+        print(sys.kept_pool.submit(lambda: 6 * 7).result(), flush=True)
+    """)
+    p = _launch(script, server[0])
+    try:
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()  # a hung job goes with its caller (test_a_cancelled_caller...)
+    assert p.returncode == 0 and out.strip() == "42", err
+
+
 def test_a_cancelled_caller_takes_its_job_with_it(server, tmp_path):
     pidfile = tmp_path / "job.pid"
     script = _job(tmp_path, f"""
