@@ -3,12 +3,13 @@
 Every experiment is a fresh process, so that allocator state and compile caches never leak
 from one experiment into the next. A fresh interpreter pays for that before it measures
 anything: importing torch took 3.3 s on the H200 (C00's process floor), about two minutes of a
-run of some thirty-five jobs. The server imports torch, numpy, pandas, scipy and Snakemake's
-job object once, and nothing else: no device touched, no tensor made, no model built, nothing
+run of some thirty-five jobs, and torch._dynamo (which the first optimizer imports) about 2 s
+more. The server imports those, numpy, pandas, scipy and Snakemake's job object once, and
+nothing else: no device touched, no tensor made, no model built, nothing
 compiled, no perflab module loaded. Each job is then a fork of it: a new process with its own
 address space, in which the CUDA context, the caching allocator, cuBLAS/cuDNN handles,
-Dynamo's and Inductor's state and every perflab module are created for the first time, as in
-a fresh interpreter. What a job inherits is the imported code of those four libraries.
+Dynamo's caches, Inductor's state and every perflab module are created for the first time, as in
+a fresh interpreter. What a job inherits is the imported code of those libraries.
 
 How a job gets there: Snakemake runs the experiment's script as usual; the script's first
 statement, ``delegate(globals())``, finds the server's socket (``PERFLAB_FORK_SERVER``, set
@@ -45,8 +46,8 @@ ENV_SOCKET = "PERFLAB_FORK_SERVER"
 ENV_CHILD = "PERFLAB_FORKED_JOB"
 #: what the server imports before it forks: libraries only, never perflab (whose modules a
 #: job must import fresh) and never anything that touches a device
-PRELOAD = ("torch", "numpy", "pandas", "scipy.stats", "snakemake.iocontainers",
-           "snakemake.logging")
+PRELOAD = ("torch", "torch._dynamo", "numpy", "pandas", "scipy.stats",
+           "snakemake.iocontainers", "snakemake.logging")
 #: seconds a job killed by its caller gets to exit before SIGKILL
 KILL_GRACE_S = 5.0
 _HEADER = struct.Struct("!I")
@@ -154,6 +155,9 @@ def _probe(device: str) -> str | None:
 def serve(socket_path: str, parent_pid: int, device: str) -> int:
     """Preload, probe, then fork a handler per connection until the run's process is gone."""
     t0 = time.perf_counter()
+    # an import that asks whether CUDA is there asks NVML, which a fork survives, not the
+    # CUDA runtime, which it does not (the probe below checks the result)
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     for name in PRELOAD:
         importlib.import_module(name)
     import torch
