@@ -1,7 +1,8 @@
 """``perflab``: a thin command line over the Snakemake pipeline.
 
     perflab check mypkg.models:make_step           # build it and run one step: a clear error or OK
-    perflab diagnose mypkg.models:make_step        # its ledger, report and verdict (and W01)
+    perflab diagnose mypkg.models:make_step        # the verdict, with its evidence rows (and W01)
+    perflab diagnose mypkg.models:make_step --report   # and the ledger, figures and report
     perflab whatif mypkg.models:make_step          # each intervention that applies, measured
     perflab bench-pipeline [--run] [--directory D] # a run's wall: measurement vs overhead
 
@@ -10,9 +11,12 @@ or target stops here with the same message), runs ``perflab check`` in a child
 process on the resolved device (a model that raises is reported with the target
 and the phase, before any job starts; the child's CUDA context is gone before
 the first measured job), then runs Snakemake on the experiments the verdict
-reads with ``--keep-going`` (one experiment that fails does not stop the
-others), and prints the verdict — where a job failed, drawn from what ran,
-naming each experiment that did not finish and why (its log's last line).
+reads, to the diagnosis alone (``--report``: also the ledger, claims, figures
+and report), with ``--keep-going`` (one experiment that fails does not stop the
+others), under the diagnose contract (``config/diagnose.yaml``, beneath the
+user's config files), and prints the verdict — where a job failed, drawn from
+what ran, naming each experiment that did not finish and why (its log's last
+line).
 Its last step is W01 (``--no-whatif`` skips it): every intervention that applies, measured.
 ``whatif`` runs W01 alone and prints its table. Extra arguments after ``--`` go to Snakemake
 unchanged.
@@ -28,12 +32,17 @@ import time
 from pathlib import Path
 
 from perflab import config as cfgmod
-from perflab import partial, workloads
+from perflab import partial, preflight, workloads
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the experiments whose rows the verdict reads (perflab/diagnose.py), after C00: the
-#: harness's floors, the A/A noise floor a near-threshold verdict is judged by, and the gate
-DIAGNOSE_RUN = "C00,E01,E05,E06,E07,E13,R01"
+#: the experiments whose rows the verdict reads (perflab/diagnose.py), by device: C00 first
+#: (the A/A floor a near-threshold verdict is judged by), E05's phases, R01's roofline and
+#: R02's trace (the step's syncs and the device's idle time); on CUDA also E06 (device time
+#: with the device kept ahead: host-exposed time beside R02's launch wait). E01, E07 and E13
+#: are read when a run has them; the verdict does not need them.
+DIAGNOSE_RUN = {"cuda": "C00,E05,E06,R01,R02", "cpu": "C00,E05,R01,R02"}
+#: the diagnose contract, merged beneath the user's config files
+DIAGNOSE_CONFIG = ROOT / "config" / "diagnose.yaml"
 #: the what-if step of diagnose (off with --no-whatif), and what `perflab whatif` runs
 WHATIF = "W01"
 
@@ -44,16 +53,24 @@ def _only(args) -> list[str] | None:
     return [n.strip() for n in only.split(",") if n.strip()] if only else None
 
 
+def _configfiles(args) -> list:
+    own = [DIAGNOSE_CONFIG] if args.command == "diagnose" else []
+    return own + [Path(f).resolve() for f in args.configfile]
+
+
 def _config(args) -> dict:
     overrides = {"workload": args.target, "device": args.device}
-    if getattr(args, "run", None):
-        overrides["run"] = args.run
     if _only(args):
         overrides["experiments"] = {WHATIF: {"interventions": _only(args)}}
     if getattr(args, "scale", None):
         overrides["scale"] = args.scale
     try:
-        return cfgmod.load(args.configfile, overrides)
+        if args.command == "diagnose" and not args.run:
+            device = cfgmod.load(_configfiles(args), overrides)["resolved_device"]
+            args.run = DIAGNOSE_RUN["cuda" if device.startswith("cuda") else "cpu"]
+        if getattr(args, "run", None):
+            overrides["run"] = args.run
+        return cfgmod.load(_configfiles(args), overrides)
     except cfgmod.ConfigError as exc:
         sys.exit(f"perflab: {exc}")
 
@@ -101,6 +118,30 @@ def _env() -> dict:
     return env
 
 
+def _preflight(args, cfg: dict, env: dict) -> int:
+    """Build the workload and step it once in a child process: 0, or the error printed.
+
+    The answer goes to the workflow's onstart (``env``), which would otherwise run the same
+    child again. With ``--only``, the `perflab check` child also checks that each named
+    intervention applies (the onstart then pre-flights again)."""
+    if _only(args):
+        pre = [sys.executable, "-m", "perflab", "check", args.target, "--device", args.device,
+               "--only", ",".join(_only(args))]
+        pre += ["--scale", args.scale] if args.scale else []
+        pre += [x for f in args.configfile for x in ("--configfile", str(Path(f).resolve()))]
+        return subprocess.call(pre, env=env)
+    spec = preflight.workload_spec(cfg)
+    answer = preflight.run_child(spec, env=env)
+    if not answer["ok"]:
+        print(f"perflab: {answer['error']}", file=sys.stderr)
+        return 1
+    print(f"{args.target}: OK on {answer['device']} — {answer['description']}, batch "
+          f"{answer['batch']}" + (f", a step {answer['step_ms']:.3g} ms" if answer["step_ms"]
+                                  else ""))
+    env.update(preflight.done_env(spec, answer))
+    return 0
+
+
 def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: list[str]
                ) -> tuple[int, Path]:
     """The pre-flight (`perflab check`, in a child process), then Snakemake on ``run``."""
@@ -109,22 +150,15 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
     # measured job would share the device with it (the validity gate flagged exactly that
     # on the H200).
     env = _env()
-    pre = [sys.executable, "-m", "perflab", "check", args.target, "--device", args.device]
-    if args.scale:
-        pre += ["--scale", args.scale]
-    if _only(args):
-        pre += ["--only", ",".join(_only(args))]
-    for f in args.configfile:
-        pre += ["--configfile", str(Path(f).resolve())]
     workdir = Path(args.directory).resolve()
-    rc = subprocess.call(pre, env=env)
+    rc = _preflight(args, cfg, env)
     if rc != 0:
         return rc, workdir
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
            "--directory", str(workdir), "--cores", str(args.cores), "--keep-going",
            *targets]  # before --config, whose values would otherwise swallow them
-    for f in args.configfile:
-        cmd += ["--configfile", str(Path(f).resolve())]
+    if _configfiles(args):
+        cmd += ["--configfile", *map(str, _configfiles(args))]
     cmd += ["--config", f"workload={args.target}", f"run={run}", f"device={args.device}"]
     if args.scale:
         cmd.append(f"scale={args.scale}")
@@ -141,16 +175,21 @@ def diagnose(args, snakemake_args: list[str]) -> int:
     # `all` leaves W01 out (it runs only when asked), so all,W01 is how it joins
     if not args.no_whatif and WHATIF not in run.upper().replace(" ", "").split(","):
         run = f"{run},{WHATIF}"
+    md_rel = cfgmod.result_dir(cfg) / "diagnosis.md"
+    # the diagnosis alone by default: no ledger, claims, figures or report notebook
     started = time.time()
-    rc, workdir = _snakemake(args, cfg, run, [], snakemake_args)
-    md = workdir / cfgmod.result_dir(cfg) / "diagnosis.md"
+    rc, workdir = _snakemake(args, cfg, run, [] if args.report else [str(md_rel)],
+                             snakemake_args)
+    md = workdir / md_rel
     if rc != 0 and "-n" not in snakemake_args and "--dry-run" not in snakemake_args \
             and not (md.is_file() and md.stat().st_mtime >= started):
         # a job failed, so the diagnosis rule never ran: draw the verdict from what did
         _partial_diagnosis(cfg, workdir, started)
     if md.is_file() and (rc == 0 or md.stat().st_mtime >= started):
         print(md.read_text())
-        print(f"ledger, report and evidence: {md.parent}")
+        print(f"evidence rows: {md.with_suffix('.csv')}"
+              + (f"; ledger and report: {md.parent}" if args.report else
+                 " (--report for the ledger, figures and report)"))
     return rc
 
 
@@ -238,9 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--only", help="interventions of W01, comma-separated (default: all "
                        "that apply); each must apply to the workload")
         if name == "diagnose":
-            s.add_argument("--run", default=DIAGNOSE_RUN,
-                           help=f"experiments to run (default: {DIAGNOSE_RUN}, then {WHATIF}; "
-                           "'all' for every one)")
+            s.add_argument("--run", help="experiments to run (default: "
+                           f"{DIAGNOSE_RUN['cuda']} on CUDA, {DIAGNOSE_RUN['cpu']} on a CPU, "
+                           f"then {WHATIF}; 'all' for every one)")
+            s.add_argument("--report", action="store_true",
+                           help="also build the ledger, claims, figures and HTML report")
             s.add_argument("--no-whatif", action="store_true",
                            help=f"skip the what-if step ({WHATIF}: each intervention measured)")
         if name != "check":

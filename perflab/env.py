@@ -260,6 +260,18 @@ def device_tag(device: torch.device | str) -> str:
     return f"cpu-{os.cpu_count()}c"
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process was created (Linux /proc; None elsewhere): what starting
+    the interpreter and importing cost before a job's first line of work."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime, clock ticks
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def portable_path(value: Any) -> Any:
     """A path as provenance may ship it: relative to the working directory when under it,
     else only its name under ``<tmp>``/``<abs>``; anything not an absolute path unchanged.

@@ -152,6 +152,41 @@ def profile_steps(
     return run
 
 
+def profile_window(step: Callable[[], object], *, device: torch.device | str,
+                   sync: Callable[[], None], warmup: int, active: int,
+                   trace_path: str | Path) -> Path:
+    """A trace of ``active`` free-running calls of ``step``, as a training loop runs them.
+
+    ``schedule(wait=0, warmup, active, repeat=1)``: the profiler's own warmup
+    calls first (its start-up cost stays out of the trace); the device is
+    drained before the first active call, so the window opens on an idle
+    device with nothing of the warmup still queued; nothing synchronizes
+    between the active calls (only the step's own syncs); after the last one
+    the device is drained inside a ``perflab_drain`` range
+    (:data:`perflab.trace.DRAIN_RANGE`), so the trace holds all of the window's
+    device work and its reader can tell that sync from the step's. Writes the
+    chrome trace to ``trace_path`` (gzip) and returns it.
+    """
+    from torch.profiler import profile, record_function, schedule
+
+    from perflab.trace import DRAIN_RANGE
+
+    if active < 1:
+        raise ValueError("active must be >= 1")
+    sync()
+    with profile(activities=activities(device),
+                 schedule=schedule(wait=0, warmup=warmup, active=active, repeat=1)) as prof:
+        for i in range(warmup + active):
+            step()
+            if i == warmup - 1:
+                sync()  # the last profiler-warmup call: drain before the window opens
+            if i == warmup + active - 1:
+                with record_function(DRAIN_RANGE):
+                    sync()
+            prof.step()
+    return export_trace_gz(prof, trace_path)
+
+
 # --------------------------------------------------------------------------- reading it
 
 

@@ -344,6 +344,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             outputs: Mapping[str, str], log_path: str | None = None) -> Context:
     """Run ``measure`` under ``contract`` and write ``outputs`` (csv, samples, provenance)."""
     t_start = time.perf_counter()
+    started_after_s = env.process_age_s()  # the process's start-up before this job's work
 
     def log(msg: str) -> None:
         print(f"[{eid} +{time.perf_counter() - t_start:7.1f}s] {msg}", file=sys.stderr, flush=True)
@@ -384,6 +385,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "started": started,
             "finished": _now(),
             "wall_s": round(time.perf_counter() - t_start, 3),
+            "process_start_s": None if started_after_s is None else round(started_after_s, 3),
             "gpu_state_before": gpu_before,
             "gpu_state_after": gpu_after,
             "gpu_validity": env.judge_gpu_state({"gpu_state_before": gpu_before,

@@ -74,6 +74,8 @@ from perflab.experiments.c00_calibration import (
 )
 from perflab.runner import run
 
+#: the calibrations, in order (``parts``; "planted" needs the A/A floor, so runs it too)
+PARTS = ("clock", "events", "process", "aa", "planted", "profiler", "peers")
 #: what each fresh child does, for the window of the rows it gives
 BARE_WHAT = "start the interpreter and exit"
 STAGED_WHAT = ("start, import torch, first tensor on the device, synchronize, exit; the "
@@ -276,13 +278,19 @@ def _short_block_medians(samples, inner, k):
     return [statistics.median(samples[i:i + k]) for i in range(0, len(samples), inner)]
 
 
-def _noise_floor(ctx, step_a, step_b):
-    """The A/A floor from two independent copies of the step, then a planted 2x judged by it."""
+def _aa_design(ctx) -> tuple[dict, str]:
+    """The interleaving of the A/A pair and of the planted pair: its arguments and window."""
     p, t = ctx.params, ctx.timing
     blocks, inner = p["aa_blocks"], p["aa_inner"]
-    common = dict(blocks=blocks, inner=inner, warmup=t["warmup"], sync=ctx.sync)
-    window = (f"{blocks} blocks per side of {inner} synchronized calls, alternating AB/BA, "
-              f"after {t['warmup']} warmup calls per side")
+    return (dict(blocks=blocks, inner=inner, warmup=t["warmup"], sync=ctx.sync),
+            f"{blocks} blocks per side of {inner} synchronized calls, alternating AB/BA, "
+            f"after {t['warmup']} warmup calls per side")
+
+
+def _noise_floor(ctx, step_a, step_b):
+    """The A/A floor from two independent copies of the step."""
+    blocks, inner = ctx.params["aa_blocks"], ctx.params["aa_inner"]
+    common, window = _aa_design(ctx)
     copies = "A/A: two independent copies of the step (model, optimizer, batch); "
     aa = timing.interleaved_ab(step_a, step_b, **common)
     d = ctx.ab(aa, a=AA_A, b=AA_B, window=copies + window, noise_floor_pct=None)
@@ -303,6 +311,12 @@ def _noise_floor(ctx, step_a, step_b):
     ctx.noise_floor_pct = floor
     ctx.log(f"A/A: B - A {d['diff']:+.4f} ms (p={d['p']:.3g}); floor {floor:.2f}% for blocks of "
             f"{block_ms:.1f} ms ({short:.2f}% for blocks of {k} calls)")
+
+
+def _planted(ctx, step_a, step_b):
+    """A planted 2x (B calls the second copy twice) judged against the A/A floor."""
+    common, window = _aa_design(ctx)
+    floor = ctx.noise_floor_pct
 
     def twice():
         step_b()
@@ -372,15 +386,27 @@ def _peers(ctx, step):
 
 
 def measure(ctx):
-    _clock_floor(ctx)
-    _events(ctx)
-    _process_floor(ctx)
+    # `parts` (default: all): perflab diagnose keeps the clock and the A/A floor, all the
+    # verdict reads; the others' rows are then absent, so their views say "not run"
+    parts = ctx.params.get("parts", PARTS)
+    for name, calibrate in (("clock", _clock_floor), ("events", _events),
+                            ("process", _process_floor)):
+        if name in parts:
+            calibrate(ctx)
+    if not {"aa", "planted", "profiler", "peers"} & set(parts):
+        return
     step = ctx.training_step()
     if step is None:  # no optimizer: the step-based calibrations wrote unsupported rows
         return
-    _noise_floor(ctx, step, ctx.training_step())  # the A/A's second side: another copy
-    _profiler_overhead(ctx, step)
-    _peers(ctx, step)
+    if {"aa", "planted"} & set(parts):
+        other = ctx.training_step()  # the A/A's second side: another copy
+        _noise_floor(ctx, step, other)
+        if "planted" in parts:
+            _planted(ctx, step, other)
+    if "profiler" in parts:
+        _profiler_overhead(ctx, step)
+    if "peers" in parts:
+        _peers(ctx, step)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ from perflab.runner import run
 
 
 def measure(ctx):
-    t = ctx.timing
+    # calls per series: E05's own `repeats` where set (perflab diagnose), else timing's
+    t = {**ctx.timing, "repeats": ctx.params.get("repeats") or ctx.timing["repeats"]}
     step = ctx.step(resident=False, metric=PHASE_TIME)
     if step is None:
         return

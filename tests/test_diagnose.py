@@ -7,6 +7,7 @@ import pytest
 
 from perflab import diagnose, io, ledger
 from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments import r02_step_trace as r02
 from perflab.experiments.c00_calibration import AA_FLOOR
 from perflab.vocabulary import PHASES
 
@@ -57,47 +58,96 @@ def roofline(intensity, ridge, flops_pct, bw_pct, roof_pct):
             _row("R01", v, "roofline_fraction", roof_pct, "median")]
 
 
+SITE = ("loss", "aten::item > aten::_local_scalar_dense",
+        "mypkg/losses.py:31 in loss_fn: if torch.isnan(loss).item():")
+
+
+def traced(*, data=0.0, sync=0.0, launch=0.0, other=0.0, copy=0.0, syncs=0.0, cost=0.0,
+           own=1.0, spread=1.0, launch_in="forward", sites=(SITE,), device="cuda:0"):
+    """R02 on a device with a queue: idle shares (% of the step), syncs per step, the sync
+    cost bound (%), each share's per-step p25..p75 as +-``spread``."""
+    rows = [_row("R02", r02.STEP, r02.OWN_LOADER, own, device=device, unit="bool"),
+            _row("R02", r02.BUSY, r02.DEVICE_TIME, 1.0, "mean", device, "ms"),
+            _row("R02", r02.H2D_COPY, r02.WINDOW_SHARE, copy, device=device, unit="%"),
+            _row("R02", r02.SYNCS, r02.SYNCS_PER_STEP, syncs, device=device, unit="count"),
+            _row("R02", r02.SYNCS, r02.BLOCKED_TIME, cost / 10, "mean", device, "ms")]
+    for variant, share in ((r02.idle_variant("data"), data), (r02.idle_variant("sync"), sync),
+                           (r02.idle_variant("launch"), launch),
+                           (r02.idle_variant("other"), other), (r02.SYNC_COST_BOUND, cost)):
+        rows += [_row("R02", variant, r02.WINDOW_SHARE, share, device=device, unit="%"),
+                 _row("R02", variant, r02.WINDOW_SHARE, max(0.0, share - spread), "p25",
+                      device, "%"),
+                 _row("R02", variant, r02.WINDOW_SHARE, share + spread, "p75", device, "%")]
+    rows.append(_row("R02", r02.phase_variant(launch_in, "launch"), r02.IDLE_TIME, launch / 10,
+                     "mean", device, "ms"))
+    if syncs:
+        for phase, op, frame in sites:
+            v = r02.site_variant(phase, op, frame)
+            rows += [_row("R02", v, r02.SYNCS_PER_STEP, syncs, device=device, unit="count"),
+                     _row("R02", v, r02.BLOCKED_TIME, cost / 10, device=device, unit="ms"),
+                     _row("R02", v, r02.IDLE_TIME, sync / 10, device=device, unit="ms")]
+    return rows
+
+
+def no_queue():
+    """R02 on a CPU: its device rows unsupported, saying why."""
+    def gone(variant, metric, unit):
+        r = _row("R02", variant, metric, None, unit=unit)
+        r.update(status="unsupported", reason=r02.NO_QUEUE)
+        return r
+
+    return [_row("R02", r02.STEP, r02.OWN_LOADER, 0.0, unit="bool"),
+            gone(r02.BUSY, r02.DEVICE_TIME, "ms"), gone(r02.SYNCS, r02.SYNCS_PER_STEP, "count"),
+            gone(r02.idle_variant("launch"), r02.IDLE_TIME, "ms")]
+
+
 def frame(*parts):
     f = pd.DataFrame([r for part in parts for r in part], columns=io.COLUMNS)
     io.validate_rows(f)  # synthetic evidence obeys the same contract as measured rows
     return f
 
 
-#: a compute-bound device that is busy (CUDA evidence says the host keeps up)
-BUSY = events(wall=10.0, submit=2.0, gap=0.1) + backlog(400, 80.0, 10.0)  # 8 steps queued
+#: a compute-bound device that is busy (the trace shows it waiting on nothing)
+BUSY = traced(launch=2.0, other=1.0)
+ROOF = roofline(50, 20, 60, 10, 60)
+
+
+def _why(d):
+    return [(f.bottleneck, f.outcome, f.because) for f in d.findings]
 
 
 @pytest.mark.parametrize("evidence, verdict, cited", [
-    (frame(phases(input_wait=40.0), sync_tax(1.0), BUSY, roofline(50, 20, 60, 10, 60)),
+    # a CPU: the loader's wait with the host doing both (E05)
+    (frame(phases(input_wait=40.0), no_queue(), ROOF),
      "input_pipeline", "E05 sync/input_wait phase_share"),
-    (frame(phases(), sync_tax(25.0), BUSY, roofline(50, 20, 60, 10, 60)),
-     "synchronization", "E13 controlled/tax tax_rel"),
-    (frame(phases(), sync_tax(1.0), events(wall=10.0, submit=9.5, gap=0.2),
-           roofline(50, 20, 60, 10, 60)),
-     "host_overhead", "E06 host_submission step_latency median"),
-    (frame(phases(), sync_tax(1.0), backlog(400, 4.0, 10.0),  # under a step queued, no E06
-           roofline(50, 20, 60, 10, 60)),
-     "host_overhead", "E01 naive_loop_400 backlog_at_final_sync value"),
+    # a device with a queue: the device idles while the loader works (R02)
+    (frame(phases(input_wait=40.0), traced(data=30.0, launch=2.0), ROOF),
+     "input_pipeline", "R02 idle/data window_share"),
+    (frame(phases(), traced(sync=8.0, launch=12.0, syncs=4.0, cost=18.0), ROOF),
+     "synchronization", "R02 sync/cost_bound window_share"),
+    (frame(phases(), traced(launch=40.0), events(wall=10.0, submit=9.5, gap=3.0), ROOF),
+     "host_overhead", "R02 idle/launch window_share"),
+    # no trace: E06's host-exposed time, the free-running loop queueing under a step
+    (frame(phases(), events(wall=10.0, submit=9.5, gap=3.0) + backlog(400, 4.0, 10.0), ROOF),
+     "host_overhead", "E06 wall_minus_device host_exposed median"),
     # the H200 transformer block: submission as long as the step because the launch queue is
     # full (7 steps queued) — the device runs behind, so the roofline decides
-    (frame(phases(), sync_tax(1.0), events(wall=13.9, submit=13.3, gap=0.06)
-           + backlog(400, 92.5, 13.3), roofline(78, 12, 79, 10, 79)),
+    (frame(phases(), events(wall=13.9, submit=13.3, gap=0.06) + backlog(400, 92.5, 13.3),
+           roofline(78, 12, 79, 10, 79)),
      "device_compute", "R01 phase/forward_backward arithmetic_intensity median"),
-    (frame(phases(), sync_tax(1.0), roofline(50, 20, 2.0, 0.5, 2.0)),  # a CPU: no queue
+    (frame(phases(), no_queue(), roofline(50, 20, 2.0, 0.5, 2.0)),  # a CPU: no queue
      "host_overhead", "R01 phase/forward_backward roofline_fraction median"),
-    (frame(phases(optimizer=51.0, forward=16.0, backward=31.0), sync_tax(1.0), BUSY,
-           roofline(50, 20, 60, 10, 60)),
+    (frame(phases(optimizer=51.0, forward=16.0, backward=31.0), BUSY, ROOF),
      "optimizer", "E05 sync/optimizer phase_share"),
-    (frame(phases(), sync_tax(1.0), BUSY, roofline(50, 20, 70, 10, 70)),
+    (frame(phases(), BUSY, roofline(50, 20, 70, 10, 70)),
      "device_compute", "R01 phase/forward_backward arithmetic_intensity median"),
-    (frame(phases(), sync_tax(1.0), BUSY, roofline(4, 20, 8, 80, 40)),
+    (frame(phases(), BUSY, roofline(4, 20, 8, 80, 40)),
      "memory_bandwidth", "R01 ceiling/ridge_point arithmetic_intensity value"),
     (frame(phases(), sync_tax(1.0)), "undetermined", None),
 ])
 def test_each_verdict(evidence, verdict, cited):
     d = diagnose.diagnose(evidence)
-    assert d.verdict == verdict, [(f.bottleneck, f.outcome, f.because) for f in d.findings]
-    assert d.intervention == diagnose.INTERVENTIONS[verdict]  # near the ceiling: the default
+    assert d.verdict == verdict, _why(d)
     sources = [e.source for e in d.evidence]
     if cited is None:
         assert not sources
@@ -107,29 +157,79 @@ def test_each_verdict(evidence, verdict, cited):
         assert all(e.value is not None for e in d.evidence if e.source.startswith(cited))
 
 
-def test_rivals_say_why_they_were_ruled_out():
+def test_a_sync_verdict_names_its_site_and_gives_no_graph_advice():
+    d = diagnose.diagnose(frame(phases(), traced(sync=8.0, launch=30.0, syncs=4.0, cost=18.0),
+                                ROOF))
+    assert d.verdict == "synchronization"
+    assert "4x per step" in d.because and "aten::item" in d.because and "loss_fn" in d.because
+    assert "device-side accumulator" in d.intervention and "losses.py:31" in d.intervention
+    assert "Not CUDA graphs" in d.intervention and "reduce-overhead" not in d.intervention
+    # a boolean-mask select is told to keep its shape fixed
+    mask = ("loss", "aten::index > aten::nonzero", "mypkg/losses.py:12 in loss_fn: out[keep]")
+    d = diagnose.diagnose(frame(phases(), traced(syncs=1.0, cost=20.0, sites=(mask,)), ROOF))
+    assert "torch.where" in d.intervention and "losses.py:12" in d.intervention
+
+
+def test_only_a_step_that_syncs_and_pays_for_it_is_sync_bound():
+    # E13's tax of *adding* a read says nothing about the step's own syncs
+    d = diagnose.diagnose(frame(phases(), sync_tax(25.0), BUSY, ROOF))
+    sync = next(f for f in d.findings if f.bottleneck == "synchronization")
+    assert d.verdict == "device_compute" and sync.outcome == diagnose.RULED_OUT
+    assert "never synchronizes" in sync.because
+    # a device-bound step reading its loss each step: the host blocks, the device stays busy
+    d = diagnose.diagnose(frame(phases(), traced(sync=0.3, launch=1.0, syncs=1.0, cost=1.3),
+                                ROOF))
+    assert d.verdict == "device_compute", _why(d)
+
+
+def test_host_overhead_follows_the_launch_wait_not_submission():
+    # the device busy (R02), although the host's submission is as long as the step (E06)
+    d = diagnose.diagnose(frame(phases(), BUSY, events(wall=10.0, submit=9.5, gap=0.2), ROOF))
+    assert d.verdict == "device_compute", _why(d)
+    host = next(f for f in d.findings if f.bottleneck == "host_overhead")
+    assert host.outcome == diagnose.RULED_OUT and "E06 agrees" in host.because
+    # launch-bound, the trace and E06 agreeing; no syncs: the default advice (graphs allowed)
+    d = diagnose.diagnose(frame(phases(), traced(launch=40.0), ROOF,
+                                events(wall=10.0, submit=9.5, gap=4.0)))
+    assert d.verdict == "host_overhead" and "most of it in forward" in d.because
+    assert "E06 agrees" in d.because and d.intervention == diagnose.INTERVENTIONS["host_overhead"]
+    # launch-bound and syncing (below the sync threshold): no CUDA graphs
+    d = diagnose.diagnose(frame(phases(), traced(launch=40.0, syncs=2.0, cost=4.0), ROOF))
+    assert d.verdict == "host_overhead"
+    assert "without CUDA graphs" in d.intervention and "aten::item" in d.intervention
+    # without a trace, submission / wall alone never makes it host-bound
+    d = diagnose.diagnose(frame(phases(), events(wall=10.0, submit=9.5, gap=0.2), ROOF))
+    assert d.verdict == "device_compute", _why(d)
+
+
+def test_the_loader_wait_decides_only_where_it_leaves_the_device_idle():
+    # E05's drained wait is 40%, but free-running the device stays busy meanwhile (R02)
+    d = diagnose.diagnose(frame(phases(input_wait=40.0), traced(data=3.0), ROOF))
+    assert d.verdict == "device_compute", _why(d)
+    # no loader of its own: said, not read as a measured input pipeline
+    d = diagnose.diagnose(frame(phases(), traced(own=0.0), ROOF))
+    inp = next(f for f in d.findings if f.bottleneck == "input_pipeline")
+    assert inp.outcome == diagnose.RULED_OUT and "no loader of its own" in inp.because
+
+
+def test_the_optimizer_is_named_before_generic_host_overhead():
     d = diagnose.diagnose(frame(phases(optimizer=51.0, forward=16.0, backward=31.0),
-                                sync_tax(3.0, resolved=False), BUSY,
-                                roofline(50, 20, 60, 10, 60)))
-    outcome = {f.bottleneck: f for f in d.findings}
-    assert outcome["input_pipeline"].outcome == diagnose.RULED_OUT
-    assert outcome["synchronization"].outcome == diagnose.RULED_OUT
-    assert "inside the noise" in outcome["synchronization"].because
-    assert outcome["host_overhead"].outcome == diagnose.RULED_OUT
-    assert "51.0%" in outcome["optimizer"].because
+                                traced(launch=40.0, launch_in="optimizer"), ROOF))
+    assert d.verdict == "optimizer"
+    assert "Also fits, later in the order: host launch" in diagnose.render_markdown(d)
 
 
-def test_a_small_resolved_tax_is_not_the_verdict_nor_a_large_unresolved_one():
-    for tax, resolved in ((3.0, True), (40.0, False)):
-        d = diagnose.diagnose(frame(phases(), sync_tax(tax, resolved), BUSY,
-                                    roofline(50, 20, 60, 10, 60)))
-        assert d.verdict == "device_compute"
+def test_a_cpu_says_there_is_no_device_queue():
+    d = diagnose.diagnose(frame(phases(), no_queue(), ROOF))
+    sync = next(f for f in d.findings if f.bottleneck == "synchronization")
+    assert sync.outcome == diagnose.RULED_OUT and "no device queue" in sync.because
+    host = next(f for f in d.findings if f.bottleneck == "host_overhead")
+    assert "no device queue observable here" in host.because
 
 
 def test_cpu_queue_evidence_is_not_read_as_host_bound():
     # on a CPU the loop's backlog is always ~0: E01 on a CPU must not vote host-bound
-    d = diagnose.diagnose(frame(phases(), sync_tax(1.0), backlog(400, 0.0, 10.0, device="cpu"),
-                                roofline(50, 20, 60, 10, 60)))
+    d = diagnose.diagnose(frame(phases(), backlog(400, 0.0, 10.0, device="cpu"), ROOF))
     assert d.verdict == "device_compute"
 
 
@@ -142,9 +242,19 @@ def test_missing_evidence_is_said_not_invented():
     assert d.verdict == "undetermined"
 
 
+def test_rivals_say_why_they_were_ruled_out():
+    d = diagnose.diagnose(frame(phases(optimizer=51.0, forward=16.0, backward=31.0),
+                                traced(launch=2.0, syncs=1.0, cost=2.0), ROOF))
+    outcome = {f.bottleneck: f for f in d.findings}
+    assert outcome["input_pipeline"].outcome == diagnose.RULED_OUT
+    assert outcome["synchronization"].outcome == diagnose.RULED_OUT
+    assert "could save up to 2.0%" in outcome["synchronization"].because
+    assert outcome["host_overhead"].outcome == diagnose.RULED_OUT
+    assert "51.0%" in outcome["optimizer"].because
+
+
 def test_outputs_cite_the_rows(tmp_path):
-    evidence = frame(phases(optimizer=51.0, forward=16.0, backward=31.0), sync_tax(1.0),
-                     events(wall=10.0, submit=2.0, gap=0.1), roofline(50, 20, 60, 10, 60))
+    evidence = frame(phases(optimizer=51.0, forward=16.0, backward=31.0), BUSY, ROOF)
     csv = tmp_path / "evidence.csv"
     io.write_results(csv, evidence.to_dict("records"))
     rows, md, d = diagnose.build([csv])
@@ -163,40 +273,44 @@ def test_outputs_cite_the_rows(tmp_path):
 
 
 def test_compute_bound_far_from_the_ceiling_points_at_utilization():
-    d = diagnose.diagnose(frame(phases(), sync_tax(1.0), BUSY, roofline(50, 20, 20, 5, 20)))
+    d = diagnose.diagnose(frame(phases(), BUSY, roofline(50, 20, 20, 5, 20)))
     assert d.verdict == "device_compute"
     assert "utilization" in d.intervention and "20%" in d.intervention
     assert d.intervention != diagnose.INTERVENTIONS["device_compute"]
 
 
 def test_a_deciding_number_near_its_threshold_is_flagged():
-    """The H200 MLP twice: sync tax 9.9% (floor 8.3%) then 14.5% (floor 12.8%) sit within the
-    A/A floor of the 10% threshold, so each diagnosis says another run may decide it the
-    other way and names what else fits; 40% against a 5% floor is not near."""
+    """A sync cost of 9.9% with an A/A floor of 8.3%, then 14.5% against 12.8%, sit within the
+    floor of the 10% threshold: each diagnosis says another run may decide it the other way;
+    40% against 5% is not near; the threshold inside the per-step spread is near too."""
     floor = [_row("C00", *AA_FLOOR, 8.3, unit="%")]
-    host = events(wall=10.0, submit=9.5, gap=0.2)
+    host = traced(launch=40.0, syncs=2.0, cost=9.9, spread=0.1)
 
-    near = diagnose.diagnose(frame(phases(), sync_tax(9.9), host, floor))
+    near = diagnose.diagnose(frame(phases(), host, floor))
     assert near.verdict == "host_overhead"
     sync = next(f for f in near.findings if f.bottleneck == "synchronization")
     assert "within this run's A/A floor (8.3%" in sync.borderline
     md = diagnose.render_markdown(near)
-    assert "**Near a threshold**" in md and "synchronization — the tax (+9.9%)" in md
+    assert "**Near a threshold**" in md and "synchronization — the sync cost (9.9%)" in md
     assert diagnose.to_frame(near).query("candidate == 'synchronization'").borderline.iloc[0]
 
-    other = diagnose.diagnose(frame(phases(), sync_tax(14.5), host,
+    other = diagnose.diagnose(frame(phases(), traced(launch=40.0, syncs=2.0, cost=14.5,
+                                                     spread=0.1),
                                     [_row("C00", *AA_FLOOR, 12.8, unit="%")]))
     assert other.verdict == "synchronization"
     assert "Also fits, later in the order: host launch & Python overhead" in \
         diagnose.render_markdown(other)
 
-    far = diagnose.diagnose(frame(phases(), sync_tax(40.0), host,
+    far = diagnose.diagnose(frame(phases(), traced(launch=40.0, syncs=2.0, cost=40.0,
+                                                   spread=0.1),
                                   [_row("C00", *AA_FLOOR, 5.0, unit="%")]))
     assert not any(f.borderline for f in far.findings)
     assert "Near a threshold" not in diagnose.render_markdown(far)
-    # without C00 nothing is flagged: no floor to judge the margin by
-    assert not any(f.borderline for f in diagnose.diagnose(
-        frame(phases(), sync_tax(9.9), host)).findings)
+    # without C00, a threshold inside the steps' own spread is still flagged
+    spread = diagnose.diagnose(frame(phases(), traced(launch=40.0, syncs=2.0, cost=9.0,
+                                                      spread=2.0)))
+    sync = next(f for f in spread.findings if f.bottleneck == "synchronization")
+    assert "inside the sync cost's spread" in sync.borderline
 
 
 # ------------------------------------------------------------------ a run with a failed job
@@ -268,3 +382,28 @@ def test_diagnose_keeps_going_and_prints_the_verdict_of_what_ran(tmp_path, monke
     assert "--keep-going" in calls[-1]
     out = capsys.readouterr().out
     assert "**Verdict:" in out and FAILED_LINE in out
+
+
+def test_the_workflow_does_not_preflight_again_what_diagnose_did(monkeypatch, tmp_path):
+    """`perflab diagnose` pre-flights the workload in a child and hands the answer to the
+    workflow's onstart, which estimates the run from it instead of a second child; any other
+    spec is pre-flighted as before."""
+    from pathlib import Path
+
+    from perflab import config, preflight
+
+    test_yaml = Path(__file__).resolve().parents[1] / "config" / "test.yaml"
+    cfg = config.load([test_yaml], {"device": "cpu"})
+    answer = {"ok": True, "device": "cpu", "description": "d", "batch": 16, "step_ms": 1.0}
+    for k, v in preflight.done_env(preflight.workload_spec(cfg), answer).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(preflight, "run_child", lambda *a, **k: pytest.fail("pre-flighted twice"))
+    logs = []
+    preflight.before_first_job(cfg, [config.contract(cfg, "E05")], str(tmp_path), logs.append)
+    assert any("estimated measurement time" in m for m in logs)
+    called = []
+    monkeypatch.setattr(preflight, "run_child", lambda spec, **k: called.append(spec) or answer)
+    other = config.load([test_yaml], {"device": "cpu", "workload": "convnet"})
+    preflight.before_first_job(other, [config.contract(other, "E05")], str(tmp_path),
+                               logs.append)
+    assert called and called[0]["target"] == "convnet"

@@ -1,0 +1,33 @@
+"""Workloads whose bottleneck is known by construction: each tests the verdict (`perflab diagnose`).
+
+Each module's ``make_step(device, **sizes)`` returns a :class:`perflab.workloads.Workload`
+built so that one mechanism sets its pace; its sizes default to ones that show it on the
+device it is built for (a CUDA GPU, or a small CPU: :func:`sized`). From the repository root:
+
+    PYTHONPATH=examples perflab diagnose bottlenecks.slow_loader:make_step
+
+| module | built so that | verdict (CUDA) | verdict (a CPU) |
+| --- | --- | --- | --- |
+| ``slow_loader`` | every example costs a fixed CPU decode, in the loader's process | input pipeline | input pipeline |
+| ``syncing_loss`` | the loss selects by boolean mask per class and checks for NaN on the host | synchronization | not synchronization: no device queue |
+| ``many_params`` | hundreds of small parameter tensors, AdamW(foreach=False) | optimizer | optimizer |
+| ``tiny_kernels`` | a deep stack of tiny layers: every kernel shorter than its launch | host launch & Python overhead | the same, from the roofline (no device queue) |
+| ``elementwise`` | large elementwise chains, no matmul | memory bandwidth | memory bandwidth |
+| ``big_matmuls`` | large square matmuls | device compute | device compute |
+
+tests/test_bottlenecks.py runs the verdict on each on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+def sized(device: torch.device | str, sizes: Mapping[str, Mapping[str, Any]],
+          given: Mapping[str, Any]) -> dict[str, Any]:
+    """``sizes["cuda"]`` or ``sizes["cpu"]`` by the device's type, with ``given`` (not None) over it."""
+    kind = "cuda" if torch.device(device).type == "cuda" else "cpu"
+    return {**sizes[kind], **{k: v for k, v in given.items() if v is not None}}
