@@ -248,7 +248,9 @@ def _spread(r: _Rows, variant: str) -> tuple[Reading, Reading]:
 
 def _input_pipeline(r: _Rows) -> Finding:
     own = r.get("R02", r02.STEP, r02.OWN_LOADER, "value", "bool")
-    fed = "" if own.value is None or own.value else (
+    loader = bool(own.value) if own.value is not None else (
+        e05.fed_by_loader(r) if r.has(e05.EID) else None)
+    fed = "" if loader in (None, True) else (
         " (the workload has no loader of its own: its batch is served from memory, so "
         "there is no loader to wait on; give the workload its loader to test its input)")
     if r.traced():

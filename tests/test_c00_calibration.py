@@ -300,3 +300,21 @@ def test_ledger_flags_a_throttled_job(c00, tmp_path):
     (tmp_path / "c00_calibration.json").write_text(json.dumps(prov))
     led, md = ledger.build([csv])
     assert "validity    C00: throttled after the job (sw_thermal_slowdown)" in md
+
+
+def test_the_diagnose_parts_are_the_clock_and_the_aa_floor(tiny_cfg, tmp_path):
+    """`perflab diagnose` runs C00 with parts [clock, aa] (config/diagnose.yaml): the A/A floor
+    the verdict's near-threshold notes read, and none of the rest (process floor, planted 2x,
+    profiler, peers), whose views then say not run."""
+    from perflab import cli, config
+
+    parts = config.load([cli.DIAGNOSE_CONFIG], {"device": "cpu"})["experiments"]["C00"]["parts"]
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["C00"]["parts"] = parts
+    _, out = run_tiny(cfg, "C00", tmp_path)
+    rows = io.read_results([out["csv"]])
+    assert calibration.noise_floor_pct(rows) is not None
+    variants = set(rows.variant)
+    assert "clock/perf_counter" in variants and "aa_b_minus_aa_a" in variants
+    assert not {v for v in variants if v.startswith(("process/", "peer/", "profiler/",
+                                                     "planted"))}

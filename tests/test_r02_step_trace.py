@@ -207,6 +207,17 @@ def test_the_scripts_cuda_rows_locate_the_sync(tmp_path, monkeypatch, tiny_cfg):
     assert "loss_fn" in site.where and "aten::item" in site.where
     table = r02.table(rows)
     assert any("sync site" in m for m in table.measurement)
+    _draws(tmp_path, rows)
+
+
+def _draws(tmp_path, rows):
+    """R02's figure and caption from these rows (the shipped runs predate R02)."""
+    from perflab.figures import make_figure
+
+    csv = tmp_path / "figure_rows.csv"
+    io.write_results(csv, rows.to_dict("records"))
+    png = make_figure("R02", csv, None, tmp_path / "r02.png")
+    assert png.stat().st_size > 1000
 
 
 def test_the_cpu_path_says_there_is_no_device_queue(tmp_path, tiny_cfg):
@@ -223,6 +234,7 @@ def test_the_cpu_path_says_there_is_no_device_queue(tmp_path, tiny_cfg):
     assert trace_path.stat().st_size > 0  # the window's trace, for Perfetto
     assert r02.sync_sites(rows) == []
     assert "no device queue" in " ".join(r02.table(rows).note)
+    _draws(tmp_path, rows)
 
 
 def test_frames_are_handed_to_the_sites_in_order_until_each_count_is_met():
