@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from perflab import diagnose, io, ledger
+from perflab import config, diagnose, io, ledger
 from perflab.experiments import e06_events_vs_wall as e06
 from perflab.experiments import r02_step_trace as r02
 from perflab.experiments.c00_calibration import AA_FLOOR
@@ -217,6 +217,22 @@ def test_the_optimizer_is_named_before_generic_host_overhead():
                                 traced(launch=40.0, launch_in="optimizer"), ROOF))
     assert d.verdict == "optimizer"
     assert "Also fits, later in the order: host launch" in diagnose.render_markdown(d)
+
+
+def test_the_optimizer_finding_cites_e07s_isolated_step():
+    """E07's rows as its script writes them (a shipped run's): the optimizer finding cites its
+    isolated optimizer step beside E05's share (E07 writes it as OPTIMIZER_STEP, not as the
+    step_latency of a whole step)."""
+    from perflab.experiments import e07_optimizers as e07
+
+    shipped = config.ROOT / "report" / "reference" / "cpu-2c" / "results" / "e07_optimizers.csv"
+    rows = pd.concat([frame(phases(optimizer=51.0, forward=16.0, backward=31.0), BUSY, ROOF),
+                      io.read_results([shipped])], ignore_index=True)
+    opt = next(f for f in diagnose.diagnose(rows).findings if f.bottleneck == "optimizer")
+    cited = {e.source: e.value for e in opt.evidence}
+    for variant in (e07.FOREACH, e07.FUSED):
+        source = f"E07 {variant} {e07.OPTIMIZER_STEP} median"
+        assert cited.get(source) is not None and cited[source] > 0, cited
 
 
 def test_a_cpu_says_there_is_no_device_queue():

@@ -1,5 +1,6 @@
 """R02: the trace arithmetic on intervals built by hand, the Kineto reader on a trace built by
-hand, the script's CUDA rows from that trace (instruments replaced), and the CPU path end to end.
+hand, the script's CUDA rows from that trace (instruments replaced: a patched contract, so run
+here), and the CPU path as the shared pipeline run ran it.
 
 The hand-built window has two steps of 100 µs each. Each step: the loader's next() 0-20, the
 host launches kernel A at 22 (it runs 24-40) and kernel B at 25 (queued: 41-60); in the loss
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
-from experiments import run_tiny
+from experiments import pipeline_results, run_tiny
 
 from perflab import config, io, trace
 from perflab.experiments import r02_step_trace as r02
@@ -220,10 +222,10 @@ def _draws(tmp_path, rows):
     assert png.stat().st_size > 1000
 
 
-def test_the_cpu_path_says_there_is_no_device_queue(tmp_path, tiny_cfg):
-    trace_path = tmp_path / "trace.json.gz"
-    _, out = run_tiny(tiny_cfg, "R02", tmp_path, extra={"trace": str(trace_path)})
-    rows = io.read_results([out["csv"]])
+def test_the_cpu_path_says_there_is_no_device_queue(pipeline_run, tiny_cfg, tmp_path):
+    """R02 as the shared pipeline run ran it on this CPU (tests/shared_run.py)."""
+    rows, _, _, out = pipeline_results(pipeline_run, tiny_cfg, "R02")
+    trace_path = Path(out["trace"])
     bad = rows[rows.status != "ok"]
     assert {r02.SYNCS_PER_STEP, r02.IDLE_TIME, r02.DEVICE_TIME} <= set(bad.metric)
     assert (bad.status == "unsupported").all() and (bad.reason == r02.NO_QUEUE).all()
