@@ -31,3 +31,13 @@ def sized(device: torch.device | str, sizes: Mapping[str, Mapping[str, Any]],
     """``sizes["cuda"]`` or ``sizes["cpu"]`` by the device's type, with ``given`` (not None) over it."""
     kind = "cuda" if torch.device(device).type == "cuda" else "cpu"
     return {**sizes[kind], **{k: v for k, v in given.items() if v is not None}}
+
+
+def regression_batch(features: int, seed: int):
+    """``make_batch(b)`` for a regression on ``features``: the same (input, target) pair of
+    standard normals every call (a fixed batch, so each step does the same work)."""
+    def make_batch(b: int):
+        g = torch.Generator().manual_seed(seed + 1)
+        return torch.randn(b, features, generator=g), torch.randn(b, features, generator=g)
+
+    return make_batch

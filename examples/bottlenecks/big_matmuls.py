@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bottlenecks import sized
+from bottlenecks import regression_batch, sized
 from perflab.workloads import Workload
 
 SIZES = {"cuda": dict(dim=4096, depth=4, batch=2048), "cpu": dict(dim=256, depth=3, batch=256)}
@@ -27,13 +27,9 @@ def make_step(device, *, dim=None, depth=None, batch=None, seed: int = 0) -> Wor
         layers += [nn.Linear(s["dim"], s["dim"]), nn.ReLU()]
     model = nn.Sequential(*layers).to(device)
 
-    def make_batch(b: int):
-        g = torch.Generator().manual_seed(seed + 1)
-        return torch.randn(b, s["dim"], generator=g), torch.randn(b, s["dim"], generator=g)
-
     return Workload(
-        name="big_matmuls", model=model, make_batch=make_batch, loss_fn=F.mse_loss,
-        batch_size=s["batch"], description=f"{s['depth']} matmuls of {s['dim']}^2, batch "
-                                           f"{s['batch']}",
+        name="big_matmuls", model=model, make_batch=regression_batch(s["dim"], seed),
+        loss_fn=F.mse_loss, batch_size=s["batch"],
+        description=f"{s['depth']} matmuls of {s['dim']}^2, batch {s['batch']}",
         make_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-4), optimizer_name="AdamW",
         params=s)

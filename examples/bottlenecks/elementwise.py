@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bottlenecks import sized
+from bottlenecks import regression_batch, sized
 from perflab.workloads import Workload
 
 SIZES = {"cuda": dict(features=65536, depth=6, batch=1024),
@@ -39,14 +39,9 @@ def make_step(device, *, features=None, depth=None, batch=None, seed: int = 0) -
     torch.manual_seed(seed)
     model = Elementwise(s["features"], s["depth"]).to(device)
 
-    def make_batch(b: int):
-        g = torch.Generator().manual_seed(seed + 1)
-        return torch.randn(b, s["features"], generator=g), torch.randn(b, s["features"],
-                                                                        generator=g)
-
     return Workload(
-        name="elementwise", model=model, make_batch=make_batch, loss_fn=F.mse_loss,
-        batch_size=s["batch"],
+        name="elementwise", model=model, make_batch=regression_batch(s["features"], seed),
+        loss_fn=F.mse_loss, batch_size=s["batch"],
         description=f"{s['depth']} elementwise layers (scale, shift, ReLU) on "
                     f"{s['batch']}x{s['features']}",
         make_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3), optimizer_name="AdamW",

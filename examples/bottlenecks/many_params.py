@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bottlenecks import sized
+from bottlenecks import regression_batch, sized
 from perflab.workloads import Workload
 
 SIZES = {"cuda": dict(features=256, count=512, batch=256),
@@ -36,14 +36,9 @@ def make_step(device, *, features=None, count=None, batch=None, seed: int = 0) -
     torch.manual_seed(seed)
     model = ManyBiases(s["features"], s["count"]).to(device)
 
-    def make_batch(b: int):
-        g = torch.Generator().manual_seed(seed + 1)
-        return torch.randn(b, s["features"], generator=g), torch.randn(b, s["features"],
-                                                                        generator=g)
-
     return Workload(
-        name="many_params", model=model, make_batch=make_batch, loss_fn=F.mse_loss,
-        batch_size=s["batch"],
+        name="many_params", model=model, make_batch=regression_batch(s["features"], seed),
+        loss_fn=F.mse_loss, batch_size=s["batch"],
         description=f"Linear {s['features']} + {s['count']} bias vectors, AdamW one tensor "
                     "at a time",
         make_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=False),

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bottlenecks import sized
+from bottlenecks import regression_batch, sized
 from perflab.workloads import Workload
 
 SIZES = {"cuda": dict(dim=32, depth=64, batch=16), "cpu": dict(dim=8, depth=32, batch=4)}
@@ -31,13 +31,9 @@ def make_step(device, *, dim=None, depth=None, batch=None, seed: int = 0) -> Wor
         layers += [nn.Linear(s["dim"], s["dim"]), nn.Tanh()]
     model = nn.Sequential(*layers).to(device)
 
-    def make_batch(b: int):
-        g = torch.Generator().manual_seed(seed + 1)
-        return torch.randn(b, s["dim"], generator=g), torch.randn(b, s["dim"], generator=g)
-
     return Workload(
-        name="tiny_kernels", model=model, make_batch=make_batch, loss_fn=F.mse_loss,
-        batch_size=s["batch"],
+        name="tiny_kernels", model=model, make_batch=regression_batch(s["dim"], seed),
+        loss_fn=F.mse_loss, batch_size=s["batch"],
         description=f"{s['depth']} tiny layers of {s['dim']} features, batch {s['batch']}",
         make_optimizer=lambda p: torch.optim.SGD(p, lr=1e-2, foreach=True),
         optimizer_name="SGD(foreach)", params=s)
