@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=1)
     p.add_argument("--report", action="store_true", help="also build the report (diagnose's "
                    "--report)")
+    p.add_argument("--no-whatif", action="store_true", help="skip W01, diagnose's what-if "
+                   "step (diagnose's --no-whatif)")
     p.add_argument("--directory", help="working directory (default: a fresh temporary one)")
     p.add_argument("--configfile", action="append", default=[])
     a = p.parse_args(argv)
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
            "--cores", str(a.cores), "--directory", str(workdir)]
     cmd += [x for f in a.configfile for x in ("--configfile", str(Path(f).resolve()))]
     cmd += ["--report"] if a.report else []
+    cmd += ["--no-whatif"] if a.no_whatif else []
     log = workdir / "bench_diagnose.log"
     workdir.mkdir(parents=True, exist_ok=True)
     total, preflight, rc = _run(cmd, log)

@@ -93,12 +93,13 @@ def test_a_syncing_loss_on_a_cpu_is_not_called_a_sync(tmp_path):
 @pytest.mark.slow
 def test_perflab_diagnose_names_the_slow_loader(tmp_path):
     """The command line end to end: pre-flight, Snakemake (E05 and R02, each a fresh
-    process), the diagnosis alone (no report), the verdict printed. The slow loader's only
+    process; W01's what-if step left out, tests/test_w01_whatif.py runs it), the diagnosis
+    alone (no report), the verdict printed. The slow loader's only
     test (its E05 is not run a second time in this process)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), str(ROOT)])}
     proc = subprocess.run(
         [sys.executable, "-m", "perflab", "diagnose", "bottlenecks.slow_loader:make_step",
-         "--device", "cpu", "--run", "E05,R02", "--configfile", str(TEST_CONFIG),
+         "--device", "cpu", "--run", "E05,R02", "--no-whatif", "--configfile", str(TEST_CONFIG),
          "--directory", str(tmp_path)],
         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
