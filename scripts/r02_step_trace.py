@@ -22,6 +22,10 @@ On a CPU there is no device queue: the window is still profiled (the step's host
 step), and the sync and device rows are unsupported, with the reason.
 """
 
+from perflab.forkserver import delegate
+
+delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
 import tempfile
 from collections import defaultdict
 from pathlib import Path
