@@ -346,8 +346,8 @@ def _synchronization(r: _Rows) -> Finding:
                 f"syncs could save up to {cost.value or 0.0:.1f}% of the step "
                 f"({'>=' if cost.passes else '<'} {SYNC_COST_PCT:g}%)",
                 evidence + [blocked, cost] + context)
-    if sites:
-        f.intervention = _sync_advice(sites)
+    if r02.step_sync_sites(r.rows):
+        f.intervention = _sync_advice(r02.step_sync_sites(r.rows))
     f.borderline = _near(r, cost.value or 0.0, SYNC_COST_PCT, "the sync cost",
                          _spread(r, r02.SYNC_COST_BOUND))
     return f
@@ -383,7 +383,7 @@ def _queued(r: _Rows) -> tuple[list[Reading], Reading | None]:
 
 def _no_graphs(r: _Rows) -> str:
     """The host-overhead remedy for a step that synchronizes: no CUDA graphs."""
-    sites = r02.sync_sites(r.rows)
+    sites = r02.step_sync_sites(r.rows)
     if not sites:
         return ""
     return (f"cut per-operator host cost without CUDA graphs — the step synchronizes at "

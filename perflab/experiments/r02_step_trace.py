@@ -112,6 +112,13 @@ def sync_sites(rows: pd.DataFrame) -> list[SyncSite]:
     return sorted(out, key=lambda s: -s.blocked_ms)
 
 
+def step_sync_sites(rows: pd.DataFrame) -> list[SyncSite]:
+    """The sync sites that belong to the step: a site outside every phase that syncs less
+    than once a step is the profiled window's own boundary (the harness drains the device
+    between windows), not something the user's step does each time it runs."""
+    return [s for s in sync_sites(rows) if s.phase != BETWEEN or s.syncs_per_step >= 1]
+
+
 # ------------------------------------------------------------------ table
 
 _LABELS = {DATA: "waiting for data (loader next())", SYNC: "waiting on a sync",
