@@ -144,7 +144,14 @@ def held(device: Any, what: str, log: Callable[[str], None] = lambda m: None,
         record["other_perflab_jobs"] = others_holding(skip=path)
         yield record
     finally:
-        fh.close()  # closing the file releases the lock (as the process's death would)
+        # unlock, then close: a child forked while measuring (a DataLoader worker) shares the
+        # open file, and closing only this process's copy would leave the device locked for
+        # as long as that child lives; an unlock releases it for every copy
+        try:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        except OSError:
+            pass
+        fh.close()
 
 
 def _acquire(fh, path: Path, mode: str, log: Callable[[str], None], record: dict) -> None:

@@ -713,6 +713,24 @@ LOCKS = _cases(FAULTS, [
 ])
 
 
+def test_a_child_forked_while_measuring_does_not_keep_the_device(tmp_path, monkeypatch):
+    """A child forked during a measurement (a DataLoader worker) shares the lock's open file;
+    the device is free when the measurement ends, not when that child exits (seen: a loader
+    worker of an in-process E05 kept the CPU locked for the rest of a test session)."""
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(tmp_path / "locks"))
+    with devicelock.held("cpu", "E05 here", mode="refuse"):
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+    try:
+        with devicelock.held("cpu", "E06 next", mode="refuse") as record:
+            assert record["held"]
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
 @pytest.mark.parametrize("case", LOCKS)
 def test_one_measurement_per_device(tmp_path, tiny_contract, monkeypatch, case):
     locks = tmp_path / "locks"
