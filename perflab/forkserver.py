@@ -6,7 +6,7 @@ anything: importing torch took 3.3 s on the H200 (C00's process floor), about tw
 run of some thirty-five jobs, and torch._dynamo (which the first optimizer imports) about 2 s
 more. The server imports those, numpy, pandas, scipy and Snakemake's job object once, and
 nothing else: no device touched, no tensor made, no model built, nothing
-compiled, no perflab module loaded. Each job is then a fork of it: a new process with its own
+compiled, no perflab module but itself (which a job drops). Each job is then a fork of it: a new process with its own
 address space, in which the CUDA context, the caching allocator, cuBLAS/cuDNN handles,
 Dynamo's caches, Inductor's state and every perflab module are created for the first time, as in
 a fresh interpreter. What a job inherits is the imported code of those libraries.
@@ -263,6 +263,10 @@ def _become_job(request: dict, fds: list[int]) -> None:
         os.environ[ENV_CHILD] = "1"
         sys.argv = list(request["argv"])
         sys.path[:] = request["path"]
+        # the server itself is a perflab module: the job imports perflab afresh, from its own
+        # path (a checkout other than the server's, say), as a fresh interpreter would
+        for name in [m for m in sys.modules if m == "perflab" or m.startswith("perflab.")]:
+            del sys.modules[name]
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _threads_from_environment()
         import runpy

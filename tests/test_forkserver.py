@@ -77,6 +77,20 @@ def test_a_job_runs_in_a_new_process_with_the_callers_stdio_env_cwd_and_argv(ser
     assert "to stderr" in err
 
 
+def test_the_job_imports_perflab_from_its_own_path_not_the_servers(server, tmp_path):
+    """A job of another checkout (its perflab first on its path) runs that checkout's code."""
+    import shutil
+    alt = tmp_path / "alt"
+    shutil.copytree(ROOT / "perflab", alt / "perflab",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = _job(tmp_path, "import perflab.config\nprint(perflab.config.__file__)\n")
+    env = {**os.environ, "PYTHONPATH": str(alt), forkserver.ENV_SOCKET: str(server[0])}
+    env.pop(forkserver.ENV_CHILD, None)
+    out = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == str(alt / "perflab" / "config.py")
+
+
 def test_without_a_server_the_script_runs_in_its_own_interpreter(tmp_path):
     script = _job(tmp_path, 'print("forked", os.environ.get("PERFLAB_FORKED_JOB"), os.getpid())\n')
     p = _launch(script, None)
