@@ -40,6 +40,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from perflab import ab
@@ -233,6 +234,75 @@ def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> De
         f"from {threshold_pct:g}%, A/A floor {floor:.2g}% (C00)")
 
 
+#: one series of raw samples: (experiment, variant, metric)
+Series = tuple[str, str, str]
+#: the claim's region of a statistic, (low, high), open at both ends: (-inf, 5) "below 5"
+Region = tuple[float, float]
+
+
+def medians(group: np.ndarray) -> np.ndarray:
+    """The median of each series of a resampled group (resamples, series, samples)."""
+    return np.median(group, axis=-1)
+
+
+def _region_text(region: Region, unit: str) -> str:
+    lo, hi = region
+    if math.isinf(lo) and math.isinf(hi):
+        raise ValueError("a claim's region needs at least one finite bound")
+    if lo == -hi:
+        return f"+-{hi:g}{unit} bound"
+    ends = [f"{x:g}{unit}" for x in region if math.isfinite(x)]
+    return f"{' and '.join(ends)} bound" + ("s" if len(ends) > 1 else "")
+
+
+def own_interval(ev: Evidence, groups: list[list[Series]], statistic,
+                 region: Region, *, unit: str = "%") -> tuple[bool | None, Decision]:
+    """Is a statistic of this run's samples decided against the claim's region by its own
+    95% interval? (holds, (decided?, how)); holds None when the samples are not there.
+
+    For a statistic that is not an A/B effect (a share, a ratio of two series' medians, a
+    sum of medians against another median): C00's A/A floor bounds a paired block
+    difference of step times, not it. The interval is the moving-block bootstrap of
+    :func:`perflab.stats.block_bootstrap_ci` over the raw samples of ``groups`` (each group
+    a list of series measured together, sample i of each in the same step; groups measured
+    one after the other are resampled apart): blocks, since a step series is
+    autocorrelated. It decides for the claim (holds) when it lies inside ``region``, against
+    it when it lies outside, and not at all when it straddles a bound. No samples of a
+    series (a run without its samples CSV: the shipped reference runs carry none): not
+    resolved, with the reason; never decided.
+    """
+    from perflab import stats
+
+    data = []
+    for group in groups:
+        got = [ev.series(*key) for key in group]
+        missing = [" ".join(k) for k, x in zip(group, got) if x is None]
+        if missing:
+            return None, (False, f"not resolved: no raw samples of {missing[0]} (the "
+                                 "statistic's own interval needs the run's samples CSV)")
+        n = min(len(x) for x in got)
+        data.append(np.vstack([x[:n] for x in got]))
+    point, lo, hi = stats.block_bootstrap_ci(data, statistic)
+    low, high = region
+    inside, outside = low < lo and hi < high, hi <= low or lo >= high
+    counts = " and ".join(str(g.shape[1]) for g in data)
+    how = (f"95% interval {lo:.3g}..{hi:.3g}{unit} "
+           f"{'clear of' if inside or outside else 'straddles'} the {_region_text(region, unit)}"
+           f" (block bootstrap of {counts} samples)")
+    return (inside if inside or outside else low < point < high), (inside or outside, how)
+
+
+def interval_part(ev: Evidence, value: float, measured: str, groups: list[list[Series]],
+                  statistic, region: Region, *, unit: str = "%", mechanism: str = "",
+                  name: str = "") -> Part:
+    """A :class:`Part` judged by :func:`own_interval`: ``value`` is the rows' statistic (what
+    "as measured" reads when the samples are not there to decide it)."""
+    holds_, decided = own_interval(ev, groups, statistic, region, unit=unit)
+    if holds_ is None:
+        holds_ = region[0] < value < region[1]
+    return Part(holds_, measured, decided, mechanism, name)
+
+
 def leader(values: dict[str, float]) -> tuple[str, str]:
     """The largest and the second-largest key of ``values`` ("" when there is one key)."""
     ranked = sorted(values, key=values.get, reverse=True)
@@ -402,9 +472,12 @@ def registry() -> dict[str, Claim]:
     return dict(sorted(CLAIMS.items(), key=lambda kv: int(kv[0].lstrip("C"))))
 
 
-def evaluate(rows: pd.DataFrame, claims: dict[str, Claim] | None = None) -> pd.DataFrame:
-    """claims.csv: one line per claim, in the order of their ids."""
-    ev = Evidence(rows)
+def evaluate(rows: pd.DataFrame, claims: dict[str, Claim] | None = None,
+             samples: pd.DataFrame | None = None) -> pd.DataFrame:
+    """claims.csv: one line per claim, in the order of their ids. ``samples``: the run's raw
+    samples (:func:`perflab.io.read_samples`), which the claims judged by a statistic's own
+    interval (:func:`own_interval`) need; without them those claims are not resolved."""
+    ev = Evidence(rows, samples)
     out = []
     for c in (claims or registry()).values():
         v = c.evaluate(ev)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 NOT_RUN = "not run"
@@ -92,8 +93,11 @@ def pick(frame: pd.DataFrame, variant: str, metric: str = "step_latency",
 class Rows:
     """One run's rows, looked up by experiment (each experiment's rows split off once)."""
 
-    def __init__(self, rows: pd.DataFrame):
+    def __init__(self, rows: pd.DataFrame, samples: pd.DataFrame | None = None):
         self.rows = rows
+        #: the run's raw samples (:data:`perflab.io.SAMPLE_COLUMNS`), None when it has none
+        #: (the shipped reference runs carry none)
+        self.samples = samples
         self._of: dict[str, pd.DataFrame] = {}
 
     def of(self, eid: str) -> pd.DataFrame:
@@ -156,6 +160,17 @@ class Rows:
             raise Unmeasured("error", str(row["reason"]), f"{eid} {row['variant']} {metric}")
         sel = sel[(sel.statistic == statistic) & (sel.status == "ok")]
         return {v: float(x) for v, x in zip(sel.variant, sel.value)}
+
+    def series(self, eid: str, variant: str, metric: str) -> np.ndarray | None:
+        """The raw samples of one series in the order they were taken, or None when the run
+        has no samples of it (no samples file, or the experiment wrote none)."""
+        s = self.samples
+        if s is None or s.empty:
+            return None
+        sel = s[(s.experiment == eid) & (s.variant == variant) & (s.metric == metric)]
+        if sel.empty:
+            return None
+        return sel.sort_values("index", kind="stable")["value"].to_numpy(dtype=float)
 
     def device(self, eid: str) -> str:
         """The device experiment ``eid`` ran on ("" when it did not run)."""

@@ -1,13 +1,21 @@
-"""Evaluate the chapter's claims (perflab/claims.py) on one run's result CSVs -> claims.csv."""
+"""Evaluate the chapter's claims (perflab/claims.py) on one run's result CSVs -> claims.csv.
+
+The run's raw samples CSVs go with them: a claim judged by its statistic's own interval
+(perflab.claims.own_interval) resamples them, and without them is not resolved.
+"""
 
 import sys
+
+import pandas as pd
 
 from perflab import claims, io
 
 
-def main(csvs, out):
+def main(csvs, out, samples=()):
     rows = io.read_results(csvs)
-    frame = claims.evaluate(rows)
+    frames = [f for f in (io.read_samples(p) for p in samples) if not f.empty]
+    frame = claims.evaluate(rows, samples=pd.concat(frames, ignore_index=True)
+                            if frames else None)
     io.atomic_write_csv(out, frame)
     counts = ", ".join(f"{k} {v}" for k, v in claims.verdict_counts(frame).items() if v)
     print(f"{len(frame)} claims: {counts}", file=sys.stderr)
@@ -19,12 +27,14 @@ if __name__ == "__main__":
     smk = globals().get("snakemake")
     if smk is not None:
         with io.log_to(smk.log[0]):
-            main(list(smk.input.csv), smk.output[0])
+            main(list(smk.input.csv), smk.output[0], list(smk.input.samples))
     else:
         import argparse
 
         p = argparse.ArgumentParser(description=__doc__)
         p.add_argument("csv", nargs="+", help="experiment result CSVs of one run")
         p.add_argument("--out", "--out-csv", dest="out", required=True, help="claims.csv to write")
+        p.add_argument("--samples", nargs="*", default=[],
+                       help="the run's raw samples CSVs (<slug>_samples.csv)")
         a = p.parse_args()
-        main(a.csv, a.out)
+        main(a.csv, a.out, a.samples)

@@ -51,7 +51,8 @@ def regenerate(run: Path, out: Path, compare_to: Path | None = None) -> list[Pat
         io.atomic_write_text(out / name, text)
         written.append(out / name)
 
-    save("claims.csv", claims.evaluate(rows))
+    # the raw samples beside the CSVs, where the run has them (the shipped ones carry none)
+    save("claims.csv", claims.evaluate(rows, samples=compare.load_samples(csv_dir)))
     led, md = ledger.build(csvs)[:2]
     save("ledger.csv", led)
     save_text("ledger.md", md)

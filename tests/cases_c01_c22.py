@@ -3,7 +3,15 @@ inside the noise, registered in claims_rows.CASES."""
 
 from __future__ import annotations
 
-from claims_rows import ab_rows, case, rows, with_floor, with_process_floor
+from claims_rows import (
+    ab_rows,
+    case,
+    rows,
+    sample_series,
+    with_floor,
+    with_process_floor,
+    with_samples,
+)
 
 from perflab.experiments import e01_lying_benchmark as e01
 from perflab.experiments import e02_four_questions as e02
@@ -42,7 +50,18 @@ def e01_steps(first=20.89, host=4.866, med=16.43, iqr=0.19):
 
 
 case("C03", e01_steps, lambda: e01_steps(first=16.5), lambda: e01_steps(first=18.1, iqr=0.5))
-case("C04", e01_steps, lambda: e01_steps(host=16.4), lambda: e01_steps(host=14.7))
+
+
+def e01_sampled(host=4.866, med=16.43, host_sd=0.3, sd=0.2):
+    """E01's step rows and the raw samples of its host-return (20) and synchronized (400)
+    series: C04's ratio is judged by their own interval."""
+    return with_samples(e01_steps(host=host, med=med, iqr=1.349 * sd),
+                        ("E01", e01.HOST_RETURN, "step_latency", sample_series(host, host_sd, 20)),
+                        ("E01", e01.SYNCHRONIZED_WARMED, "step_latency", sample_series(med, sd, 400, 1)))
+
+
+case("C04", e01_sampled, lambda: e01_sampled(host=16.4),
+     lambda: e01_sampled(host=14.7, host_sd=1.0))  # 89%: the ratio's interval straddles 90
 
 
 # ------------------------------------------------------------------ E02 four questions
@@ -93,8 +112,15 @@ def e04_rows(timer=16.169, helper=16.449, timer_iqr=0.036, helper_iqr=0.189, flo
                       ("E04", e04.HELPER, "step_latency", "iqr", helper_iqr))
 
 
-case("C09", e04_rows, lambda: e04_rows(timer=13.68, helper=17.23),  # the CPU rerun: -21%
-     lambda: e04_rows(timer=15.8, floor_pct=3.0))  # -3.9%, 1.1 points inside 5
+def e04_sampled(timer=16.169, helper=16.449, timer_sd=0.03, helper_sd=0.14):
+    """E04's rows and raw samples: the Timer's 63 block means, the helper's 400 calls."""
+    return with_samples(e04_rows(timer, helper, 1.349 * timer_sd, 1.349 * helper_sd),
+                        ("E04", e04.TIMER, "step_latency", sample_series(timer, timer_sd, 63)),
+                        ("E04", e04.HELPER, "step_latency", sample_series(helper, helper_sd, 400, 1)))
+
+
+case("C09", e04_sampled, lambda: e04_sampled(timer=13.68, helper=17.23),  # the CPU rerun: -21%
+     lambda: e04_sampled(timer=15.8, timer_sd=1.5, helper_sd=2.0))  # -3.9%: straddles -5
 
 
 # ------------------------------------------------------------------ E05 phases
@@ -128,12 +154,39 @@ def e05_with(**phases):
 
 case("C10", e05_rows, lambda: e05_with(optimizer=(2.5, 0.1)),  # backward leads: the H200
      lambda: e05_with(optimizer=(4.8, 0.2)))  # 0.1 ms ahead inside a 0.2 ms IQR
-case("C11", e05_rows, lambda: e05_rows(gap_pct=20.0), lambda: e05_rows(gap_pct=8.0, floor_pct=3.0))
-case("C12", e05_rows,
-     lambda: e05_rows(nosync={"backward": (1.518, 0.597), "logging": (0.344, 0.348)}),
-     lambda: e05_rows(nosync={"backward": (1.5, 0.6), "logging": (1.6, 0.5)}))
-case("C13", e05_rows, lambda: e05_with(input_wait=(6.0, 0.2)),  # ~30% of the step
-     lambda: e05_with(input_wait=(0.75, 0.1)))  # 4.6%, inside the 2% floor of 5
+
+
+E05_PHASES = {"input_wait": (0.03, 0.01), "forward": (2.9, 0.1), "backward": (4.7, 0.2),
+              "optimizer": (8.4, 0.2), "logging": (0.064, 0.01)}
+E05_NOSYNC = {"forward": (0.7, 0.1), "backward": (1.5, 0.2), "optimizer": (0.6, 0.1),
+              "logging": (11.683, 0.5)}
+
+
+def e05_sampled(phases=None, nosync=None, gap_pct=4.8, total_sd=0.1, n=400, loader=False):
+    """E05's rows and raw samples: each phase's steps, synchronized and not (spread
+    IQR / 1.349), and the uninstrumented series, whose median sets the sum's gap at
+    ``gap_pct``."""
+    phases, nosync = phases or E05_PHASES, nosync or E05_NOSYNC
+    frame = e05_rows(phases, nosync, gap_pct=gap_pct, loader=loader)
+    total = sum(m for m, _ in phases.values()) / (1 + gap_pct / 100)
+    specs = [("E05", prefix + ph, e05.PHASE_TIME, sample_series(m, iqr / 1.349, n, k))
+             for prefix, series in ((e05.SYNC, phases), (e05.NOSYNC, nosync))
+             for k, (ph, (m, iqr)) in enumerate(series.items(), start=len(prefix))]
+    return with_samples(frame, *specs, ("E05", e05.UNINSTRUMENTED_TOTAL, "step_latency",
+                                        sample_series(total, total_sd, n, 99)))
+
+
+def e05_sampled_with(**phases):
+    return e05_sampled({**E05_PHASES, **phases})
+
+
+case("C11", e05_sampled, lambda: e05_sampled(gap_pct=20.0),
+     lambda: e05_sampled(gap_pct=9.0, total_sd=2.0))  # 9%: the gap's interval straddles 10
+case("C12", e05_sampled,
+     lambda: e05_sampled(nosync={"backward": (1.518, 0.597), "logging": (0.344, 0.348)}),
+     lambda: e05_sampled(nosync={"backward": (1.5, 0.6), "logging": (1.6, 0.5)}))
+case("C13", e05_sampled, lambda: e05_sampled_with(input_wait=(6.0, 0.2)),  # ~30% of the step
+     lambda: e05_sampled_with(input_wait=(0.75, 1.2)))  # 4.5%: the share's interval straddles 5
 
 
 # ------------------------------------------------------------------ E06 events vs wall

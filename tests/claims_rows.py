@@ -94,8 +94,28 @@ def ab_rows(eid: str, variant: str, rel_pct: float, *, metric: str = "step_laten
             (eid, variant, "ab_resolved", "value", float(significant))]
 
 
+def sample_series(median: float, sd: float, n: int = 400, seed: int = 0) -> np.ndarray:
+    """``n`` samples whose median is exactly ``median``: normal quantiles of spread ``sd``, in
+    a seeded random order (a claim's own interval resamples them)."""
+    from scipy.stats import norm
+
+    q = norm.ppf((np.arange(n) + 0.5) / n)
+    return median + sd * np.random.default_rng(seed).permutation(q)
+
+
+def with_samples(frame: pd.DataFrame, *specs: tuple) -> pd.DataFrame:
+    """``frame`` carrying raw samples from (experiment, variant, metric, values): the run's
+    samples CSV, which :func:`verdict` hands to the claims beside the rows."""
+    out = [{"experiment": e, "variant": v, "execution": "eager", "metric": m, "unit": "ms",
+            "block": 0, "index": i, "value": float(x)}
+           for e, v, m, values in specs for i, x in enumerate(values)]
+    frame = frame.copy()
+    frame.attrs["samples"] = pd.DataFrame(out, columns=io.SAMPLE_COLUMNS)
+    return frame
+
+
 def verdict(cid: str, frame: pd.DataFrame) -> claims.Verdict:
-    return claims.registry()[cid].evaluate(claims.Evidence(frame))
+    return claims.registry()[cid].evaluate(claims.Evidence(frame, frame.attrs.get("samples")))
 
 
 def as_error(frame: pd.DataFrame, i: int) -> pd.DataFrame:

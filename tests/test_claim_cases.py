@@ -11,7 +11,16 @@ from __future__ import annotations
 import cases_d01  # noqa: F401  (registers C48-C52)
 import pandas as pd
 import pytest
-from cases_c01_c22 import e01_loops, e04_rows, e05_rows, e06_rows, e08_rows
+from cases_c01_c22 import (
+    e01_loops,
+    e01_sampled,
+    e04_rows,
+    e04_sampled,
+    e05_rows,
+    e05_sampled,
+    e06_rows,
+    e08_rows,
+)
 from cases_c23_c47 import e13_rows, e14_ranges, e21_rows, e23_rows, e24_workers
 from claims_rows import CASES, as_error, floor, rows, verdict, without_process_floor
 
@@ -159,7 +168,7 @@ def test_c01_reads_the_loops_own_real_time():
 def test_c13_says_what_fed_the_step():
     served = verdict("C13", e05_rows())
     assert "one batch served from host memory, no loader" in served.measured
-    fed = verdict("C13", e05_rows(loader=True))
+    fed = verdict("C13", e05_sampled(loader=True))
     assert fed.verdict == claims.REPRODUCED and "fed by the workload's loader" in fed.measured
 
 
@@ -175,3 +184,48 @@ def test_c22_never_compares_a_peak_with_itself():
                      batches=(32, 256, 2048))
     v = verdict("C22", frame)
     assert v.verdict == claims.DIFFERS and "at 32 vs" in v.measured and "at 256" in v.measured
+
+
+# ------------------------------------------------------------------ a statistic's own interval
+
+OWN_INTERVAL = {"C04": e01_sampled, "C09": e04_sampled, "C11": e05_sampled, "C12": e05_sampled,
+                "C13": e05_sampled}
+
+
+@pytest.mark.parametrize("cid", sorted(OWN_INTERVAL))
+def test_own_interval_says_which_noise_decided(cid):
+    """A share, a ratio or a gap of medians is decided by its own 95% interval over the run's
+    samples, and says so; C00's A/A floor (a paired block difference) plays no part."""
+    v = verdict(cid, OWN_INTERVAL[cid]())
+    assert v.verdict in claims.DECIDED, (cid, v)
+    assert "95% interval" in v.measured and "clear of the" in v.measured, (cid, v)
+    assert "block bootstrap" in v.measured and "A/A floor" not in v.measured, (cid, v)
+
+
+@pytest.mark.parametrize("cid", sorted(OWN_INTERVAL))
+def test_own_interval_without_samples_is_not_resolved(cid):
+    """The rows alone (a run without its samples CSV, as the shipped reference runs are):
+    INCONCLUSIVE with the reason, however far the rows' value lies from the bound."""
+    frame = OWN_INTERVAL[cid]()
+    frame.attrs.pop("samples")
+    v = verdict(cid, frame)
+    assert v.verdict == claims.INCONCLUSIVE and "no raw samples" in v.measured, (cid, v)
+
+
+def test_c13_share_straddling_its_bound_is_named():
+    v = verdict("C13", e05_sampled({"input_wait": (0.75, 1.2), "forward": (2.9, 0.1),
+                                    "backward": (4.7, 0.2), "optimizer": (8.4, 0.2),
+                                    "logging": (0.064, 0.01)}))
+    assert v.verdict == claims.INCONCLUSIVE and "straddles the 5% bound" in v.measured
+
+
+def test_c12_logging_that_absorbs_nothing_differs_by_its_own_interval():
+    """The host-bound H200: unsynchronized logging no longer than synchronized, decided by the
+    interval of the two medians' difference (not the IQR of single steps)."""
+    nosync = {"forward": (0.8, 0.14), "backward": (1.656, 0.418), "logging": (0.060, 0.01)}
+    v = verdict("C12", e05_sampled(nosync=nosync))
+    assert v.verdict == claims.DIFFERS and "logging absorbs queued work fails" in v.mechanism
+    assert "clear of the 0 ms bound" in v.measured
+    wide = {**nosync, "logging": (0.066, 0.2)}
+    v = verdict("C12", e05_sampled(nosync=wide))
+    assert "straddles the 0 ms bound" in v.measured

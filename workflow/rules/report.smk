@@ -37,6 +37,8 @@ rule ledger:
 rule claims:
     input:
         csv=selected_csvs(),
+        # a share or a ratio of medians is judged by its own interval over the raw samples
+        samples=selected_samples(),
     output:
         report(
             f"{RESULTS}/claims.csv",
