@@ -304,3 +304,26 @@ def test_comparisons_across_processes_are_judged_by_the_between_process_floor():
     # the first call not shortened is a finding whatever the steady states do
     assert verdict("C41", e20(10.9, 9.0, 0.892, 0.885)).verdict == claims.DIFFERS
 
+
+
+def test_the_claims_job_hands_the_run_samples_to_the_claims(tmp_path):
+    """build_claims reads the samples CSVs beside the rows: C13 is decided by its share's own
+    interval with them, and not resolved from the rows alone."""
+    import runpy
+
+    from cases_c01_c22 import e05_sampled
+
+    frame = e05_sampled()
+    csv, samples = tmp_path / "e05_phases.csv", tmp_path / "e05_phases_samples.csv"
+    io.write_results(csv, frame.to_dict("records"))
+    io.write_samples(samples, frame.attrs["samples"].to_dict("records"))
+    main = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts"
+                              / "build_claims.py"))["main"]
+    out = {}
+    for name, given in (("with", [samples]), ("without", [])):
+        main([csv], tmp_path / f"claims_{name}.csv", given)
+        got = pd.read_csv(tmp_path / f"claims_{name}.csv").set_index("claim")
+        out[name] = got.loc["C13"]
+    assert out["with"].verdict == claims.REPRODUCED and "95% interval" in out["with"].measured
+    assert out["without"].verdict == claims.INCONCLUSIVE
+    assert "no raw samples" in out["without"].measured

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from perflab import stats
@@ -130,10 +131,8 @@ def test_relative_change():
 # --------------------------------------------------------------------------- block bootstrap
 
 
-def _ar1(rng, n: int, phi: float) -> "np.ndarray":
+def _ar1(rng, n: int, phi: float) -> np.ndarray:
     """An autocorrelated series (AR(1), unit innovations) of median ~0."""
-    import numpy as np
-
     e = rng.normal(size=n + 50)
     x = np.empty_like(e)
     x[0] = e[0]
@@ -143,8 +142,6 @@ def _ar1(rng, n: int, phi: float) -> "np.ndarray":
 
 
 def _median_of_first(g):
-    import numpy as np
-
     return np.median(g[:, 0], axis=-1)
 
 
@@ -152,8 +149,6 @@ def test_block_bootstrap_covers_the_median_of_an_autocorrelated_series():
     """Seeded: over 60 AR(1) series (phi 0.6, 400 steps) the moving-block interval of the
     median covers the true median (0) in at least 85% of them, where resampling single steps
     (blocks of one) covers visibly fewer: blocks keep the dependence a step series has."""
-    import numpy as np
-
     rng = np.random.default_rng(7)
     blocks = singles = 0
     for k in range(60):
@@ -169,8 +164,6 @@ def test_block_bootstrap_covers_the_median_of_an_autocorrelated_series():
 def test_block_bootstrap_resamples_one_group_together():
     """Series of one group share their resampled steps: the difference of two identical series
     is exactly 0 in every resample; two groups are resampled apart, so it is not."""
-    import numpy as np
-
     x = np.random.default_rng(0).normal(size=100)
     same = stats.block_bootstrap_ci([np.vstack([x, x])],
                                     lambda g: np.median(g[:, 0] - g[:, 1], axis=-1))
