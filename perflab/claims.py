@@ -26,12 +26,16 @@ that no noise test took part (``Verdict.noise_tested``).
 
 Adding a claim is a few lines::
 
-    @claim("C99", "E05", "input wait is under 5% of the step", chapter="0.2%",
-           tolerance="share < 5%")
-    def _input_wait_small(ev):
-        share = ev.value("E05", "sync/input_wait", "phase_share", "value")
-        return judge(share < 5, f"{share:.1f}%",
-                     is_resolved=against_floor(ev, share, 5))
+    @claim("C99", "E99", "B is faster than A", chapter="-10%",
+           tolerance="(B - A) / A < 0, two medians of one process, beyond the A/A floor")
+    def _b_faster(ev):
+        rel = ev.value("E99", "b_minus_a", "step_latency_rel", "value")
+        return judge(rel < 0, f"{rel:+.1f}%", is_resolved=against_floor(ev, rel))
+
+A statistic that is not a difference of two medians of one process (a share, a ratio of two
+series' medians) is judged by its own interval over the run's samples instead
+(:func:`interval_part`, as C13 judges the input-wait share): the A/A floor bounds another
+statistic.
 """
 
 from __future__ import annotations
