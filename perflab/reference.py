@@ -99,8 +99,9 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
     ``ledger.md``/``ledger.csv``/``claims.csv``/``diagnosis.md``/``diagnosis.csv`` and the self-contained
     ``report.html`` beside them, and writes
     ``run.json`` from the provenance (tag, device, scale, commit, environment).
-    Samples and traces are left out (size); everything needed to redraw every
-    table and claim is kept.
+    Samples and traces are left out (size), except the samples of the experiments
+    whose claims judge a statistic by its own interval over them
+    (``claims_read_samples``): everything needed to redraw every table and claim is kept.
     """
     results, dest = Path(results), Path(dest)
     csvs = result_csvs(results)
@@ -117,6 +118,10 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
             data = env.scrub_paths(io.read_json(js))
             io.atomic_write_json(dest / "results" / js.name, data)
             provenance[csv.stem] = data
+    for e in catalogue.EXPERIMENTS.values():
+        samples = results / f"{e.slug}_samples.csv"
+        if e.claims_read_samples and samples.is_file():
+            shutil.copy2(samples, dest / "results" / samples.name)
     for name in ("ledger.md", "ledger.csv", "claims.csv", "diagnosis.md", "diagnosis.csv",
                  "report.html"):
         if (results / name).is_file():

@@ -80,6 +80,15 @@ def test_claims_or_the_reason_for_none(eid):
         assert isinstance(reason, str) and reason.strip(), f"{eid}: no claim and no NO_CLAIMS"
 
 
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_claims_that_read_samples_keep_them_in_a_shipped_run(eid):
+    # a claim judged by its own interval over the raw samples is INCONCLUSIVE on a shipped
+    # run without them: the entry's flag is what tells reference.ship to keep them
+    source = inspect.getsource(MODULES[eid])
+    reads = "own_interval(" in source or "interval_part(" in source
+    assert MODULES[eid].ENTRY.claims_read_samples == reads, eid
+
+
 def test_each_claim_is_registered_with_its_modules_experiment():
     for c in claims.registry().values():
         defined_in = inspect.getmodule(c.check)

@@ -87,6 +87,7 @@ def fake_results(d, value: float):
     frame = machine_rows("cpu", "Intel", "MLP dim512 depth6", "[64, 512]", value)
     io.write_results(d / "e01_lying_benchmark.csv", frame.to_dict("records"))
     io.write_samples(d / "e01_lying_benchmark_samples.csv", [])
+    io.write_samples(d / "e03_warmup_spread_samples.csv", [])  # no claim reads these
     io.atomic_write_json(d / "e01_lying_benchmark.json", {
         "experiment": "E01", "contract": {"device": "cpu", "scale": "cpu"},
         "environment": {"git_commit": "abc123", "device_name": "Intel"},
@@ -103,7 +104,10 @@ def test_ship_then_load_a_reference_run(tmp_path, chapter):
     reference.ship(results, root / "cpu-2c")
     shipped = root / "cpu-2c"
     assert (shipped / "results" / "e01_lying_benchmark.csv").is_file()
-    assert not (shipped / "results" / "e01_lying_benchmark_samples.csv").exists()
+    # E01's claims judge ratios by their own interval over its samples: those travel;
+    # samples no claim reads stay behind (size)
+    assert (shipped / "results" / "e01_lying_benchmark_samples.csv").is_file()
+    assert not (shipped / "results" / "e03_warmup_spread_samples.csv").exists()
     meta = json.loads((shipped / "run.json").read_text())
     assert (meta["commit"], meta["device"], meta["experiments"]) == ("abc123", "cpu", ["E01"])
 
@@ -126,7 +130,8 @@ def test_ship_then_load_a_reference_run(tmp_path, chapter):
 
 
 def test_ship_keeps_calibration_and_roofline_and_compare_reads_the_shipped_run(tmp_path):
-    """Every catalogued experiment's CSV ships (C00 and R01 too); other CSVs do not."""
+    """Every catalogued experiment's CSV ships (C00 and R01 too), and the samples its claims
+    read; other CSVs do not."""
     results = fake_results(tmp_path / "results" / "cpu-2c", 18.0)
     for slug, eid in (("c00_calibration", "C00"), ("r01_roofline", "R01")):
         frame = machine_rows("cpu", "Intel", "MLP dim512 depth6", "[64, 512]", 1.0)
@@ -135,7 +140,8 @@ def test_ship_keeps_calibration_and_roofline_and_compare_reads_the_shipped_run(t
     (results / "diagnosis.csv").write_text("verdict\nx\n")
     shipped = reference.ship(results, tmp_path / "reference" / "cpu-2c")
     assert sorted(p.name for p in (shipped / "results").glob("*.csv")) == [
-        "c00_calibration.csv", "e01_lying_benchmark.csv", "r01_roofline.csv"]
+        "c00_calibration.csv", "e01_lying_benchmark.csv", "e01_lying_benchmark_samples.csv",
+        "r01_roofline.csv"]
     assert set(reference.load_run(shipped).rows.experiment) == {"C00", "E01", "R01"}
 
     # `compare_to` may name the shipped run itself: CSVs under results/, claims beside them

@@ -53,6 +53,9 @@ class Experiment:
     #: when named (``run: all,W01``, its rule as a target) or by the command that owns it
     #: (W01: ``perflab whatif``, the last step of ``perflab diagnose``)
     in_all: bool = True
+    #: True: a claim of its judges a statistic by its own interval over the raw samples
+    #: (:func:`perflab.claims.own_interval`), so a shipped reference run keeps its samples
+    claims_read_samples: bool = False
 
     @property
     def slug(self) -> str:

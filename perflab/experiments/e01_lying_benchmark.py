@@ -41,6 +41,7 @@ ENTRY = Experiment(
     "hygiene",
     cpu_behaviour="no asynchrony: backlog ~0; cold first call vs unwarmed vs warmed",
     report_section="1 · The lying benchmark",
+    claims_read_samples=True,
 )
 
 #: step-time variants (metric ``step_latency``): the process's first step, an unwarmed

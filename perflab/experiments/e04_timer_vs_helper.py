@@ -27,6 +27,7 @@ ENTRY = Experiment(
     "torch.utils.benchmark Timer vs the project's helper",
     "hygiene",
     report_section="3 · Benchmark hygiene",
+    claims_read_samples=True,
 )
 
 #: the two instruments' variants (metric ``step_latency``)

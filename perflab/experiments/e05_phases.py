@@ -47,6 +47,7 @@ ENTRY = Experiment(
     "localize",
     cpu_behaviour="host-to-device is a no-op copy and sync is a no-op: no backlog to absorb",
     report_section="4 · Localize: decompose the step",
+    claims_read_samples=True,
 )
 
 #: variant prefixes: each phase timed with the device synchronized at every boundary
