@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bottlenecks import regression_batch, sized
+from bottlenecks import host_batches, regression_batch, sized
 from perflab.workloads import Workload
 
 SIZES = {"cuda": dict(dim=4096, depth=4, batch=2048), "cpu": dict(dim=256, depth=3, batch=256)}
@@ -27,8 +27,11 @@ def make_step(device, *, dim=None, depth=None, batch=None, seed: int = 0) -> Wor
         layers += [nn.Linear(s["dim"], s["dim"]), nn.ReLU()]
     model = nn.Sequential(*layers).to(device)
 
+    make_batch = regression_batch(s["dim"], seed)
+    # pinned: from pageable memory the 64 MiB upload was a third of an H200 step
+    loader = host_batches(lambda b, k: make_batch(b), s["batch"], 1, device)
     return Workload(
-        name="big_matmuls", model=model, make_batch=regression_batch(s["dim"], seed),
+        name="big_matmuls", model=model, loader=loader, make_batch=make_batch,
         loss_fn=F.mse_loss, batch_size=s["batch"],
         description=f"{s['depth']} matmuls of {s['dim']}^2, batch {s['batch']}",
         make_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-4), optimizer_name="AdamW",

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bottlenecks import sized
+from bottlenecks import host_batches, sized
 from perflab.workloads import Workload
 
 SIZES = {"cuda": dict(features=65536, depth=24, batch=256, batches=2),
@@ -55,9 +55,7 @@ def make_step(device, *, features=None, depth=None, batch=None, batches=None,
         g = torch.Generator().manual_seed(seed * 1000 + k)
         return torch.randn(b, s["features"], generator=g), torch.randn(b, generator=g)
 
-    pin = device.type == "cuda"  # pinned batches: an asynchronous upload at full speed
-    loader = [tuple(t.pin_memory() if pin else t for t in make_batch(s["batch"], k))
-              for k in range(s["batches"])]
+    loader = host_batches(make_batch, s["batch"], s["batches"], device)
     return Workload(
         name="elementwise", model=model, loader=loader, make_batch=make_batch,
         loss_fn=row_mean_mse, batch_size=s["batch"],

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bottlenecks import sized
+from bottlenecks import host_batches, sized
 from perflab.workloads import Workload
 
 SIZES = {"cuda": dict(dim=2048, depth=6, batch=1024, classes=32, batches=4),
@@ -55,9 +55,7 @@ def make_step(device, *, dim=None, depth=None, batch=None, classes=None, batches
         return (torch.randn(b, s["dim"], generator=g),
                 torch.randint(0, s["classes"], (b,), generator=g))
 
-    pin = device.type == "cuda"  # pinned batches: the upload is asynchronous, not a sync
-    loader = [tuple(t.pin_memory() if pin else t for t in make_batch(s["batch"], k))
-              for k in range(s["batches"])]
+    loader = host_batches(make_batch, s["batch"], s["batches"], device)
     return Workload(
         name="syncing_loss", model=model, loader=loader, make_batch=make_batch,
         loss_fn=class_balanced_loss, batch_size=s["batch"],
