@@ -26,6 +26,7 @@ from perflab.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
+import statistics
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -43,6 +44,8 @@ from perflab.experiments.r02_step_trace import (
     STEP_TIME,
     STEPS,
     SYNC_COST_BOUND,
+    FREE_RUNNING,
+    FREE_STEP_SHARE,
     SYNC_WARNINGS_PER_STEP,
     SYNCS,
     SYNCS_PER_STEP,
@@ -145,7 +148,37 @@ def _blocked_per_step(w, att):
     return per
 
 
-def _sync_rows(ctx, w, att, hits, n_debug, window):
+#: free-running stretches of the window's length, timed without the profiler
+FREE_STRETCHES = 3
+
+
+def _free_running(ctx, step, active):
+    """The step's unprofiled ms per step, free-running as in the window (median of stretches)."""
+    ms = timing.free_running_ms_per_step(step, steps=active, stretches=FREE_STRETCHES,
+                                         sync=ctx.sync)
+    ctx.summary(ms, variant=FREE_RUNNING, metric=STEP_TIME,
+                window=f"{FREE_STRETCHES} free-running stretches of {active} steps, no profiler",
+                sync_boundary="free-running: each stretch from a drained queue to one sync at "
+                "its end; ms per step of each stretch",
+                statistics=("median", "p25", "p75", "min", "max"))
+    return float(statistics.median(ms))
+
+
+def _free_step_share(ctx, bound, att, free_ms, window):
+    """The sync cost bound as % of the unprofiled step: blocked time is the host waiting on
+    the device, which the profiler's slower host shortens rather than stretches (it reaches
+    each sync later), and the device's idle time in the real step is at most free - busy."""
+    busy = sum(att.per_step[trace.BUSY]) / att.steps
+    blocked = sum(bound) / att.steps
+    share = 100 * min(blocked, max(0.0, free_ms - busy)) / free_ms if free_ms > 0 else 0.0
+    ctx.row(variant=SYNC_COST_BOUND, metric=FREE_STEP_SHARE, value=share, unit="%",
+            n=att.steps, window=window,
+            sync_boundary=f"min(the window's bound {blocked:.3f} ms, free-running step "
+            f"{free_ms:.3f} - device busy {busy:.3f} ms) per step, as % of the free-running "
+            "unprofiled step")
+
+
+def _sync_rows(ctx, w, att, hits, n_debug, window, free_ms):
     how = "blocking runtime calls in the trace (stream/device/event synchronize, " \
           "device-to-host copies), the harness's drain excluded"
     sites = trace.sync_sites(w)
@@ -165,6 +198,7 @@ def _sync_rows(ctx, w, att, hits, n_debug, window):
             how="per step min(host blocked in syncs, device idle waiting on a sync or a "
             "launch): what removing the syncs could save at most (the host gains the blocked "
             "time to run ahead; the device can only gain its idle time)")
+    _free_step_share(ctx, bound, att, free_ms, window)
     frames = _frames(hits, n_debug, sites, att.steps)
     for s in sites:
         v = site_variant(s.phase, s.op, frames.get((s.phase, s.op), ""))
@@ -186,7 +220,8 @@ def _no_queue(ctx):
                                   *((idle_variant(c), IDLE_TIME, "ms") for c in trace.CAUSES),
                                   (SYNCS, SYNCS_PER_STEP, "count"),
                                   (SYNCS, SYNC_WARNINGS_PER_STEP, "count"),
-                                  (SYNCS, BLOCKED_TIME, "ms"), (SYNC_COST_BOUND, IDLE_TIME, "ms")):
+                                  (SYNCS, BLOCKED_TIME, "ms"), (SYNC_COST_BOUND, IDLE_TIME, "ms"),
+                                  (SYNC_COST_BOUND, FREE_STEP_SHARE, "%")):
         ctx.unsupported(variant=variant, metric=metric, unit=unit, reason=NO_QUEUE)
 
 
@@ -202,6 +237,7 @@ def measure(ctx):
     ranged = phases.ranged(step, PHASES)
     timing.warm(ranged, t["warmup"], ctx.sync)
     hits = syncs.located(step, p["sync_steps"]) if ctx.is_cuda else []
+    free_ms = _free_running(ctx, ranged, p["active"]) if ctx.is_cuda else None
     acts = "CPU + CUDA" if ctx.is_cuda else "CPU"
     window = (f"{p['active']} free-running steps (torch.profiler schedule wait 0, warmup "
               f"{p['warmup']}, active {p['active']}, activities {acts}) after {t['warmup']} "
@@ -228,7 +264,7 @@ def measure(ctx):
                             "available to torch.profiler here?)")
         return
     _device_rows(ctx, w, att, window)
-    _sync_rows(ctx, w, att, hits, p["sync_steps"], window)
+    _sync_rows(ctx, w, att, hits, p["sync_steps"], window, free_ms)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,12 @@ def test_the_scripts_cuda_rows_locate_the_sync(tmp_path, monkeypatch, tiny_cfg):
         pytest.approx(0.010)
     # at most what removing the sync could save: min(blocked 4 µs, idle after it) per step
     assert one(r02.SYNC_COST_BOUND, r02.IDLE_TIME, "mean") == pytest.approx(0.004)
+    # and as % of the step timed free-running without the profiler: the bound, capped by
+    # that step's room for idle time (free - busy)
+    free = one(r02.FREE_RUNNING, r02.STEP_TIME, "median")
+    busy = one(r02.BUSY, r02.DEVICE_TIME, "mean")
+    assert free > 0 and one(r02.SYNC_COST_BOUND, r02.FREE_STEP_SHARE) == pytest.approx(
+        100 * min(0.004, max(0.0, free - busy)) / free)
     (site,) = r02.sync_sites(rows)
     assert (site.phase, site.op, site.frame) == (
         "loss", "aten::item > aten::_local_scalar_dense", frame)
