@@ -410,7 +410,20 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         io.atomic_write_json(outputs["provenance"], provenance)
         io.write_results(outputs["csv"], ctx.rows)
         log(f"wrote {len(ctx.rows)} rows, {len(ctx.samples)} samples -> {outputs['csv']}")
+        _stop_compile_workers(log)
     return ctx
+
+
+def _stop_compile_workers(log: Callable[[str], None]) -> None:
+    """After the outputs: kill Inductor's compile workers rather than wait at exit for their
+    polite shutdown (up to 10 s a compiling job, outside its measurement)."""
+    if "torch._inductor.async_compile" not in sys.modules:
+        return
+    from perflab import compiling
+
+    t0 = time.perf_counter()
+    if n := compiling.stop_compile_workers():
+        log(f"stopped {n} compile-worker processes in {time.perf_counter() - t0:.2f} s")
 
 
 def base_parser(eid: str, description: str | None = None) -> argparse.ArgumentParser:

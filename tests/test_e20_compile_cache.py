@@ -128,3 +128,38 @@ def test_table_and_figure(e20, tmp_path):
     assert not tables.format_table(t).empty
     png = figures.make_figure("E20", out["csv"], out["samples"], tmp_path / "e20.png")
     assert png.stat().st_size > 0
+
+
+_POOL_CHILD = """
+import json, sys, time
+import torch
+from torch._inductor import async_compile as ac
+from perflab import compiling
+ac.AsyncCompile.warm_pool()  # what importing async_compile does where Triton is installed
+ac.AsyncCompile.wakeup()
+(pool,) = ac._pool_set
+tree = [pool.process.pid, *compiling._descendants(pool.process.pid)]
+killed = compiling.stop_compile_workers()
+print(json.dumps({"tree": tree, "killed": killed, "pools": len(ac._pool_set),
+                  "again": compiling.stop_compile_workers()}))
+"""
+
+
+def test_compile_workers_are_killed_at_job_end_not_awaited():
+    """The job-end stop (runner.execute, after the outputs) leaves no compile-worker process
+    and no pool for Inductor's own exit handler to wait for: the child exits cleanly."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", _POOL_CHILD], capture_output=True, text=True,
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["killed"] >= 1
+    assert got["pools"] == 0 and got["again"] == 0
+    for pid in got["tree"]:  # gone (a zombie's stat says Z until init reaps it)
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
