@@ -109,6 +109,32 @@ def _check_interventions(cfg: dict, w: workloads.Workload, names: list[str]) -> 
                  f"{reasons[bad[0]]} (these apply here: {', '.join(usable) or 'none'})")
 
 
+def _passed_configfiles(snakemake_args: list[str]) -> list[str]:
+    """The config files Snakemake arguments name (``--configfile(s) A B``, ``--configfile=A``)."""
+    files, taking = [], False
+    for a in snakemake_args:
+        flag, eq, value = a.partition("=")
+        if flag in ("--configfile", "--configfiles"):
+            taking = not eq
+            files += [value] if eq else []
+        elif taking and not a.startswith("-"):
+            files.append(a)
+        else:
+            taking = False
+    return files
+
+
+def _read_passed_configfiles(snakemake_args: list[str]) -> None:
+    """Read each config file passed on to Snakemake strictly first: Snakemake parses
+    ``--configfile`` before any workflow code runs and names neither the file nor the line
+    of a YAML error (``snakemake.settings.types.ConfigSettings``)."""
+    for f in _passed_configfiles(snakemake_args):
+        try:
+            cfgmod.load_yaml(f)
+        except cfgmod.ConfigError as exc:
+            sys.exit(f"perflab: {exc}")
+
+
 def _env() -> dict:
     """This environment, with the user's working directory and the project importable:
     jobs and the pre-flight are fresh processes that import the user's module too."""
@@ -149,6 +175,7 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
     # a CUDA context, the model and its optimizer state for the whole run, and every
     # measured job would share the device with it (the validity gate flagged exactly that
     # on the H200).
+    _read_passed_configfiles(snakemake_args)
     env = _env()
     workdir = Path(args.directory).resolve()
     rc = _preflight(args, cfg, env)
@@ -224,6 +251,7 @@ def bench_pipeline(args, snakemake_args: list[str]) -> int:
 
     workdir = Path(args.directory).resolve()
     if args.run:
+        _read_passed_configfiles(snakemake_args)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
                "--directory", str(workdir), "--cores", "1", *snakemake_args]
         print("perflab: " + " ".join(cmd), file=sys.stderr)

@@ -217,6 +217,12 @@ COMMAND_LINES = _cases(BAD_INPUTS, [
      ["check", "mlp", "--device", "cpu", "--configfile"], "seed: 1\nseed: 2\n"),
     ("diagnose-missing-configfile", "perflab diagnose --configfile that does not exist",
      ["diagnose", "mlp", "--device", "cpu", "--configfile"], None),
+    # passed on to Snakemake, which would name neither the file nor the line: read first
+    ("whatif-passed-on-bad-configfile", "perflab whatif -- --configfile bad.yaml",
+     ["whatif", "mlp", "--device", "cpu", "--", "--configfile"], "timing:\n  a: 1\n   b: 2\n"),
+    ("bench-run-bad-configfile", "perflab bench-pipeline --run -- --configfile=bad.yaml",
+     ["bench-pipeline", "--run", "--directory", ".", "--", "--cores", "1", "--configfile="],
+     "seed: [1\n"),
 ])
 
 
@@ -224,8 +230,9 @@ COMMAND_LINES = _cases(BAD_INPUTS, [
 def test_command_line_names_the_config_file(tmp_path, capfd, argv, text):
     path = _config_file(tmp_path, text)
     with pytest.raises(SystemExit) as stop:
-        cli.main([*argv, str(path), *(["--directory", str(tmp_path)] if argv[0] == "diagnose"
-                                       else [])])
+        last = [argv[-1] + str(path)] if argv[-1].endswith("=") else [argv[-1], str(path)]
+        cli.main([*argv[:-1], *last, *(["--directory", str(tmp_path)]
+                                      if argv[0] == "diagnose" else [])])
     msg = str(stop.value.code)
     assert msg.startswith("perflab: config file") and str(path) in msg, msg
     assert "Traceback" not in msg + capfd.readouterr().err
