@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from perflab import catalogue, env, io
@@ -163,17 +164,21 @@ def comparability(mine: pd.Series, ref: pd.Series) -> tuple[bool, str]:
 
 def _pick(rows: pd.DataFrame, ref: pd.Series) -> pd.Series | None:
     """This run's row for the reference row's key (same execution preferred)."""
-    sel = rows
+    # masks, one row taken at the end (a sub-frame per key copied every column each time)
+    def col(k: str) -> np.ndarray:
+        return rows[k].to_numpy()
+
+    sel = np.ones(len(rows), dtype=bool)
     for k in KEYS:
-        sel = sel[sel[k] == ref[k]]
-    if sel.empty:
+        sel &= col(k) == ref[k]
+    if not sel.any():
         # a non-ok row is written once per variant/metric under statistic "value"
-        sel = rows[(rows.experiment == ref.experiment) & (rows.variant == ref.variant)
-                   & (rows.metric == ref.metric) & (rows.status != "ok")]
-        if sel.empty:
+        sel = ((col("experiment") == ref.experiment) & (col("variant") == ref.variant)
+               & (col("metric") == ref.metric) & (col("status") != "ok"))
+        if not sel.any():
             return None
-    same = sel[sel.execution == ref.execution]
-    return (same if not same.empty else sel).iloc[0]
+    same = sel & (col("execution") == ref.execution)
+    return rows.iloc[int((same if same.any() else sel).argmax())]
 
 
 def _cell(row: pd.Series | None) -> Any:

@@ -64,22 +64,26 @@ def find(frame: pd.DataFrame, variant: str, metric: str, statistic: str = "media
     variant under another metric explain a metric with no rows (the claims do not: for
     them that is an absent row).
     """
-    sel = frame[frame.variant == variant]
+    # masks over the columns, one row taken at the end: selecting sub-frames at each step
+    # copied every column each time (most of the report's and the claims' time)
+    col = {c: frame[c].to_numpy() for c in ("variant", "metric", "status", "statistic")}
+    sel = col["variant"] == variant
     if execution is not None:
-        sel = sel[sel.execution == execution]
-    if sel.empty:
+        sel &= frame["execution"].to_numpy() == execution
+    if not sel.any():
         return Missing(NOT_RUN)
-    same_metric = sel[sel.metric == metric]
-    ok = same_metric[(same_metric.status == "ok") & (same_metric.statistic == statistic)]
-    if not ok.empty:
-        return ok.iloc[0]
-    failed = same_metric[same_metric.status != "ok"]
-    if failed.empty and any_metric:
-        failed = sel[sel.status != "ok"]
-    if not failed.empty:
-        row = failed.iloc[0]
+    same_metric = sel & (col["metric"] == metric)
+    not_ok = col["status"] != "ok"
+    ok = same_metric & ~not_ok & (col["statistic"] == statistic)
+    if ok.any():
+        return frame.iloc[int(ok.argmax())]
+    failed = same_metric & not_ok
+    if not failed.any() and any_metric:
+        failed = sel & not_ok
+    if failed.any():
+        row = frame.iloc[int(failed.argmax())]
         return Missing(row["status"], str(row["reason"]))
-    return Missing(NOT_RUN if same_metric.empty else NOT_RECORDED)
+    return Missing(NOT_RECORDED if same_metric.any() else NOT_RUN)
 
 
 def pick(frame: pd.DataFrame, variant: str, metric: str = "step_latency",
