@@ -2,7 +2,9 @@
 
 ``failing_workload:make`` builds the chapter's MLP unless PERFLAB_TEST_FAIL says how
 to fail and PERFLAB_TEST_FAIL_ONLY (if set) occurs in the job's command line (under
-Snakemake's ``script:``, the copied script's name holds the experiment's slug):
+Snakemake's ``script:``, the copied script's name holds the experiment's slug).
+PERFLAB_TEST_FAIL may also name a mode per job, ``slug=mode,slug=mode``, so one run
+injects each fault into its own experiment:
 
 - ``raise``: a Python exception, as a bug in an experiment would raise;
 - ``oom``: ``torch.OutOfMemoryError``, as an allocation too large for the device raises;
@@ -23,9 +25,21 @@ import torch
 from perflab.workloads import mlp
 
 
+def _fault(spec: str, only: str) -> tuple[str, str]:
+    """(mode, only) for this job: ``spec`` as given, or the mode of the job whose slug is in
+    this command line (``slug=mode,...``; none there: no fault)."""
+    if "=" not in spec:
+        return spec, only
+    argv = " ".join(sys.argv)
+    for slug, _, mode in (item.partition("=") for item in spec.split(",")):
+        if slug and slug in argv:
+            return mode, slug
+    return "", ""
+
+
 def make(device: torch.device, **params):
-    mode = os.environ.get("PERFLAB_TEST_FAIL", "")
-    only = os.environ.get("PERFLAB_TEST_FAIL_ONLY", "")
+    mode, only = _fault(os.environ.get("PERFLAB_TEST_FAIL", ""),
+                        os.environ.get("PERFLAB_TEST_FAIL_ONLY", ""))
     # the faults are the measured job's: the run's pre-flight (a child process that sets
     # PERFLAB_PREFLIGHT, perflab/preflight.py) builds the workload unharmed
     if os.environ.get("PERFLAB_PREFLIGHT"):

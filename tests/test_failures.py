@@ -1,11 +1,12 @@
 """Failure handling through Snakemake, on the tiny contract.
 
 - An experiment that raises, runs out of memory, or is killed leaves no result
-  file, and the next run completes it (tests/failing_workload.py injects each).
+  file, and the next run completes it (tests/failing_workload.py injects each, all
+  three in one run with --keep-going, each into its own experiment's job).
+- With --keep-going, the report is still built, and names each failed
+  experiment with its log's last lines.
 - The whole run killed mid-job (the node lost): after `snakemake --unlock`, the
   rerun completes, because the default profile reruns incomplete jobs.
-- With --keep-going, the report is still built, and names the failed
-  experiment with its log's last lines.
 - Bad configuration stops `snakemake` (a real run, not a dry run) with one
   message naming the key, before any job starts.
 """
@@ -85,27 +86,51 @@ def _assert_completed(work: Path, eid: str) -> None:
     assert (frame.status == "ok").any()
 
 
-@pytest.mark.parametrize(
-    "mode, evidence",
-    [
-        ("raise", "injected failure: the experiment raised"),
-        ("oom", "OutOfMemoryError"),
-        ("kill", "injecting 'kill'"),
-    ],
-)
-def test_failed_experiment_leaves_no_result_and_rerun_completes(tmp_path, mode, evidence):
-    rule = SLUG
-    rc, out = snakemake(tmp_path, rule, "--config", "run=E01", fail=mode)
+#: (experiment, fault injected into its job, what its log must show); one run injects all
+#: three, each into its own job, beside OTHER, which keeps working
+FAULTS = [
+    (FAILING, "raise", "injected failure: the experiment raised"),
+    ("E06", "oom", "OutOfMemoryError"),
+    ("E07", "kill", "injecting 'kill'"),
+]
+
+
+def test_failed_experiments_leave_no_result_the_report_names_them_and_a_rerun_completes(
+        tmp_path):
+    """An experiment that raises, runs out of memory or is killed leaves no result file; with
+    --keep-going the others still run and the report is built, naming each failure with its
+    log's last lines; the next run (fixed) completes them and rebuilds the report in full."""
+    run = f"run={','.join([e for e, _, _ in FAULTS] + [OTHER])}"
+    fail = ",".join(f"{EXPERIMENTS[e].slug}={mode}" for e, mode, _ in FAULTS)
+    rc, out = snakemake(tmp_path, "--keep-going", "--config", run, fail=fail)
     assert rc != 0, out
-    assert f"Error in rule {rule}" in out, out
-    for f in _outputs(tmp_path, FAILING):
-        assert not f.exists(), f"{mode}: {f.name} left behind"
-    log = tmp_path / "logs" / TAG / f"{SLUG}.log"
-    assert evidence in log.read_text(), log.read_text()
-    # fixed: the next run completes it
-    rc, out = snakemake(tmp_path, rule, "--config", "run=E01")
+    results = tmp_path / "results" / TAG
+    for eid, mode, evidence in FAULTS:
+        slug = EXPERIMENTS[eid].slug
+        assert f"Error in rule {slug}" in out, (mode, out[-4000:])
+        assert f"perflab: {eid} failed" in out, (mode, out[-4000:])
+        for f in _outputs(tmp_path, eid):
+            assert not f.exists(), f"{mode}: {f.name} left behind"
+        log = tmp_path / "logs" / TAG / f"{slug}.log"
+        assert evidence in log.read_text(), (mode, log.read_text())
+    _assert_completed(tmp_path, OTHER)
+    html = (results / "report.html").read_text()
+    assert "This run did not finish" in html
+    for eid in [e for e, _, _ in FAULTS] + [OTHER]:
+        assert EXPERIMENTS[eid].title in html, eid
+    # the failed experiments: their status and the last lines of their logs
+    assert html.count("<strong>failed</strong>") >= len(FAULTS)
+    assert "injected failure: the experiment raised" in html
+    # the working one: its table and figure
+    assert "data:image/png;base64," in html
+    # fixed: the next run completes them and rebuilds the report in full
+    rc, out = snakemake(tmp_path, "--config", run)
     assert rc == 0, out[-4000:]
-    _assert_completed(tmp_path, FAILING)
+    for eid, _, _ in FAULTS:
+        _assert_completed(tmp_path, eid)
+    html = (results / "report.html").read_text()
+    assert "This run did not finish" not in html
+    assert "injected failure" not in html
 
 
 def test_run_killed_mid_job_is_rerun(tmp_path):
@@ -140,30 +165,6 @@ def test_run_killed_mid_job_is_rerun(tmp_path):
     rc, out = snakemake(tmp_path, rule, "--config", "run=E01")
     assert rc == 0, out[-4000:]
     _assert_completed(tmp_path, FAILING)
-
-
-def test_keep_going_report_shows_the_failed_experiment(tmp_path):
-    rc, out = snakemake(tmp_path, "--keep-going", "--config", f"run={FAILING},{OTHER}",
-                        fail="raise", only=SLUG)
-    assert rc != 0, out
-    assert f"perflab: {FAILING} failed" in out, out[-4000:]
-    results = tmp_path / "results" / TAG
-    _assert_completed(tmp_path, OTHER)
-    assert not _outputs(tmp_path, FAILING)[0].exists()
-    html = (results / "report.html").read_text()
-    assert "This run did not finish" in html
-    assert EXPERIMENTS[FAILING].title in html and EXPERIMENTS[OTHER].title in html
-    # the failed experiment: its status and the last lines of its log
-    assert "<strong>failed</strong>" in html
-    assert "injected failure: the experiment raised" in html
-    # the working one: its table and figure
-    assert "data:image/png;base64," in html
-    # the next run (fixed) completes and rebuilds the report in full
-    rc, out = snakemake(tmp_path, "--config", f"run={FAILING},{OTHER}")
-    assert rc == 0, out[-4000:]
-    html = (results / "report.html").read_text()
-    assert "This run did not finish" not in html
-    assert "injected failure" not in html
 
 
 # (config patch, key the one message must name)
