@@ -21,7 +21,17 @@ import torch
 
 from perflab import memory
 from perflab.experiments import e19_compile_ab as pair
-from perflab.experiments.e20_compile_cache import CACHE_PHASES, WARM
+
+# E20's paths and per-phase contract live with its read side, which the workflow imports
+# without torch; named here too, where the scripts and tests look for them
+from perflab.experiments.e20_compile_cache import (  # noqa: F401
+    CACHE_PHASES,
+    WARM,
+    e20_cache_dir,
+    e20_cold_outputs,
+    e20_contract,
+    e20_dir,
+)
 
 
 def counters() -> dict[str, int]:
@@ -175,45 +185,6 @@ def _descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
-
-
-# ------------------------------------------------------------ E20: cold and warm cache jobs
-# (its CACHE_PHASES: cold wipes the shared cache and compiles into it; warm, a later fresh
-# process, reuses it and writes E20's outputs)
-
-
-def e20_dir(result_dir: str | Path) -> Path:
-    return Path(result_dir) / "e20_compile_cache"
-
-
-def e20_cache_dir(result_dir: str | Path) -> str:
-    """The Inductor cache the cold and warm jobs share (its own, under the results)."""
-    return str(e20_dir(result_dir) / "inductor_cache")
-
-
-def e20_cold_outputs(result_dir: str | Path) -> dict[str, str]:
-    """csv, samples and provenance of the cold job (the warm job writes E20's own)."""
-    d = e20_dir(result_dir)
-    return {"csv": str(d / "cold.csv"), "samples": str(d / "cold_samples.csv"),
-            "provenance": str(d / "cold.json")}
-
-
-def e20_contract(contract: dict, phase: str, result_dir: str | Path) -> dict:
-    """E20's contract for one phase: the phase, the shared cache, where cold's rows are.
-
-    ``inductor_cache_dir`` is the parameter the harness honours instead of
-    giving the job a private cache.
-    """
-    if phase not in CACHE_PHASES:
-        raise ValueError(f"phase must be one of {CACHE_PHASES}, got {phase!r}")
-    import copy
-
-    c = copy.deepcopy(dict(contract))
-    c["params"] = {**c.get("params", {}), "phase": phase,
-                   "inductor_cache_dir": e20_cache_dir(result_dir)}
-    if phase == WARM:
-        c["params"]["cold_outputs"] = e20_cold_outputs(result_dir)
-    return c
 
 
 # ------------------------------------------------------------ eager vs compiled, measured

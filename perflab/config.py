@@ -12,6 +12,7 @@ with one message that names the offending key.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,9 @@ def _cuda_available() -> bool:
 
 
 def _resolve_device(requested: str, check: bool = True) -> str:
+    # torch only where CUDA must be asked about: a CPU run parses its workflow without it
+    if requested == "cpu":
+        return "cpu"
     import torch
 
     if requested == "auto":
@@ -268,21 +272,31 @@ def _check_dirs(cfg: dict) -> None:
 
 
 def _check_workloads(cfg: dict) -> None:
-    from perflab.workloads import REGISTRY, WorkloadError, check_params, resolve_target
+    # a registered builder is checked from its source, without torch (perflab/targets.py);
+    # anything else is imported, as a job will
+    from perflab.targets import WorkloadError, check_accepted, registered
 
     for name, params in cfg["workloads"].items():
         target = params.get("target", name)
-        try:
-            resolve_target(target)
-        except WorkloadError as exc:
-            raise ConfigError(f"config error at 'workloads.{name}.target': {exc}") from None
         rest = {k: v for k, v in params.items() if k != "target"}
+        if target in registered():
+            check = functools.partial(check_accepted, target, registered()[target])
+        else:
+            from perflab.workloads import check_params, resolve_target
+
+            try:
+                resolve_target(target)
+            except WorkloadError as exc:
+                raise ConfigError(f"config error at 'workloads.{name}.target': {exc}") from None
+            check = functools.partial(check_params, target)
         try:
-            check_params(target, {**rest, "seed": cfg["seed"]})
+            check({**rest, "seed": cfg["seed"]})
         except WorkloadError as exc:
             raise ConfigError(f"config error at 'workloads.{name}.{exc.param}': {exc}") from None
     w = cfg["workload"]
-    if w not in cfg["workloads"]:
+    if w not in cfg["workloads"] and w not in registered():
+        from perflab.workloads import REGISTRY, resolve_target
+
         try:
             resolve_target(w)
         except WorkloadError as exc:

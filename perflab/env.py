@@ -251,10 +251,10 @@ def device_name(device: torch.device | str) -> str:
 
 def device_tag(device: torch.device | str) -> str:
     """Machine class for result directories: e.g. ``cuda-nvidia-h200``, ``cpu-2c``."""
-    import torch
+    if str(device).startswith("cuda"):  # torch only for a GPU's name (the workflow's parse)
+        import torch
 
-    device = torch.device(device)
-    if device.type == "cuda":
+        device = torch.device(device)
         slug = re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")
         return f"cuda-{slug}"
     return f"cpu-{os.cpu_count()}c"

@@ -31,18 +31,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from perflab.targets import WorkloadError, check_accepted
+
 Tensor = torch.Tensor
-
-
-class WorkloadError(ValueError):
-    """A workload target that cannot be resolved or breaks the contract.
-
-    ``param`` names the offending parameter when one is to blame.
-    """
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
 
 
 class NotApplicable(Exception):
@@ -577,16 +568,7 @@ def check_params(target: str, params: dict[str, Any]) -> None:
 
     ``seed`` is exempt: the pipeline passes it only to builders that take it.
     """
-    accepted = _accepted(resolve_target(target))
-    if accepted is None:
-        return
-    unknown = sorted(set(params) - accepted - {"seed"})
-    if unknown:
-        raise WorkloadError(
-            f"workload {target!r} takes no parameter {unknown[0]!r} "
-            f"(it takes: {', '.join(sorted(accepted))})",
-            param=unknown[0],
-        )
+    check_accepted(target, _accepted(resolve_target(target)), params)
 
 
 def build(target: str, device: torch.device | str, **params: Any) -> Workload:

@@ -356,6 +356,22 @@ def test_snakemake_dry_run_control(tmp_path):
     assert not results.exists()  # a dry run writes nothing
 
 
+def test_a_cpu_run_parses_its_workflow_without_torch(tmp_path):
+    """Snakemake loads the workflow at every invocation: on a CPU, with a registered workload,
+    the validation asks nothing of torch (a torch that cannot be imported is not noticed)."""
+    blocked = tmp_path / "blocked" / "torch"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('torch imported while parsing')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "e01_lying_benchmark",
+         "--configfile", str(TEST_CONFIG), "--config", "device=cpu",
+         f"results_dir={tmp_path / 'results'}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked.parent), str(REPO_ROOT)])})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "rule e01_lying_benchmark" in proc.stdout + proc.stderr
+
+
 def test_unknown_parameter_of_registered_workload(base_config):
     base_config["workloads"]["mlp"]["dimm"] = 512
     with pytest.raises(config.ConfigError, match="workloads.mlp.dimm"):

@@ -41,6 +41,16 @@ def test_registered_names():
         assert workloads.resolve_target(name) is fn
 
 
+def test_registered_parameters_read_from_the_source_are_the_builders():
+    """What the workflow checks a config against without torch (perflab/targets.py) is what
+    inspecting each registered builder gives."""
+    from perflab import targets
+
+    assert set(targets.registered()) == set(workloads.REGISTRY)
+    for name, fn in workloads.REGISTRY.items():
+        assert targets.registered()[name] == workloads._accepted(fn), name
+
+
 def test_input_shape_and_parameter_count():
     w = workloads.build("mlp", "cpu", **TINY["mlp"])
     assert w.input_shape() == "[4, 8]"

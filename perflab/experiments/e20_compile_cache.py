@@ -6,6 +6,8 @@ warm).
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,6 +56,7 @@ COLD, WARM = "cold", "warm"
 CACHE_PHASES = (COLD, WARM)
 WARM_VS_COLD = f"{WARM}_vs_{COLD}"
 
+
 #: <phase>/compiled: the compiler's own counters during the first compiled call,
 #: torch._dynamo.utils.counters' "section.key" as "section/key"
 COMPILER_COUNTERS = ("inductor.fxgraph_cache_hit", "inductor.fxgraph_cache_miss",
@@ -75,6 +78,42 @@ def counter_metric(key: str) -> str:
 
 def cache_variant(phase: str) -> str:
     return f"{phase}/cache"
+
+
+# ------------------------------------------------------------------ the two jobs' files
+# (the workflow reads them at parse time: nothing here imports torch)
+
+
+def e20_dir(result_dir: str | Path) -> Path:
+    return Path(result_dir) / "e20_compile_cache"
+
+
+def e20_cache_dir(result_dir: str | Path) -> str:
+    """The Inductor cache the cold and warm jobs share (its own, under the results)."""
+    return str(e20_dir(result_dir) / "inductor_cache")
+
+
+def e20_cold_outputs(result_dir: str | Path) -> dict[str, str]:
+    """csv, samples and provenance of the cold job (the warm job writes E20's own)."""
+    d = e20_dir(result_dir)
+    return {"csv": str(d / "cold.csv"), "samples": str(d / "cold_samples.csv"),
+            "provenance": str(d / "cold.json")}
+
+
+def e20_contract(contract: dict, phase: str, result_dir: str | Path) -> dict:
+    """E20's contract for one phase: the phase, the shared cache, where cold's rows are.
+
+    ``inductor_cache_dir`` is the parameter the harness honours instead of
+    giving the job a private cache.
+    """
+    if phase not in CACHE_PHASES:
+        raise ValueError(f"phase must be one of {CACHE_PHASES}, got {phase!r}")
+    c = copy.deepcopy(dict(contract))
+    c["params"] = {**c.get("params", {}), "phase": phase,
+                   "inductor_cache_dir": e20_cache_dir(result_dir)}
+    if phase == WARM:
+        c["params"]["cold_outputs"] = e20_cold_outputs(result_dir)
+    return c
 
 
 # ------------------------------------------------------------------ table and figure

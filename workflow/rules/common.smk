@@ -210,20 +210,20 @@ def memory_snapshot_outputs():
 
 # E20 compile cache: a cold job (wipes the shared Inductor cache, compiles into it) and
 # a warm job (a later fresh process reusing it) that writes E20's outputs.
-from perflab import compiling as perflab_compiling  # noqa: E402
+from perflab.experiments import e20_compile_cache as perflab_e20  # noqa: E402
 
 
 def e20_cold_outputs():
-    return perflab_compiling.e20_cold_outputs(perflab_config.result_dir(RUN))
+    return perflab_e20.e20_cold_outputs(perflab_config.result_dir(RUN))
 
 
 def e20_cache_dir():
-    return perflab_compiling.e20_cache_dir(perflab_config.result_dir(RUN))
+    return perflab_e20.e20_cache_dir(perflab_config.result_dir(RUN))
 
 
 def e20_contract(phase):
     """E20's contract with the phase and the shared cache the harness must use."""
-    return perflab_compiling.e20_contract(
+    return perflab_e20.e20_contract(
         exp_contract("E20"), phase, perflab_config.result_dir(RUN)
     )
 
@@ -244,13 +244,11 @@ def d01_on_cluster():
 
 
 def d01_plan():
-    import torch
-
     cluster = d01_on_cluster()
     try:
         return perflab_distributed.plan(
             exp_contract("D01"),
-            visible_cuda=None if cluster else torch.cuda.device_count(),
+            visible_cuda=None if cluster else visible_cuda(),
             cores=timing_threads(),
             cores_per_rank=cluster,
         )
@@ -258,6 +256,15 @@ def d01_plan():
         if "D01" not in selected():
             return None
         raise WorkflowError(f"config error at '{exc.key}': {exc.message}") from None
+
+
+def visible_cuda():
+    """CUDA devices this host sees (torch asked only where the run is on CUDA)."""
+    if not RUN["resolved_device"].startswith("cuda"):
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def d01_contract():
