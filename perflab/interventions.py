@@ -318,10 +318,10 @@ def timed_variants(ctx, variant_steps: Mapping[str, Callable[[], Any]], *, examp
     ``variant_steps`` maps each row variant to its step; ``row_kw`` gives each
     variant's extra row fields (dtype, input shape). Blocks and calls per block
     come from the experiment's params (``blocks``, ``inner``), the warmup calls of
-    each variant from its ``warmup`` param where one is set (a scale's: the CPU's
-    fp16 autocast step is 1.2 s at batch 512), else the contract's timing. Per
-    variant: the step-latency summary, the spread of
-    its block medians, examples/s; with ``baseline``, each median as a % of the
+    each variant from its ``warmup`` param where one is set (E15-E17: the CPU
+    scale's, whose large-batch steps are tenths of a second to a second), else the
+    contract's timing. Per variant: the step-latency summary, the spread of its
+    block medians, examples/s; with ``baseline``, each median as a % of the
     baseline's under ``pct_metric``.
     """
     p = ctx.params

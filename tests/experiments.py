@@ -121,3 +121,38 @@ def assert_only_cuda_rows_unsupported(eid: str, rows, samples,
     bad = rows[rows.status != "ok"]
     assert set(bad.metric) <= set(allowed), set(bad.metric)
     assert bad.reason.str.contains("CUDA").all()
+
+
+def assert_round_robin_takes_the_warmup(tiny_cfg: dict, eid: str, out_dir: Path, monkeypatch,
+                                        **params) -> None:
+    """`experiments.<eid>.warmup` (2 here) replaces timing.warmup in the round robin of
+    :func:`perflab.interventions.timed_variants`, and every timed row's window says so."""
+    from perflab import io, timing
+
+    seen, real = [], timing.interleaved_round_robin
+
+    def spy(steps, **kw):
+        seen.append(kw["warmup"])
+        return real(steps, **kw)
+
+    monkeypatch.setattr(timing, "interleaved_round_robin", spy)
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"][eid].update(params, warmup=2)
+    assert cfg["timing"]["warmup"] != 2
+    _, out = run_tiny(cfg, eid, out_dir)
+    rows = io.read_results([out["csv"]])
+    assert seen and set(seen) == {2}
+    timed = rows[rows.metric == "step_latency"]
+    assert len(timed) and timed.window.str.contains("after warmup 2,").all()
+
+
+def assert_cpu_scale_sets(eid: str, key: str, cpu_value, yours) -> None:
+    """`experiments.<eid>.<key>`: the CPU scale sets ``cpu_value`` as a default beneath the
+    user's value (``yours`` is kept, and ``scale_kept`` records both); the chapter's scale
+    leaves the key null (the timing default), so the chapter's contract is unchanged."""
+    assert config.load([], {"device": "cpu"})["experiments"][eid][key] == cpu_value
+    chapter = config.load([], {"device": "cpu", "scale": "chapter"})
+    assert chapter["experiments"][eid][key] is None
+    mine = config.load([], {"device": "cpu", "experiments": {eid: {key: yours}}})
+    assert mine["experiments"][eid][key] == yours
+    assert mine["scale_kept"][f"experiments.{eid}.{key}"] == {"yours": yours, "scale": cpu_value}

@@ -9,7 +9,14 @@ from __future__ import annotations
 import copy
 
 import pytest
-from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results, run_tiny
+from experiments import (
+    assert_cpu_scale_sets,
+    assert_only_cuda_rows_unsupported,
+    assert_round_robin_takes_the_warmup,
+    one_value,
+    pipeline_results,
+    run_tiny,
+)
 
 from perflab import figures, interventions, io, tables
 
@@ -103,31 +110,8 @@ def test_a_precision_that_fails_becomes_unsupported_rows(tiny_cfg, tmp_path, mon
 
 
 def test_the_round_robin_takes_the_experiments_warmup(tiny_cfg, tmp_path, monkeypatch):
-    """`experiments.E15.warmup` (the CPU scale's 5: fp16 autocast is 1.2 s a step there)
-    replaces timing.warmup in the round robin, and every timed row says which it was."""
-    from perflab import config, timing
-
-    seen = []
-    real = timing.interleaved_round_robin
-
-    def spy(steps, **kw):
-        seen.append(kw["warmup"])
-        return real(steps, **kw)
-
-    monkeypatch.setattr(timing, "interleaved_round_robin", spy)
-    cfg = copy.deepcopy(tiny_cfg)
-    cfg["experiments"]["E15"].update(batches=[8], finite_steps=2, blocks=1, inner=1,
-                                     peak_calls=1, warmup=2)
-    assert cfg["timing"]["warmup"] != 2
-    _, out = run_tiny(cfg, "E15", tmp_path)
-    rows = io.read_results([out["csv"]])
-    assert seen == [2]
-    timed = rows[rows.metric == "step_latency"]
-    assert len(timed) and timed.window.str.contains("after warmup 2,").all()
-    # the CPU scale sets it as a default beneath the user's value; the chapter's scale not
-    assert config.load([], {"device": "cpu"})["experiments"]["E15"]["warmup"] == 5
-    assert config.load([], {"device": "cpu", "scale": "chapter"})["experiments"]["E15"][
-        "warmup"] is None
-    mine = config.load([], {"device": "cpu", "experiments": {"E15": {"warmup": 30}}})
-    assert mine["experiments"]["E15"]["warmup"] == 30
-    assert mine["scale_kept"]["experiments.E15.warmup"] == {"yours": 30, "scale": 5}
+    """The CPU scale's 5 warmup calls, not timing's 30: fp16 autocast is 1.1 s a step there
+    at batch 512 (0.15 s at 64)."""
+    assert_round_robin_takes_the_warmup(tiny_cfg, "E15", tmp_path, monkeypatch, batches=[8],
+                                        finite_steps=2, blocks=1, inner=1, peak_calls=1)
+    assert_cpu_scale_sets("E15", "warmup", 5, 30)

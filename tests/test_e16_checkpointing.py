@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results
+from experiments import (
+    assert_cpu_scale_sets,
+    assert_only_cuda_rows_unsupported,
+    assert_round_robin_takes_the_warmup,
+    one_value,
+    pipeline_results,
+)
 
 from perflab import figures, interventions, tables, workloads
 
@@ -78,3 +84,11 @@ def test_checkpointed_recomputes_in_backward_and_matches():
 def test_checkpointing_refuses_an_unknown_model():
     with pytest.raises(interventions.NotApplicable):
         interventions.Checkpointed(torch.nn.Linear(3, 3))
+
+
+def test_the_round_robin_takes_the_experiments_warmup(tiny_cfg, tmp_path, monkeypatch):
+    """The CPU scale's 5 warmup calls of each variant, not timing's 30 (its steps are
+    0.15-0.19 s at batch 1024, and 30 outnumbered the 4 x 5 timed calls)."""
+    assert_round_robin_takes_the_warmup(tiny_cfg, "E16", tmp_path, monkeypatch, batches=[8],
+                                        blocks=1, inner=1, peak_calls=1)
+    assert_cpu_scale_sets("E16", "warmup", 5, 30)

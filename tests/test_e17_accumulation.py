@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results, run_tiny
+from experiments import (
+    assert_cpu_scale_sets,
+    assert_only_cuda_rows_unsupported,
+    assert_round_robin_takes_the_warmup,
+    one_value,
+    pipeline_results,
+    run_tiny,
+)
 
 from perflab import figures, io, tables
 
@@ -80,3 +87,11 @@ def test_the_ledger_carries_the_worst_equivalence(e17):
     worst = rows[rows.metric == "grad_max_abs_diff"].value.max()
     assert float(line.value.iloc[0]) == pytest.approx(worst)
     assert f"accumulated grad max {worst:.1e}" in md
+
+
+def test_the_round_robin_takes_the_experiments_warmup(tiny_cfg, tmp_path, monkeypatch):
+    """The CPU scale's 5 warmup calls of each K, not timing's 30 (its steps are 0.15-0.17 s
+    at batch 1024, and 30 outnumbered the 4 x 4 timed calls)."""
+    assert_round_robin_takes_the_warmup(tiny_cfg, "E17", tmp_path, monkeypatch, batch=8,
+                                        ks=[1, 2], blocks=1, inner=1, peak_calls=1)
+    assert_cpu_scale_sets("E17", "warmup", 5, 30)
