@@ -341,9 +341,10 @@ def _do_bench(step, warmup_ms, rep_ms):
 
 def _peers(ctx, step):
     p, t = ctx.params, ctx.timing
-    helper = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
+    n = t["repeats"] if p.get("peer_repeats") is None else p["peer_repeats"]  # a scale's
+    helper = timing.time_calls(step, warmup=t["warmup"], repeats=n, sync=ctx.sync)
     h = ctx.summary(helper, variant=PEER_HELPER, metric="step_latency",
-                    window=f"timing.time_calls: warmup {t['warmup']}, repeats {t['repeats']}",
+                    window=f"timing.time_calls: warmup {t['warmup']}, repeats {n}",
                     sync_boundary="synchronized at both ends of each call",
                     statistics=("median", "iqr", "p25", "p75"))
     m = timing.timer_blocked_autorange(step, min_run_time=p["peer_min_run_time_s"])

@@ -89,7 +89,8 @@ def measure(ctx):
         timed.update(_first_compiled_calls(ctx, w, opt, x, y))
     # every question, eager and compiled, timed as one interleaved round robin: each block
     # runs every one of them once, in balanced order, so drift on the machine hits all alike
-    inner = max(1, t["repeats"] // p["blocks"])
+    repeats = t["repeats"] if p.get("repeats") is None else p["repeats"]  # a scale's (the CPU's)
+    inner = max(1, repeats // p["blocks"])
     res = timing.interleaved_round_robin({k: fn for k, (_, fn) in timed.items()},
                                          blocks=p["blocks"], inner=inner, warmup=t["warmup"],
                                          sync=ctx.sync)

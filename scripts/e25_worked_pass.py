@@ -58,15 +58,20 @@ def isolated_peak(ctx, fresh, w, opt_name, lr, calls):
     return c.max_allocated_mib, c.max_reserved_mib
 
 
+def _repeats(ctx) -> int:
+    """Calls of the baseline and of the localization: ``repeats``, else timing.repeats."""
+    return ctx.timing["repeats"] if ctx.params.get("repeats") is None else ctx.params["repeats"]
+
+
 def _measure(ctx, w, base_step, window: str) -> dict[str, float]:
     """1. measure: the baseline under the contract."""
-    t = ctx.timing
-    base = ctx.summary(timing.time_calls(base_step, warmup=t["warmup"], repeats=t["repeats"],
+    t, repeats = ctx.timing, _repeats(ctx)
+    base = ctx.summary(timing.time_calls(base_step, warmup=t["warmup"], repeats=repeats,
                                          sync=ctx.sync),
                        variant=BASELINE, metric=STEP_LATENCY, window=window,
                        sync_boundary="synchronized at both ends of each call")
     ctx.row(variant=BASELINE, metric=THROUGHPUT, statistic="median",
-            value=w.batch_size / base["median"] * 1e3, unit="examples/s", n=t["repeats"],
+            value=w.batch_size / base["median"] * 1e3, unit="examples/s", n=repeats,
             window=window, sync_boundary=timing.DRAINED_THROUGHPUT)
     return base
 
@@ -74,7 +79,7 @@ def _measure(ctx, w, base_step, window: str) -> dict[str, float]:
 def _localize(ctx, w, base_step, window: str, base_median: float):
     """2. localize: per-phase synchronization (the phase hooks) on the same model and
     optimizer, its batch from the host (or the workload's loader), as E05."""
-    repeats = ctx.timing["repeats"]
+    repeats = _repeats(ctx)
     host_step = steps.build(w, ctx.device, model=base_step.model, optimizer=base_step.optimizer,
                             resident=False,
                             batches=base_step.batches if w.loader is not None else None)

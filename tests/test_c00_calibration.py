@@ -14,18 +14,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from experiments import one_value, run_tiny
+from experiments import assert_cpu_scale_sets, one_value, run_tiny
 
 from perflab import calibration, env, figures, io, ledger, stats, tables, timing
 from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR, AA_FLOOR_SHORT
 
+#: experiments.C00.peer_repeats of the module's run (null would be timing.repeats, 30 here)
+PEER_REPEATS = 7
+
 
 @pytest.fixture(scope="module")
 def c00(tiny_cfg, tmp_path_factory):
-    """One C00 run on the tiny contract (8 A/A blocks): (rows, samples, contract, outputs)."""
+    """One C00 run on the tiny contract (8 A/A blocks, the helper's 7 calls against the peers):
+    (rows, samples, contract, outputs)."""
     cfg = copy.deepcopy(tiny_cfg)
     # its own run, not the shared pipeline's: more A/A blocks (8 of 5) than the tiny contract
-    cfg["experiments"]["C00"].update(aa_blocks=8, aa_inner=5)
+    cfg["experiments"]["C00"].update(aa_blocks=8, aa_inner=5, peer_repeats=PEER_REPEATS)
     contract, out = run_tiny(cfg, "C00", tmp_path_factory.mktemp("c00"))
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
 
@@ -102,6 +106,18 @@ def test_peer_ratio_is_the_ratio_of_the_rows(c00):
     ratio = one_value(rows, "peer/timer_over_helper", "ratio")
     assert ratio == pytest.approx(one_value(rows, "peer/timer", "step_latency", "median")
                                   / one_value(rows, "peer/helper", "step_latency", "median"))
+
+
+def test_the_helper_against_the_peers_takes_peer_repeats(c00):
+    """experiments.C00.peer_repeats (the CPU scale's 200) replaces timing.repeats for the
+    helper's calls beside the peer timers, and its rows say so."""
+    rows, samples, contract, _ = c00
+    assert contract["timing"]["repeats"] != PEER_REPEATS
+    helper = rows[rows.variant == "peer/helper"]
+    assert (helper.n == PEER_REPEATS).all()
+    assert helper.window.str.endswith(f"repeats {PEER_REPEATS}").all()
+    assert (samples.variant == "peer/helper").sum() == PEER_REPEATS
+    assert_cpu_scale_sets("C00", "peer_repeats", 200, 400)
 
 
 def test_profiler_overhead_row_matches_its_samples(c00):

@@ -185,7 +185,7 @@ def test_contract_follows_the_controlled_workload(tiny_cfg):
     c = config.contract(other, "E02")
     assert c["workload"] == "pointwise"
     assert set(c["workloads"]) == {"pointwise"}
-    assert c["params"] == {"compile": True, "blocks": 3}
+    assert c["params"] == {"compile": True, "blocks": 3, "repeats": None}
 
 
 def test_experiment_outputs(tiny_cfg):

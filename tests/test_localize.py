@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from experiments import load_script, pipeline_results, run_tiny
+from experiments import assert_cpu_scale_sets, load_script, pipeline_results, run_tiny
 
 from perflab import io, optim, phases, steps, tables, timing, workloads
 from perflab.experiments import e05_phases
@@ -238,6 +238,10 @@ def test_e07_rows(pipeline_run, tiny_cfg):
     assert {"step_latency", "wilcoxon_p", "difference_resolved"} <= set(d.metric)
 
 
+def test_e05_calls_per_series_on_the_cpu_scale():
+    assert_cpu_scale_sets("E05", "repeats", 200, 400)
+
+
 # ------------------------------------------------------------------ E25
 
 
@@ -256,3 +260,22 @@ def test_e25_rows_are_consistent(pipeline_run, tiny_cfg):
     assert len(shares) == 7 and shares.sum() == pytest.approx(100.0)
     peaks = rows[rows.metric == "peak_allocated"]
     assert set(peaks.status) == {"unsupported"} and peaks.reason.str.contains("RSS").all()
+
+
+def test_e25_baseline_and_localization_take_its_repeats(tiny_cfg, tmp_path):
+    """experiments.E25.repeats (the CPU scale's 200) replaces timing.repeats for the baseline
+    and the localization; the interleaved pair keeps its own blocks."""
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["E25"]["repeats"] = 7
+    assert cfg["timing"]["repeats"] != 7
+    contract, out = run_tiny(cfg, "E25", tmp_path)
+    rows = io.read_results([out["csv"]])
+    base = rows[rows.variant == "baseline_adamw_foreach"]
+    assert set(base.metric) == {"step_latency", "throughput"} and (base.n == 7).all()
+    shares = rows[rows.variant.str.startswith("localize/")]
+    assert len(shares) == 7 and (shares.n == 7).all()
+    p = contract["params"]
+    pair = rows[(rows.variant == "adamw_fused") & (rows.metric == "step_latency")
+                & (rows.statistic == "median")]
+    assert len(pair) == 1 and (pair.n == p["blocks"] * p["inner"]).all()
+    assert_cpu_scale_sets("E25", "repeats", 200, 400)
