@@ -278,10 +278,11 @@ def _short_block_medians(samples, inner, k):
     return [statistics.median(samples[i:i + k]) for i in range(0, len(samples), inner)]
 
 
-def _aa_design(ctx) -> tuple[dict, str]:
-    """The interleaving of the A/A pair and of the planted pair: its arguments and window."""
+def _aa_design(ctx, blocks: int | None = None) -> tuple[dict, str]:
+    """The interleaving of the A/A pair (and, with its own ``blocks``, of the planted pair):
+    its arguments and window."""
     p, t = ctx.params, ctx.timing
-    blocks, inner = p["aa_blocks"], p["aa_inner"]
+    blocks, inner = blocks or p["aa_blocks"], p["aa_inner"]
     return (dict(blocks=blocks, inner=inner, warmup=t["warmup"], sync=ctx.sync),
             f"{blocks} blocks per side of {inner} synchronized calls, alternating AB/BA, "
             f"after {t['warmup']} warmup calls per side")
@@ -314,8 +315,12 @@ def _noise_floor(ctx, step_a, step_b):
 
 
 def _planted(ctx, step_a, step_b):
-    """A planted 2x (B calls the second copy twice) judged against the A/A floor."""
-    common, window = _aa_design(ctx)
+    """A planted 2x (B calls the second copy twice) judged against the A/A floor.
+
+    Its blocks are ``planted_blocks`` (null: the A/A's): a 2x effect needs fewer pairs to be
+    told from the floor than the floor needs to be measured (6 all-positive pairs give the
+    signed-rank test p = 0.031), and B's side costs two steps per call."""
+    common, window = _aa_design(ctx, ctx.params.get("planted_blocks"))
     floor = ctx.noise_floor_pct
 
     def twice():

@@ -70,7 +70,9 @@ def measure(ctx):
                 window="one step from an empty queue, warmed",
                 sync_boundary="clock read when the call returns to Python (no sync)")
 
-    synced = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"], sync=ctx.sync)
+    # a scale's repeats (the CPU's 200: a median of a 20-30 ms step) or timing's
+    repeats = t["repeats"] if p.get("repeats") is None else p["repeats"]
+    synced = timing.time_calls(step, warmup=t["warmup"], repeats=repeats, sync=ctx.sync)
     s = ctx.summary(synced, variant=SYNCHRONIZED_WARMED, metric="step_latency",
                     window=f"steady state after warmup {t['warmup']}", sync_boundary=SYNCED)
     ctx.log(f"synchronized + warmed median of {len(synced)}: {s['median']:.3f} ms")

@@ -21,6 +21,9 @@ from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR, AA_FLOOR_SHO
 
 #: experiments.C00.peer_repeats of the module's run (null would be timing.repeats, 30 here)
 PEER_REPEATS = 7
+#: experiments.C00.planted_blocks of the module's run (null would be its 8 A/A blocks); 6
+#: all-positive pairs are the fewest whose signed-rank p is below 0.05
+PLANTED_BLOCKS = 6
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,8 @@ def c00(tiny_cfg, tmp_path_factory):
     (rows, samples, contract, outputs)."""
     cfg = copy.deepcopy(tiny_cfg)
     # its own run, not the shared pipeline's: more A/A blocks (8 of 5) than the tiny contract
-    cfg["experiments"]["C00"].update(aa_blocks=8, aa_inner=5, peer_repeats=PEER_REPEATS)
+    cfg["experiments"]["C00"].update(aa_blocks=8, aa_inner=5, peer_repeats=PEER_REPEATS,
+                                     planted_blocks=PLANTED_BLOCKS)
     contract, out = run_tiny(cfg, "C00", tmp_path_factory.mktemp("c00"))
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
 
@@ -106,6 +110,19 @@ def test_peer_ratio_is_the_ratio_of_the_rows(c00):
     ratio = one_value(rows, "peer/timer_over_helper", "ratio")
     assert ratio == pytest.approx(one_value(rows, "peer/timer", "step_latency", "median")
                                   / one_value(rows, "peer/helper", "step_latency", "median"))
+
+
+def test_the_planted_pair_takes_planted_blocks(c00):
+    """experiments.C00.planted_blocks (the CPU scale's 6) sets the planted 2x's block pairs;
+    the A/A floor it is judged against keeps aa_blocks."""
+    rows, samples, contract, _ = c00
+    assert contract["params"]["aa_blocks"] != PLANTED_BLOCKS
+    for variant, blocks in (("planted_a", PLANTED_BLOCKS), ("planted_2x", PLANTED_BLOCKS),
+                            ("aa_a", contract["params"]["aa_blocks"])):
+        assert samples[samples.variant == variant].block.nunique() == blocks, variant
+    planted = rows[rows.variant == "planted_2x_minus_planted_a"]
+    assert planted.window.str.contains(f"{PLANTED_BLOCKS} blocks per side").all()
+    assert_cpu_scale_sets("C00", "planted_blocks", 6, 8)
 
 
 def test_the_helper_against_the_peers_takes_peer_repeats(c00):
