@@ -17,7 +17,8 @@ others), under the diagnose contract (``config/diagnose.yaml``, beneath the
 user's config files), and prints the verdict — where a job failed, drawn from
 what ran, naming each experiment that did not finish and why (its log's last
 line).
-Its last step is W01 (``--no-whatif`` skips it): every intervention that applies, measured.
+Its last step is W01 (``--no-whatif`` skips it): every intervention that applies, measured
+in a second Snakemake invocation after the verdict is printed, then the diagnosis again.
 ``whatif`` runs W01 alone and prints its table. Extra arguments after ``--`` go to Snakemake
 unchanged.
 """
@@ -168,19 +169,22 @@ def _preflight(args, cfg: dict, env: dict) -> int:
     return 0
 
 
-def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: list[str]
-               ) -> tuple[int, Path]:
-    """The pre-flight (`perflab check`, in a child process), then Snakemake on ``run``."""
+def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: list[str],
+               env: dict | None = None) -> tuple[int, Path]:
+    """The pre-flight (`perflab check`, in a child process), then Snakemake on ``run``.
+
+    ``env``: the environment of a pre-flight that already answered (not run again)."""
     # The pre-flight runs in a child process. Run here, it would leave this process holding
     # a CUDA context, the model and its optimizer state for the whole run, and every
     # measured job would share the device with it (the validity gate flagged exactly that
     # on the H200).
     _read_passed_configfiles(snakemake_args)
-    env = _env()
     workdir = Path(args.directory).resolve()
-    rc = _preflight(args, cfg, env)
-    if rc != 0:
-        return rc, workdir
+    if env is None:
+        env = _env()
+        rc = _preflight(args, cfg, env)
+        if rc != 0:
+            return rc, workdir
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
            "--directory", str(workdir), "--cores", str(args.cores), "--keep-going",
            *targets]  # before --config, whose values would otherwise swallow them
@@ -197,16 +201,40 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
 
 
 def diagnose(args, snakemake_args: list[str]) -> int:
+    """The verdict, printed as soon as its evidence is in; then, unless --no-whatif, W01's
+    interventions measured and the diagnosis printed again with them (one pre-flight)."""
     cfg = _config(args)
     run = args.run
     # `all` leaves W01 out (it runs only when asked), so all,W01 is how it joins
-    if not args.no_whatif and WHATIF not in run.upper().replace(" ", "").split(","):
-        run = f"{run},{WHATIF}"
+    whatif_after = not args.no_whatif and WHATIF not in run.upper().replace(" ", "").split(",")
+    dry = "-n" in snakemake_args or "--dry-run" in snakemake_args
+    if not whatif_after or dry:
+        return _diagnose_run(args, cfg, f"{run},{WHATIF}" if whatif_after else run,
+                             snakemake_args)
+    _read_passed_configfiles(snakemake_args)
+    env = _env()
+    rc = _preflight(args, cfg, env)
+    if rc != 0:
+        return rc
+    rc = _diagnose_run(args, cfg, run, snakemake_args, env)
+    if rc != 0:
+        print(f"perflab: {WHATIF} not run: a job failed (its log is named above); the verdict "
+              "above is drawn from what ran", file=sys.stderr)
+        return rc
+    print(f"perflab: the verdict above stands on its evidence; now {WHATIF} measures each "
+          "intervention that applies (--no-whatif skips this), and the diagnosis is printed "
+          "again with them", file=sys.stderr)
+    return _diagnose_run(args, cfg, f"{run},{WHATIF}", snakemake_args, env)
+
+
+def _diagnose_run(args, cfg: dict, run: str, snakemake_args: list[str],
+                  env: dict | None = None) -> int:
+    """One Snakemake invocation for the diagnosis of ``run``, its verdict printed."""
     md_rel = cfgmod.result_dir(cfg) / "diagnosis.md"
     # the diagnosis alone by default: no ledger, claims, figures or report notebook
     started = time.time()
     rc, workdir = _snakemake(args, cfg, run, [] if args.report else [str(md_rel)],
-                             snakemake_args)
+                             snakemake_args, env)
     md = workdir / md_rel
     if rc != 0 and "-n" not in snakemake_args and "--dry-run" not in snakemake_args \
             and not (md.is_file() and md.stat().st_mtime >= started):

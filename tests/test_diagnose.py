@@ -428,6 +428,46 @@ def test_diagnose_keeps_going_and_prints_the_verdict_of_what_ran(tmp_path, monke
     assert "**Verdict:" in out and FAILED_LINE in out
 
 
+def test_the_verdict_is_printed_before_the_what_if_measures(monkeypatch, tmp_path, capsys):
+    """`perflab diagnose` (what-if on): one pre-flight, then Snakemake on the evidence alone
+    and the verdict printed, then Snakemake again with W01 and the diagnosis printed with it;
+    a failed first invocation prints what ran and measures no intervention."""
+    from perflab import cli, preflight
+
+    tag = config.load([config.ROOT / "config" / "test.yaml"], {"device": "cpu"})["resolved_tag"]
+    md = tmp_path / "results" / tag / "diagnosis.md"
+    calls, status = [], {"rc": 0}
+
+    def fake_call(cmd, env=None):
+        calls.append(cmd)
+        md.parent.mkdir(parents=True, exist_ok=True)
+        run = next(a for a in cmd if a.startswith("run="))
+        md.write_text(f"**Verdict: from {run}**\n")
+        return status["rc"]
+
+    answer = {"ok": True, "device": "cpu", "description": "d", "batch": 16, "step_ms": 1.0}
+    preflights = []
+    monkeypatch.setattr(preflight, "run_child", lambda *a, **k: preflights.append(1) or answer)
+    monkeypatch.setattr(cli.subprocess, "call", fake_call)
+    argv = ["diagnose", "mlp", "--device", "cpu", "--run", "C00,E05", "--configfile",
+            "config/test.yaml", "--directory", str(tmp_path)]
+    assert cli.main(argv) == 0
+    assert [next(a for a in c if a.startswith("run=")) for c in calls] == [
+        "run=C00,E05", "run=C00,E05,W01"]
+    assert len(preflights) == 1
+    out = capsys.readouterr()
+    assert 0 <= out.out.index("from run=C00,E05**") < out.out.index("from run=C00,E05,W01")
+    assert "W01 measures each intervention" in out.err
+    # --no-whatif: the evidence alone, once
+    calls.clear()
+    assert cli.main([*argv, "--no-whatif"]) == 0 and len(calls) == 1
+    # a job failed: the verdict from what ran, and no what-if
+    calls.clear()
+    status["rc"] = 1
+    assert cli.main(argv) == 1 and len(calls) == 1
+    assert "W01 not run: a job failed" in capsys.readouterr().err
+
+
 def test_the_workflow_does_not_preflight_again_what_diagnose_did(monkeypatch, tmp_path):
     """`perflab diagnose` pre-flights the workload in a child and hands the answer to the
     workflow's onstart, which estimates the run from it instead of a second child; any other
