@@ -3,7 +3,15 @@ inside the noise, registered in claims_rows.CASES."""
 
 from __future__ import annotations
 
-from claims_rows import ab_rows, case, rows, with_floor, with_process_floor
+from claims_rows import (
+    ab_rows,
+    case,
+    rows,
+    sample_series,
+    with_floor,
+    with_process_floor,
+    with_samples,
+)
 
 from perflab.experiments import e09_memory_by_phase as e09
 from perflab.experiments import e10_oom_decomposition as e10
@@ -127,9 +135,14 @@ def e14_ranges(floor_pct=2.0, top="optimizer", **ms):
     if top != "optimizer":
         ranges[top], ranges["optimizer"] = ranges["optimizer"], ranges[top]
     ranges.update(ms)
-    phases = e05_phases(forward=(2.9, 0.1), backward=(4.7, 0.2), optimizer=(8.4, 0.2))
-    return with_floor(floor_pct, *phases, *[("E14", e14.range_variant(r), e14.RANGE_DEVICE_TIME,
-                                             "value", x) for r, x in ranges.items()])
+    timed = {"forward": (2.9, 0.1), "backward": (4.7, 0.2), "optimizer": (8.4, 0.2)}
+    phases = e05_phases(**timed)
+    frame = with_floor(floor_pct, *phases, *[("E14", e14.range_variant(r), e14.RANGE_DEVICE_TIME,
+                                              "value", x) for r, x in ranges.items()])
+    # E05's steps: its lead is judged by the interval of the two medians' difference
+    return with_samples(frame, *[("E05", f"sync/{ph}", "phase_time",
+                                  sample_series(m, iqr / 1.349, 400, k))
+                                 for k, (ph, (m, iqr)) in enumerate(timed.items())])
 
 
 case("C34", e14_ranges, lambda: e14_ranges(top="backward"),

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from claims_rows import PEER_SHAPE, ab_rows, rows, verdict, with_floor, with_process_floor
+from claims_rows import (
+    PEER_SHAPE,
+    ab_rows,
+    rows,
+    sample_series,
+    verdict,
+    with_floor,
+    with_process_floor,
+    with_samples,
+)
 
 from perflab import claims, io, reference
 from perflab.catalogue import EXPERIMENTS
@@ -25,13 +34,21 @@ def shares(**pct: float) -> list[tuple]:
 
 
 def test_largest_phase_reproduced_and_differs_with_mechanism():
-    def phases(**ms):
-        return rows(*shares(**{p: 100 * m / sum(ms.values()) for p, m in ms.items()}),
-                    *[("E05", f"sync/{p}", "phase_time", s, x) for p, m in ms.items()
-                      for s, x in (("median", m), ("iqr", 0.1))])
+    def phases(samples=True, **ms):
+        frame = rows(*shares(**{p: 100 * m / sum(ms.values()) for p, m in ms.items()}),
+                     *[("E05", f"sync/{p}", "phase_time", s, x) for p, m in ms.items()
+                       for s, x in (("median", m), ("iqr", 0.1))])
+        return with_samples(frame, *[("E05", f"sync/{p}", "phase_time",
+                                      sample_series(m, 0.1 / 1.349, 400, k))
+                                     for k, (p, m) in enumerate(ms.items())]) if samples \
+            else frame
 
     ok = verdict("C10", phases(forward=2.9, backward=4.7, optimizer=8.4))
     assert ok.verdict == claims.REPRODUCED
+    assert "interval" in ok.measured or "interval" in ok.tolerance
+    # the same medians without E05's samples: the lead is not judged by a step's IQR
+    assert verdict("C10", phases(False, forward=2.9, backward=4.7, optimizer=8.4)).verdict \
+        == claims.INCONCLUSIVE
     differs = verdict("C10", phases(forward=2.0, backward=5.5, optimizer=2.5))
     assert differs.verdict == claims.DIFFERS
     assert "backward, not the optimizer, is the largest phase here" in differs.mechanism

@@ -218,8 +218,9 @@ def _range_times(ev: Evidence) -> tuple[dict[str, float], str]:
 @claim("C34", "E14", "the profiler's proportions still localize the dominant phase",
        chapter="optimizer is the largest range (114.7 ms of device time) as in the phase split",
        tolerance="largest profiler range == largest synchronized phase of E05, each ahead of "
-                 "its runner-up beyond the noise (E05: the phases' IQR; the profiler's "
-                 "ranges: the A/A floor, C00)")
+                 "its runner-up beyond the noise (E05: the 95% interval of the difference "
+                 "of the two phases' medians over its steps; the profiler's ranges: the A/A "
+                 "floor, C00)")
 def _profiler_localizes(ev):
     ranges, what = _range_times(ev)
     # E05 is the reference this claim is about: without it there is nothing to compare with
