@@ -108,28 +108,118 @@ def _reads_the_shared_run(item) -> bool:
     return "pipeline_run" in getattr(item, "fixturenames", ())
 
 
+def _in_background(item) -> bool:
+    return item.get_closest_marker("background") is not None
+
+
+def _turn(item) -> int:
+    """0: the others; 1: the shared run's readers; 2: the background tests."""
+    return 2 if _in_background(item) else int(_reads_the_shared_run(item))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """The shared run's readers last (stable order), so it runs while the others do; and
-    `slow`, like the run they wait for (``-m "not slow"`` leaves them and the run out)."""
+    """The shared run's readers last but the background tests (stable order), so it runs while
+    the others do; and `slow`, like the run they wait for (``-m "not slow"`` leaves them and
+    the run out). The background tests after them: their session follows the shared run."""
     for item in items:
         if _reads_the_shared_run(item):
+            if _in_background(item):
+                raise pytest.UsageError(f"{item.nodeid}: a background test cannot read the "
+                                        "shared run (its session has none)")
             item.add_marker(pytest.mark.slow)
-    items.sort(key=_reads_the_shared_run)
+    items.sort(key=_turn)
+
+
+#: the background session of this one (tests/shared_run.py: Delegated), once started
+_delegated = None
+#: this session's configuration (its hooks serialize the background session's reports)
+_config = None
+
+
+def pytest_configure(config):
+    global _config
+    _config = config
+
+
+def _start_background(items, tmp_path_factory, after) -> None:
+    import shared_run
+
+    global _delegated
+    nodeids = [i.nodeid for i in items if _in_background(i)]
+    if nodeids and not shared_run.in_background_session():
+        _delegated = shared_run.Delegated(nodeids, tmp_path_factory.mktemp("background"), after)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_run(request, tmp_path_factory):
-    """The shared run (tests/shared_run.py), started with the session if a test reads it."""
+    """The shared run (tests/shared_run.py), started with the session if a test reads it;
+    then the background session, which starts once the shared run has ended."""
     import shared_run
 
-    if not any(_reads_the_shared_run(i) for i in request.session.items):
-        yield None
-        return
-    run = shared_run.Background(tmp_path_factory.mktemp("pipeline"),
-                                tmp_path_factory.mktemp("pipeline-output") / "snakemake.out")
+    items = request.session.items
+    run = None
+    if any(_reads_the_shared_run(i) for i in items):
+        run = shared_run.Background(tmp_path_factory.mktemp("pipeline"),
+                                    tmp_path_factory.mktemp("pipeline-output") / "snakemake.out")
+    _start_background(items, tmp_path_factory, run)
     yield run
-    run.stop()
+    if run is not None:
+        run.stop()
+    if _delegated is not None:
+        _delegated.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A background test, in this session: the reports its own session wrote, as this
+    session's (its outcome, duration and captured output); run here if that session ended
+    without running it."""
+    import shared_run
+
+    if not _in_background(item) or shared_run.in_background_session():
+        return None
+    if _delegated is None:  # only background tests selected: no fixture started it
+        _start_background(item.session.items, item.config._tmp_path_factory, None)
+    reports = _delegated.reports_of(item.nodeid)
+    if reports is None:  # its session ended first: the test runs here instead
+        item.warn(pytest.PytestWarning(f"{item.nodeid} ran in this session: "
+                                       f"{_delegated.why_not_run()}"))
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for data in reports:
+        if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason); JSON: a list
+            data["longrepr"] = tuple(data["longrepr"])
+        report = item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _write_background(record: dict) -> None:
+    import json
+    import os
+
+    import shared_run
+
+    with open(os.environ[shared_run.REPORTS_ENV], "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def pytest_runtest_logreport(report):
+    """In the background session: each report, for the session that delegated the test."""
+    import shared_run
+
+    if shared_run.in_background_session():
+        data = _config.hook.pytest_report_to_serializable(config=_config, report=report)
+        _write_background({"nodeid": report.nodeid, "finished": False, "report": data})
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    import shared_run
+
+    if shared_run.in_background_session():
+        _write_background({"nodeid": nodeid, "finished": True})
 
 
 @pytest.fixture(scope="session")

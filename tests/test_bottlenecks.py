@@ -91,6 +91,7 @@ def test_a_syncing_loss_on_a_cpu_is_not_called_a_sync(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.background
 def test_perflab_diagnose_names_the_slow_loader(tmp_path):
     """The command line end to end: pre-flight, Snakemake (E05 and R02, each a fresh
     process; W01's what-if step left out, tests/test_w01_whatif.py runs it), the diagnosis

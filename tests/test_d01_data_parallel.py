@@ -57,6 +57,7 @@ def real(tmp_path_factory):
     return rows, io.read_samples(out["samples"]), json.loads(out["ranks"].read_text()), out
 
 
+@pytest.mark.background
 def test_rows_carry_ranks_backend_and_bucket_in_their_contract(real):
     rows, samples, ranks, out = real
     assert (rows.experiment == "D01").all() and (rows.status == "ok").all()
@@ -73,6 +74,7 @@ def test_rows_carry_ranks_backend_and_bucket_in_their_contract(real):
         assert dev == {"cpu" if backend == "gloo" else f"cuda:{k}"}
 
 
+@pytest.mark.background
 def test_each_rank_was_its_own_process(real):
     _, _, ranks, _ = real
     recs, n = ranks["ranks"], ranks["launch"]["ranks"]
@@ -91,6 +93,7 @@ def _steps(samples, variant: str, metric: str) -> np.ndarray:
     return s.sort_values("index").value.to_numpy()
 
 
+@pytest.mark.background
 def test_accounting_identities_hold_step_by_step(real):
     rows, samples, _, _ = real
     for cfg in d01.configs_of(rows):
@@ -112,6 +115,7 @@ def test_accounting_identities_hold_step_by_step(real):
         assert all(np.allclose(t[0], x) for x in t[1:])
 
 
+@pytest.mark.background
 def test_forcing_the_all_reduce_to_wait_exposes_all_of_it(real):
     rows, samples, _, _ = real
     for k in d01.ranks_of(rows, d01.OVERLAP_OFF):
@@ -121,6 +125,7 @@ def test_forcing_the_all_reduce_to_wait_exposes_all_of_it(real):
         assert (_steps(samples, v, overlap.HIDDEN) == 0).all()
 
 
+@pytest.mark.background
 def test_the_planted_straggler_is_named_with_its_phase(real):
     rows, _, _, _ = real
     c = claims.registry()["C50"].evaluate(claims.Evidence(rows))
@@ -129,6 +134,7 @@ def test_the_planted_straggler_is_named_with_its_phase(real):
         assert claims.registry()[cid].evaluate(claims.Evidence(rows)).verdict != claims.NOT_RUN
 
 
+@pytest.mark.background
 def test_table_figure_and_verdict_of_the_run(real, tmp_path):
     rows, _, _, out = real
     t = tables.table("D01", rows)

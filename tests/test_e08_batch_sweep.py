@@ -316,6 +316,7 @@ def test_standalone_help():
     assert "--batch" in proc.stdout and "fresh subprocess" in proc.stdout
 
 
+@pytest.mark.background
 def test_standalone_sweep_runs_a_process_per_batch(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--configfile", str(TEST_CONFIG), "--device", "cpu",

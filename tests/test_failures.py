@@ -95,6 +95,7 @@ FAULTS = [
 ]
 
 
+@pytest.mark.background
 def test_failed_experiments_leave_no_result_the_report_names_them_and_a_rerun_completes(
         tmp_path):
     """An experiment that raises, runs out of memory or is killed leaves no result file; with
@@ -133,6 +134,7 @@ def test_failed_experiments_leave_no_result_the_report_names_them_and_a_rerun_co
     assert "injected failure" not in html
 
 
+@pytest.mark.background
 def test_run_killed_mid_job_is_rerun(tmp_path):
     """SIGKILL to the whole run while a job measures: no result, and the rerun completes."""
     rule = SLUG

@@ -828,6 +828,7 @@ def test_contract_compares_by_value(tiny_cfg):
     assert repr(config.contract(other, "E01")) == repr(config.contract(tiny_cfg, "E01"))
 
 
+@pytest.mark.background
 def test_restating_a_value_does_not_measure_again(tmp_path):
     """Fault restated-value-no-remeasure, through a real run of one tiny experiment."""
     rc, out = snakemake(tmp_path, "e01_lying_benchmark", config=("run=E01",))

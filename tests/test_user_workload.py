@@ -167,6 +167,7 @@ def snakemake(work: Path, *config_args: str, extra: tuple[str, ...] = ()):
 
 
 @pytest.mark.slow
+@pytest.mark.background
 def test_user_workload_end_to_end_through_snakemake(user_module, tmp_path):
     target = f"{user_module}:make_step"
     work = tmp_path / "run"
