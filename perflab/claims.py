@@ -203,12 +203,14 @@ def process_floor(ev: Evidence) -> tuple[float | None, str]:
 
 
 def against_process_floor(ev: Evidence, value_pct: float, threshold_pct: float = 0.0, *,
-                          agree: bool = False) -> Decision:
+                          agree: bool = False,
+                          floor: tuple[float | None, str] | None = None) -> Decision:
     """:func:`against_floor` for a relative difference between two separate processes: the
     scale is the run's between-process floor (:func:`process_floor`), the 95% bound of how
-    far two fresh processes of the same step land apart. No floor: not resolved, with the
-    reason."""
-    floor, how = process_floor(ev)
+    far two fresh processes of the same step land apart, or ``floor`` ((%, which processes)
+    or (None, why not)) when the comparison has one measured where it compares. No floor:
+    not resolved, with the reason."""
+    floor, how = process_floor(ev) if floor is None else floor
     if floor is None:
         return False, how
     return beyond_floor(value_pct, threshold_pct, floor, agree=agree,

@@ -296,32 +296,41 @@ def aa_floor_pct(a_blocks: Sequence[float], b_blocks: Sequence[float], *,
     return float(np.quantile(np.abs(rel), confidence))
 
 
-def process_floor_pct(values: Sequence[float], *,
+def process_floor_pct(*groups: Sequence[float],
                       confidence: float = AA_FLOOR_CONFIDENCE) -> float:
     """The between-process A/A floor in %: how far one fresh process's statistic lands from
     another's when both ran the same contract.
 
-    ``values`` holds one statistic (a median step latency, a throughput) per fresh
+    Each of ``groups`` holds one statistic (a median step latency, a throughput) per fresh
     process of one contract, R >= 2 of them. With ``s`` the standard deviation of
-    ``ln(values)`` (R - 1 degrees of freedom), the floor is ``100 * (exp(q) - 1)`` for
-    ``q = t(1/2 + confidence/2, R - 1) * sqrt(2) * s``: the two-sided prediction bound of
-    the log ratio of two *further* processes' statistics, so a comparison of two separate
-    processes of the same code lands outside it ``1 - confidence`` of the time (exactly,
-    when the log statistic is normal across processes). Few processes give a wide
-    Student factor (R = 4: 4.50 s), never an optimistic one.
+    ``ln(values)`` about each group's own mean, pooled over the groups (``df`` = the
+    processes less one per group), the floor is ``100 * (exp(q) - 1)`` for
+    ``q = t(1/2 + confidence/2, df) * sqrt(2) * s``: the two-sided prediction bound of the
+    log ratio of two *further* processes' statistics of one contract, so a comparison of two
+    separate processes of the same code lands outside it ``1 - confidence`` of the time
+    (exactly, when the log statistic is normal across processes with one spread for every
+    group). Few processes give a wide Student factor (df = 3: 4.50 s), never an optimistic
+    one. Several groups (contracts whose process-to-process spread is alike, such as
+    neighbouring batch sizes) pool their degrees of freedom.
     """
     from scipy.stats import t as student_t
 
-    x = np.asarray(values, dtype=float)
-    if x.size < 2:
-        raise ValueError("a between-process floor needs the statistic of at least two "
-                         f"processes, got {x.size}")
-    if not np.all(np.isfinite(x)) or np.any(x <= 0):
-        raise ValueError(f"a between-process floor needs positive finite values, got {x}")
+    if not groups:
+        raise ValueError("a between-process floor needs at least one group of processes")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    s = float(np.log(x).std(ddof=1))
-    q = float(student_t.ppf(0.5 + confidence / 2, x.size - 1)) * np.sqrt(2) * s
+    logs = []
+    for g in groups:
+        x = np.asarray(g, dtype=float)
+        if x.size < 2:
+            raise ValueError("a between-process floor needs the statistic of at least two "
+                             f"processes of one contract, got {x.size}")
+        if not np.all(np.isfinite(x)) or np.any(x <= 0):
+            raise ValueError(f"a between-process floor needs positive finite values, got {x}")
+        logs.append(np.log(x))
+    df = sum(x.size - 1 for x in logs)
+    s = float(np.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df))
+    q = float(student_t.ppf(0.5 + confidence / 2, df)) * np.sqrt(2) * s
     return float(100 * np.expm1(q))
 
 

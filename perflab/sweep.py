@@ -73,7 +73,8 @@ def batches(contract: Mapping[str, Any]) -> list[int]:
 
 
 def replicates(contract: Mapping[str, Any]) -> int:
-    """How many further fresh processes repeat one batch size (``replicates``, default 0)."""
+    """How many further fresh processes repeat each replicated batch size (``replicates``,
+    default 0)."""
     return int(contract["params"].get("replicates", 0))
 
 
@@ -87,9 +88,20 @@ def replicate_batch(contract: Mapping[str, Any]) -> int:
     return int(own) if own in sizes else sizes[0]
 
 
+def replicated_batches(contract: Mapping[str, Any]) -> list[int]:
+    """The batch sizes the replicates repeat, ascending: the ``replicate_largest`` largest
+    swept sizes when it is set (each one's offset between processes is then measured where
+    the sweep compares the largest batches: a device-bound step does not inherit a host-bound
+    one's process-to-process spread), else :func:`replicate_batch`'s one size."""
+    largest = int(contract["params"].get("replicate_largest") or 0)
+    sizes = batches(contract)
+    return sizes[-largest:] if largest else [replicate_batch(contract)]
+
+
 def jobs(contract: Mapping[str, Any]) -> list[tuple[int, int]]:
     """(batch, replicate) of every job: each batch size (replicate 0), then the replicates."""
-    extra = [(replicate_batch(contract), k) for k in range(1, replicates(contract) + 1)]
+    extra = [(b, k) for k in range(1, replicates(contract) + 1)
+             for b in replicated_batches(contract)]
     return [(b, 0) for b in batches(contract)] + extra
 
 
@@ -118,12 +130,12 @@ def batch_outputs(result_dir: str | Path, batch: int | str, replicate: int = 0) 
 def batch_contract(contract: Mapping[str, Any], batch: int, replicate: int = 0) -> dict:
     """One job's contract: E08's, with ``batch`` in place of the list of batches.
 
-    Leaving the list (and the number of replicates) out means adding a batch size
+    Leaving the list (and the replicates' number and sizes) out means adding a batch size
     or a replicate does not rerun the jobs already measured. A replicate's contract
     is its batch size's plus ``replicate: k``, the one key that tells its files apart.
     """
     c = copy.deepcopy(dict(contract))
-    params = {k: v for k, v in c.get("params", {}).items() if k not in ("batches", "replicates")}
+    params = {k: v for k, v in c.get("params", {}).items() if k not in ("batches", "replicates", "replicate_largest")}
     params["batch"] = int(batch)
     if replicate:
         params["replicate"] = int(replicate)
@@ -206,40 +218,47 @@ def answer_rows(rows: pd.DataFrame) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ the between-process floor
 
 
-def _floor_row(rows: pd.DataFrame, batch: int, n_reps: int, metric: str) -> list[dict]:
-    """The floor of ``metric``'s median over the R = 1 + n_reps processes of ``batch``, and the
-    largest gap among them; one non-ok row with the reason when it cannot be measured."""
-    variants = [job_variant(batch, k) for k in range(n_reps + 1)]
-    src = rows[(rows.variant == variants[0]) & (rows.metric == metric)]
+def _floor_row(rows: pd.DataFrame, sizes: Sequence[int], n_reps: int,
+               metric: str) -> list[dict]:
+    """The floor of ``metric``'s median over the 1 + n_reps processes of each batch size in
+    ``sizes`` (their spreads pooled), and the largest gap among one size's processes; one
+    non-ok row with the reason when it cannot be measured."""
+    groups = {b: [job_variant(b, k) for k in range(n_reps + 1)] for b in sizes}
+    firsts = [vs[0] for vs in groups.values()]
+    src = rows[rows.variant.isin(firsts) & (rows.metric == metric)]
     base = src.iloc[0] if not src.empty else rows.iloc[0]
     unit = "%"
     common = {c: base[c] for c in CONTRACT_OF_SOURCE}
+    which = "; ".join(f"batch {b}: {vs[0]}" + (f" and {', '.join(vs[1:])}" if vs[1:] else "")
+                      for b, vs in groups.items())
     common.update(
         experiment=EID, variant=floor_variant(metric), input_shape=base["input_shape"],
-        statistic="value", unit=unit, n=n_reps + 1,
-        window=f"the median {metric} of batch {batch} in {n_reps + 1} fresh processes of one "
-               f"contract: the sweep's own job ({variants[0]}) and {n_reps} replicate(s) "
-               f"({', '.join(variants[1:]) or 'none'})",
+        statistic="value", unit=unit, n=len(sizes) * (n_reps + 1),
+        window=f"the median {metric} of {n_reps + 1} fresh processes of one contract per "
+               f"batch size, the sweep's own job and {n_reps} replicate(s) ({which})",
         sync_boundary=f"each median as its own row ({base['sync_boundary']}); the bound is "
-                      "t(0.975, R-1) x sqrt(2) x s, s = standard deviation of ln(median) over "
-                      "the R processes: 95% of gaps between two separate processes of the same "
-                      "code lie inside it (perflab.stats.process_floor_pct)")
-    values = [_value(rows, batch, metric, "median", k) for k in range(n_reps + 1)]
-    if n_reps == 0 or None in values:
+                      "t(0.975, df) x sqrt(2) x s, s = standard deviation of ln(median) over "
+                      "one batch size's processes, pooled over the batch sizes (df = their "
+                      "processes less one each): 95% of gaps between two separate processes "
+                      "of the same code lie inside it (perflab.stats.process_floor_pct)")
+    values = {b: [_value(rows, b, metric, "median", k) for k in range(n_reps + 1)]
+              for b in sizes}
+    missing = [v for b, vs in groups.items() for v, x in zip(vs, values[b]) if x is None]
+    if n_reps == 0 or missing:
         status = sorted({str(s) for s in src.status} - {"ok"}) or ["error"]
         why = ("no replicate processes configured (replicates: 0): claims use the run's jobs "
                "of the controlled step (e08_batch_sweep.run_process_floor)" if n_reps == 0
-               else "a process has no ok median: " + ", ".join(
-                   v for v, x in zip(variants, values) if x is None))
+               else "a process has no ok median: " + ", ".join(missing))
         word = "unsupported" if n_reps == 0 else status[0]
         return [{**common, "metric": PROCESS_FLOOR, "value": None, "status": word,
                  "reason": why}]
-    gap = 100 * (max(values) / min(values) - 1)
+    gap = max(100 * (max(vs) / min(vs) - 1) for vs in values.values())
     return [
-        {**common, "metric": PROCESS_FLOOR, "value": stats.process_floor_pct(values),
-         "status": "ok", "reason": ""},
+        {**common, "metric": PROCESS_FLOOR,
+         "value": stats.process_floor_pct(*values.values()), "status": "ok", "reason": ""},
         {**common, "metric": PROCESS_GAP_MAX, "value": gap, "status": "ok", "reason": "",
-         "sync_boundary": "100 x (largest / smallest median - 1) over the R processes"},
+         "sync_boundary": "100 x (largest / smallest median - 1) over one batch size's "
+                          "processes, the largest over the batch sizes"},
     ]
 
 
@@ -248,8 +267,8 @@ def floor_rows(rows: pd.DataFrame, contract: Mapping[str, Any],
     """The between-process A/A of the sweep: for the median step latency and the throughput,
     the floor (95% prediction bound of the relative gap between two fresh processes of one
     contract) and the largest gap seen; then what the replicate jobs cost (their wall_s)."""
-    batch, n_reps = replicate_batch(contract), replicates(contract)
-    out = [r for m in FLOOR_METRICS for r in _floor_row(rows, batch, n_reps, m)]
+    sizes, n_reps = replicated_batches(contract), replicates(contract)
+    out = [r for m in FLOOR_METRICS for r in _floor_row(rows, sizes, n_reps, m)]
     if replicate_provenances:
         walls = [_job_s(p) for p in replicate_provenances.values()]
         out.append({**{k: out[0][k] for k in (*CONTRACT_OF_SOURCE, "experiment",
@@ -257,7 +276,7 @@ def floor_rows(rows: pd.DataFrame, contract: Mapping[str, Any],
                     "variant": REPLICATES, "metric": JOB_WALL, "value": sum(walls),
                     "unit": "s", "statistic": "value", "n": len(walls), "status": "ok",
                     "reason": "", "window": f"the {len(walls)} replicate job(s) of batch "
-                    f"{batch}: {', '.join(f'{w:.2f}' for w in walls)} s",
+                    f"{', '.join(map(str, sizes))}: {', '.join(f'{w:.2f}' for w in walls)} s",
                     "sync_boundary": "each job's provenance wall_s less the time it waited "
                     "for the device lock (from the harness's start to its files written; "
                     "interpreter start and imports not included)"})

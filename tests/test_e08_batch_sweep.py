@@ -190,7 +190,7 @@ def test_floor_rows_bound_the_gap_between_the_processes(swept, contract):
         gap = f[f.metric == "process_gap_max"].value.iloc[0]
         assert gap == pytest.approx(100 * (max(med) / min(med) - 1))
         assert floor.value > gap
-        assert "replicate_1/batch_4" in floor.window and "t(0.975, R-1)" in floor.sync_boundary
+        assert "replicate_1/batch_4" in floor.window and "t(0.975, df)" in floor.sync_boundary
     cost = rows[rows.variant == "between_process/replicates"].iloc[0]
     prov = json.loads(Path(outputs(root)["provenance"]).read_text())
     assert set(prov["replicates"]) == {"4_r1"}

@@ -379,9 +379,30 @@ FLAT_PEAK_PCT = 10
 
 #: the floor C19-C21 are judged by: each batch size is its own process, so C00's A/A (within
 #: one process) does not bound their differences; the run's processes of one step do
-#: (run_process_floor)
+#: (run_process_floor), or E08's replicates where both batch sizes compared were replicated
+#: (pair_floor)
 BY_PROCESS_FLOOR = ("decided against the run's between-process floor (each batch size is its "
-                    "own process)")
+                    "own process), or against E08's own floor of the statistic where both "
+                    "batch sizes compared were replicated")
+
+
+def pair_floor(ev, metric: str, b1: int, b2: int) -> tuple[float | None, str] | None:
+    """The between-process floor (%, which processes) a comparison of batch ``b1``'s process
+    with ``b2``'s is judged by when E08 replicated both: its own floor of ``metric``, the
+    process-to-process spread measured at the sizes compared. A device-bound large batch
+    does not vary between processes as the host-bound controlled step does, so the run's
+    floor (the controlled step's processes) would bound it by another step's spread. None
+    (the caller takes the run's floor) when either size was not replicated or the floor
+    was not measured."""
+    r = rows_of(EID, ev.rows)
+    replicated = {b for b, _, _ in replicates_in(r)}
+    if not {b1, b2} <= replicated:
+        return None
+    floor = find(r, floor_variant(metric), PROCESS_FLOOR, "value")
+    if isinstance(floor, Missing):
+        return None
+    sizes = ", ".join(map(str, sorted(replicated)))
+    return float(floor["value"]), f"{EID}'s {metric} over {int(floor['n'])} processes of batch {sizes}"
 
 
 @claim("C19", EID, "throughput rises with batch size (with diminishing returns)",
@@ -399,18 +420,22 @@ def _throughput_rises(ev):
     b1, b2, step = min(((b1, b2, 100 * (x2 / x1 - 1)) for (b1, x1), (b2, x2) in zip(t, t[1:])),
                        key=lambda s: s[2])
 
-    def floor(value, threshold=0.0):
-        return against_process_floor(ev, value, threshold)
+    runner_up = max(t[:-1], key=lambda bt: bt[1])[0]
+
+    def floor(value, a, b, threshold=0.0):
+        return against_process_floor(ev, value, threshold,
+                                     floor=pair_floor(ev, "throughput", a, b))
 
     return judge_parts(
         Part(rise > 0, f"{x0:.0f} -> {xn:.0f} examples/s (batch {b0} -> {bn}, {pct(rise)})",
-             floor(rise), name="throughput rises",
+             floor(rise, b0, bn), name="throughput rises",
              mechanism=f"batch {bn} runs fewer examples/s than batch {b0}"),
-        Part(lead > 0, f"best at {best}: batch {bn} {pct(lead)} against the next best",
-             floor(lead), name="the largest batch is the fastest",
+        Part(lead > 0, f"best at {best}: batch {bn} {pct(lead)} against the next best "
+             f"({runner_up})",
+             floor(lead, runner_up, bn), name="the largest batch is the fastest",
              mechanism=f"throughput peaks at batch {best} and falls beyond it"),
         Part(step >= -THROUGHPUT_DIP_PCT, f"smallest step up {pct(step)} ({b1} -> {b2})",
-             floor(step, -THROUGHPUT_DIP_PCT), name="no step down",
+             floor(step, b1, b2, -THROUGHPUT_DIP_PCT), name="no step down",
              mechanism=f"throughput falls from batch {b1} to {b2}"))
 
 
@@ -424,7 +449,8 @@ def _latency_flat(ev):
     rel = 100 * (m2 - m0) / m0
     return judge(rel <= FLAT_LATENCY_PCT,
                  f"{m0:.3f} ms at {b0} vs {m2:.3f} ms at {b2} ({pct(rel)})",
-                 is_resolved=against_process_floor(ev, rel, FLAT_LATENCY_PCT),
+                 is_resolved=against_process_floor(
+                     ev, rel, FLAT_LATENCY_PCT, floor=pair_floor(ev, "step_latency", b0, b2)),
                  mechanism="latency grows with the batch from the smallest one: no fixed-cost "
                            "floor (the step is compute-bound at every size)")
 
@@ -447,7 +473,8 @@ def _three_answers(ev):
     return judge(rel > FLAT_LATENCY_PCT,
                  f"lowest latency at {lo} ({m_lo:.3f} ms), highest throughput at {hi} "
                  f"({m_hi:.3f} ms, {pct(rel)})",
-                 is_resolved=against_process_floor(ev, rel, FLAT_LATENCY_PCT),
+                 is_resolved=against_process_floor(
+                     ev, rel, FLAT_LATENCY_PCT, floor=pair_floor(ev, "step_latency", lo, hi)),
                  mechanism=f"the highest-throughput batch {hi} steps within "
                            f"{FLAT_LATENCY_PCT}% of the lowest latency: one batch size "
                            "answers both questions")
