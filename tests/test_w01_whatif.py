@@ -170,6 +170,125 @@ def test_the_one_step_check_catches_a_changed_update():
     assert not whatif.agreement(a, gone, tol)["passes"]
 
 
+# ------------------------------------------------------------------ TF32 on CUDA
+
+#: the baseline's own TF32 rounding as a convnet on CUDA might measure it
+CONV_SCALE = whatif.Tf32Scale(("convolutions",), loss_rel=1e-6, grad_rel=3e-3)
+
+
+def _step(loss: float, grad_off: float, update: torch.Tensor | None = None) -> whatif.StepState:
+    """A step whose gradient is relatively ``grad_off`` from ones(4) (its norm is 2)."""
+    g = torch.ones(4)
+    g[0] += 2 * grad_off
+    return whatif.StepState(loss, [g], [torch.full((4,), 1e-3) if update is None else update])
+
+
+BASE = _step(2.0, 0.0)
+#: Adam's first step where TF32 flipped the signs of near-zero gradients: an update far off
+FLIPPED = torch.tensor([1e-3, -1e-3, 1e-3, -1e-3])
+
+
+def test_tf32_aware_limits_are_k_times_the_measured_scale():
+    fp32 = whatif.TOLERANCES["reordered"]
+    tol = whatif.tf32_aware(fp32, CONV_SCALE)
+    k = whatif.TF32_FACTOR
+    assert (tol.loss_rel, tol.grad_rel) == (fp32.loss_rel, k * 3e-3)  # max(fp32, K x scale)
+    text = tol.describe()
+    assert "TF32-aware" in text and f"{k:g} x" in text and "gradient 0.003" in text
+    inside, outside = _step(2.0, 0.9 * k * 3e-3, FLIPPED), _step(2.0, 1.1 * k * 3e-3, FLIPPED)
+    got = whatif.agreement(BASE, inside, tol)
+    # past its fp32 limit the gradient is TF32-rounded: the update is not compared
+    assert got["passes"] and got["limits"]["update_rel_diff"] is None
+    assert not whatif.agreement(BASE, inside, fp32)["passes"]  # what W01 said before: MISMATCH
+    assert not whatif.agreement(BASE, outside, tol)["passes"]
+    assert not whatif.agreement(BASE, _step(2.0 * (1 + 2e-4), 0.0), tol)["passes"]  # loss
+
+
+def test_tf32_aware_still_checks_the_update_of_an_unchanged_gradient():
+    """A fused optimizer leaves forward and backward alone: while the gradient agrees within
+    its fp32 limit the update is held to its fp32 limit, so a wrong update still fails."""
+    tol = whatif.tf32_aware(whatif.TOLERANCES["same arithmetic"], CONV_SCALE)
+    got = whatif.agreement(BASE, _step(2.0, 0.0, FLIPPED), tol)
+    assert not got["passes"] and got["limits"]["update_rel_diff"] == 1e-3
+    assert whatif.agreement(BASE, _step(2.0, 1e-5), tol)["passes"]
+
+
+def test_without_tf32_or_its_scale_the_fp32_limits_hold():
+    fp32 = whatif.TOLERANCES["reordered"]
+    tf32_rounded = _step(2.0, 1e-2, FLIPPED)
+    for scale in (None, whatif.Tf32Scale((), 1e-6, 3e-3)):  # a CPU, or TF32 off: unchanged
+        assert whatif.tf32_aware(fp32, scale) is fp32
+    # reduced precision is coarser than TF32: as it is
+    low = whatif.TOLERANCES["reduced precision"]
+    assert whatif.tf32_aware(low, whatif.Tf32Scale(("convolutions",), 1.0, 1.0)) is low
+    for missing in (whatif.Tf32Scale(("convolutions",), why="the strict step raised"),
+                    whatif.Tf32Scale(("matmuls",), 1e-6, float("nan"))):
+        tol = whatif.tf32_aware(fp32, missing)  # never silently looser
+        assert (tol.loss_rel, tol.grad_rel, tol.update_rel) == (1e-4, 1e-3, 1e-2)
+        assert "not measured" in tol.describe()
+        assert not whatif.agreement(BASE, tf32_rounded, tol)["passes"]
+
+
+def test_the_scale_is_the_baselines_step_against_strict_fp32():
+    strict = _step(2.0, 0.0)
+    scale = whatif.tf32_scale(strict, _step(2.0 * (1 + 1e-6), 2e-3), ("convolutions",))
+    assert scale.measured and scale.loss_rel == pytest.approx(1e-6, rel=1e-3)
+    assert scale.grad_rel == pytest.approx(2e-3, rel=1e-3)
+    gone = whatif.tf32_scale(strict, whatif.StepState(2.0, [None], strict.update), ("matmuls",))
+    assert not gone.measured and "one of the two steps" in gone.why
+
+
+@pytest.fixture
+def tf32_flags():
+    """torch's TF32 flags put back as they were (through the API that can read them)."""
+    new = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+    saved = ((torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision)
+             if new else (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()))
+    yield new
+    if new:
+        torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision = saved
+    else:
+        torch.backends.cudnn.allow_tf32 = saved[0]
+        torch.set_float32_matmul_precision(saved[1])
+
+
+def test_the_tf32_flags_are_read_on_cuda_only(tf32_flags, monkeypatch):
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("highest")
+    assert whatif.tf32_modes("cpu") == ()
+    assert whatif.tf32_modes("cuda") == ("convolutions",)  # torch's defaults
+    torch.set_float32_matmul_precision("high")
+    assert whatif.tf32_modes("cuda") == ("convolutions", "matmuls")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    assert whatif.tf32_modes("cuda") == ()
+
+    def mixed():
+        raise RuntimeError("you have used mix of the legacy and new APIs")
+
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", mixed)
+    assert whatif.tf32_modes("cuda") == ("matmuls",)  # unreadable: it may, so measure it
+
+
+def test_strict_fp32_turns_tf32_off_and_puts_the_flags_back(tf32_flags):
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    with whatif.strict_fp32():
+        assert whatif.tf32_modes("cuda") == ()
+    assert whatif.tf32_modes("cuda") == ("convolutions", "matmuls")
+    assert torch.get_float32_matmul_precision() == "high"
+    with pytest.raises(ValueError, match="inside"), whatif.strict_fp32():
+        raise ValueError("inside")
+    assert whatif.tf32_modes("cuda") == ("convolutions", "matmuls")
+    if tf32_flags:  # torch's per-backend API set: its legacy getters refuse, so it is used
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        with whatif.strict_fp32():
+            assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+        assert (torch.backends.cuda.matmul.fp32_precision,
+                torch.backends.cudnn.conv.fp32_precision) == ("tf32", "ieee")
+
+
 def test_bounds_come_from_the_localization():
     def row(eid, variant, metric, value):
         return {**_floor_row(), "experiment": eid, "variant": variant, "metric": metric,
