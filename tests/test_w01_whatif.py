@@ -289,6 +289,22 @@ def test_strict_fp32_turns_tf32_off_and_puts_the_flags_back(tf32_flags):
                 torch.backends.cudnn.conv.fp32_precision) == ("tf32", "ieee")
 
 
+def test_a_job_where_tf32_may_run_measures_its_scale(tiny_cfg, tmp_path, monkeypatch):
+    """The job as it runs on CUDA with TF32 on, here on the CPU (which never rounds to TF32):
+    the strict-fp32 step is measured and written, the check held to the TF32-aware tolerance."""
+    monkeypatch.setattr(whatif, "tf32_modes", lambda device_type: ("convolutions",))
+    c = _contract(tiny_cfg, "larger_batch", interventions="all", blocks=2, inner=2)
+    rows = _run(c, tmp_path, "larger_batch", SCRIPT.measure_one)
+    check = rows[rows.variant == "larger_batch/check"].set_index("metric")
+    for metric in w01.TF32_SCALE_METRICS:  # the same step on a CPU: no TF32 rounding
+        assert check.unit[metric] == "relative" and check.value[metric] <= 1e-6
+        assert "strict fp32" in check.window[metric]
+    assert "reordered, TF32-aware" in check.sync_boundary[w01.CORRECT]
+    assert check.value[w01.CORRECT] == 1
+    assert "TF32 scale loss" in w01.outcome(rows, "larger_batch").check
+    assert "TF32 may run" in w01.markdown(rows)
+
+
 def test_bounds_come_from_the_localization():
     def row(eid, variant, metric, value):
         return {**_floor_row(), "experiment": eid, "variant": variant, "metric": metric,
