@@ -189,34 +189,51 @@ def tf32_modes(device_type: str) -> tuple[str, ...]:
     return tuple(m for m, on in (("convolutions", conv), ("matmuls", mm)) if on)
 
 
+#: torch's per-operation float32 precisions (torch >= 2.9) that its legacy TF32 setters rewrite
+PER_OP_PRECISIONS = ("cuda.matmul", "mkldnn.matmul", "cudnn.conv", "cudnn.rnn")
+
+
+def _per_op(backends: Any) -> list:
+    found = []
+    for path in PER_OP_PRECISIONS:
+        obj = backends
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if hasattr(obj, "fp32_precision"):
+            found.append(obj)
+    return found
+
+
 @contextmanager
 def strict_fp32() -> Iterator[None]:
-    """TF32 off for cuDNN convolutions and cuBLAS matmuls inside; the flags as they were after.
+    """TF32 off for cuDNN convolutions and cuBLAS matmuls inside; every flag as it was after.
 
-    Through torch's legacy flags (every torch perflab takes); where those cannot be read
-    (torch's per-backend ``fp32_precision`` was set), through that API.
+    Through torch's legacy flags (every torch perflab takes), or where those cannot be read
+    (torch's per-operation ``fp32_precision`` was mixed in), through that API; the
+    per-operation settings the legacy setters rewrite are put back as they were too.
     """
     import torch
 
     b = torch.backends
+    ops = _per_op(b)
+    per_op = [o.fp32_precision for o in ops]
     try:
-        saved = (b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
-        legacy = True
+        legacy = (b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
     except RuntimeError:
-        saved, legacy = (b.cudnn.conv.fp32_precision, b.cuda.matmul.fp32_precision), False
-    if legacy:
+        legacy = None
+    if legacy is None:
+        b.cudnn.conv.fp32_precision = b.cuda.matmul.fp32_precision = "ieee"
+    else:
         b.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
-    else:
-        b.cudnn.conv.fp32_precision = b.cuda.matmul.fp32_precision = "ieee"
     try:
         yield
     finally:
-        if legacy:
-            torch.set_float32_matmul_precision(saved[1])
-            b.cudnn.allow_tf32 = saved[0]
-        else:
-            b.cudnn.conv.fp32_precision, b.cuda.matmul.fp32_precision = saved
+        if legacy is not None:
+            torch.set_float32_matmul_precision(legacy[1])
+            b.cudnn.allow_tf32 = legacy[0]
+        for o, v in zip(ops, per_op):
+            o.fp32_precision = v
 
 
 @dataclass(frozen=True)

@@ -238,18 +238,25 @@ def test_the_scale_is_the_baselines_step_against_strict_fp32():
     assert not gone.measured and "one of the two steps" in gone.why
 
 
+def _flags() -> tuple:
+    """Every TF32 setting torch has: the legacy flags and the per-operation precisions."""
+    return (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision(),
+            [o.fp32_precision for o in whatif._per_op(torch.backends)])
+
+
 @pytest.fixture
 def tf32_flags():
-    """torch's TF32 flags put back as they were (through the API that can read them)."""
-    new = hasattr(torch.backends.cuda.matmul, "fp32_precision")
-    saved = ((torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision)
-             if new else (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()))
-    yield new
-    if new:
-        torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision = saved
-    else:
-        torch.backends.cudnn.allow_tf32 = saved[0]
-        torch.set_float32_matmul_precision(saved[1])
+    """torch's TF32 flags put back as they were; yields whether it has the per-op API."""
+    saved = _flags()
+    ops = whatif._per_op(torch.backends)
+    yield bool(ops)
+    for o in ops:  # first: they are what makes the legacy getters refuse when mixed
+        o.fp32_precision = "none"
+    torch.set_float32_matmul_precision(saved[1])
+    torch.backends.cudnn.allow_tf32 = saved[0]
+    for o, v in zip(ops, saved[2]):
+        o.fp32_precision = v
+    assert _flags() == saved
 
 
 def test_the_tf32_flags_are_read_on_cuda_only(tf32_flags, monkeypatch):
@@ -270,16 +277,18 @@ def test_the_tf32_flags_are_read_on_cuda_only(tf32_flags, monkeypatch):
     assert whatif.tf32_modes("cuda") == ("matmuls",)  # unreadable: it may, so measure it
 
 
-def test_strict_fp32_turns_tf32_off_and_puts_the_flags_back(tf32_flags):
-    torch.backends.cudnn.allow_tf32 = True
-    torch.set_float32_matmul_precision("high")
+@pytest.mark.parametrize("conv, matmul", [(True, "highest"), (True, "high"),
+                                           (False, "medium"), (False, "highest")])
+def test_strict_fp32_turns_tf32_off_and_puts_the_flags_back(tf32_flags, conv, matmul):
+    torch.backends.cudnn.allow_tf32 = conv
+    torch.set_float32_matmul_precision(matmul)
+    before = _flags()
     with whatif.strict_fp32():
         assert whatif.tf32_modes("cuda") == ()
-    assert whatif.tf32_modes("cuda") == ("convolutions", "matmuls")
-    assert torch.get_float32_matmul_precision() == "high"
+    assert _flags() == before  # the per-operation settings too, not only their effect
     with pytest.raises(ValueError, match="inside"), whatif.strict_fp32():
         raise ValueError("inside")
-    assert whatif.tf32_modes("cuda") == ("convolutions", "matmuls")
+    assert _flags() == before
     if tf32_flags:  # torch's per-backend API set: its legacy getters refuse, so it is used
         torch.backends.cuda.matmul.fp32_precision = "tf32"
         torch.backends.cudnn.conv.fp32_precision = "ieee"
