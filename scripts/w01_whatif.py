@@ -9,9 +9,11 @@ Three kinds of job, each a fresh process (rules in workflow/rules/whatif.smk):
 - one job per intervention (``w01_intervention``): the baseline loop and the intervened one,
   each on its own copy of the initial state; each first call timed (compile, CUDA graph
   capture included) and the two first steps compared (loss, gradients, update) within the
-  intervention's tolerance; each warmed on its own; then interleaved blocks of free-running
-  stretches (a sync at the two ends of each, as a training loop runs) through the one A/B
-  writer, perflab.ab; the break-even number of steps; the peak memory of each side alone.
+  intervention's tolerance (on CUDA, where TF32 may run, widened to a multiple of the
+  baseline's own TF32 rounding: its first step once more, in strict fp32); each warmed on its
+  own; then interleaved blocks of free-running stretches (a sync at the two ends of each, as
+  a training loop runs) through the one A/B writer, perflab.ab; the break-even number of
+  steps; the peak memory of each side alone.
   An intervention that fails (a compile error, an OOM) is a row saying why.
 - the aggregation (``w01_whatif``): W01's csv, samples and provenance, each job's wall time,
   and the ranked what-if table as Markdown (``w01_whatif.md``, what ``perflab whatif`` prints).
@@ -144,13 +146,15 @@ def _first_steps(ctx, iv, base, inter, kw_of, ref=None) -> float:
 
 
 def _strict_reference(ctx, w, base_recipe, fresh):
-    """(what may run TF32, the baseline built once more from the initial state ``fresh``) for
-    its first step in strict fp32; None where nothing may (a CPU, or TF32 off)."""
+    """(what may run TF32, a builder of the baseline from the initial state ``fresh``) for its
+    first step in strict fp32; None where nothing may (a CPU, or TF32 off). The initial state
+    waits on the host: the first calls do not hold a third copy on the device."""
     modes = whatif.tf32_modes(ctx.device.type)
     if not modes:
         return None
-    return modes, transforms.build(w, base_recipe, ctx.device,
-                                   transforms.fresh_copy(fresh, ctx.device))
+    host = fresh.cpu()  # fresh is this job's own copy
+    return modes, lambda: transforms.build(w, base_recipe, ctx.device,
+                                           transforms.fresh_copy(host, ctx.device))
 
 
 def _tf32_scale(ctx, ref, batch, as_run) -> whatif.Tf32Scale | None:
@@ -158,14 +162,15 @@ def _tf32_scale(ctx, ref, batch, as_run) -> whatif.Tf32Scale | None:
     the same batch, in strict fp32, against the baseline's step as run (None: no ``ref``)."""
     if ref is None:
         return None
-    modes, parts = ref
-    before, out = transforms.parameters_before(parts), []
+    modes, build = ref
     try:
+        parts = build()
+        before, out = transforms.parameters_before(parts), []
         with whatif.strict_fp32():
             out.append(parts.run(batch))
             ctx.sync()
         return whatif.tf32_scale(transforms.capture(parts, before, out[0]), as_run, modes)
-    except RuntimeError as exc:  # no scale: the fp32 limits hold, and its rows say why
+    except RuntimeError as exc:  # an OOM too. No scale: the fp32 limits hold, its rows say why
         return whatif.Tf32Scale(modes, why=" ".join(f"{type(exc).__name__}: {exc}".split())[:200])
 
 
@@ -285,7 +290,7 @@ def _measure_pair(ctx, iv, w, base_recipe, recipe) -> None:
         inter = iv.custom(inter)
     kw_of = {names.BASELINE: {}, names.INTERVENED: _side_contract(w, recipe, inter)}
     first_ms = _first_steps(ctx, iv, base, inter, kw_of, ref)
-    del ref  # its model and optimizer state: not kept through the timed blocks
+    del ref
     pc = _pair(ctx, iv, base, inter, kw_of)
     _break_even(ctx, iv, pc, first_ms, {names.BASELINE: base.examples,
                                         names.INTERVENED: inter.examples},

@@ -314,6 +314,26 @@ def test_a_job_where_tf32_may_run_measures_its_scale(tiny_cfg, tmp_path, monkeyp
     assert "TF32 may run" in w01.markdown(rows)
 
 
+def test_a_strict_step_that_fails_leaves_the_fp32_limits(tiny_cfg, tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
+    @contextmanager
+    def refused():
+        raise RuntimeError("CUDA out of memory")
+        yield
+
+    monkeypatch.setattr(whatif, "tf32_modes", lambda device_type: ("convolutions",))
+    monkeypatch.setattr(whatif, "strict_fp32", refused)
+    c = _contract(tiny_cfg, "larger_batch", interventions="all", blocks=2, inner=2)
+    rows = _run(c, tmp_path, "larger_batch", SCRIPT.measure_one)
+    check = rows[rows.variant == "larger_batch/check"].set_index("metric")
+    for metric in w01.TF32_SCALE_METRICS:
+        assert check.status[metric] == "unsupported" and "out of memory" in check.reason[metric]
+    assert "not measured" in check.sync_boundary[w01.CORRECT]
+    assert check.value["grad_rel_diff_tol"] == whatif.TOLERANCES["reordered"].grad_rel
+    assert w01.outcome(rows, "larger_batch").correct  # the CPU's step agrees in fp32 anyway
+
+
 def test_bounds_come_from_the_localization():
     def row(eid, variant, metric, value):
         return {**_floor_row(), "experiment": eid, "variant": variant, "metric": metric,
