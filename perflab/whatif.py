@@ -178,7 +178,7 @@ def tf32_modes(device_type: str) -> tuple[str, ...]:
     """Which float32 operations may run TF32 (10-bit mantissa inputs) on this device now:
     "convolutions" (cuDNN; ``torch.backends.cudnn.allow_tf32``, on by default), "matmuls"
     (cuBLAS; ``torch.backends.cuda.matmul.allow_tf32``, or a float32 matmul precision other
-    than "highest"). None on a CPU."""
+    than "highest"). () on a CPU."""
     if device_type != "cuda":
         return ()
     import torch
