@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,11 +75,26 @@ class Tolerance:
     grad_rel: float  # ||g_b - g_a|| / ||g_a|| over every gradient
     update_rel: float | None  # ||u_b - u_a|| / ||u_a|| of the parameter change (None: unchecked)
     why: str
+    #: the update is checked only while the gradient difference is within this (the fp32
+    #: gradient limit a TF32-aware tolerance widened); None: always, where update_rel is set
+    update_while_grad: float | None = None
 
     def describe(self) -> str:
         upd = "unchecked" if self.update_rel is None else f"<= {self.update_rel:g}"
+        if self.update_rel is not None and self.update_while_grad is not None:
+            upd += (f" while the gradient rel is <= {self.update_while_grad:g} (its fp32 "
+                    "limit), else unchecked")
         return (f"{self.name}: loss rel <= {self.loss_rel:g}, gradient rel <= {self.grad_rel:g}, "
                 f"update rel {upd} ({self.why})")
+
+    def limits(self, grad_rel_diff: float) -> dict[str, float | None]:
+        """Each check number's limit for a step whose gradient differs by ``grad_rel_diff``
+        (None: that number is not checked)."""
+        update = self.update_rel
+        if self.update_while_grad is not None and not grad_rel_diff <= self.update_while_grad:
+            update = None
+        return {"loss_rel_diff": self.loss_rel, "grad_rel_diff": self.grad_rel,
+                "update_rel_diff": update}
 
 
 TOLERANCES = {t.name: t for t in (
@@ -108,25 +124,168 @@ def _rel(a: list, b: list) -> float:
     return num / den if den else (0.0 if num == 0 else math.inf)
 
 
-def agreement(a: StepState, b: StepState, tol: Tolerance) -> dict[str, Any]:
-    """The check's numbers and its verdict: ``passes`` when every one is inside ``tol``.
-
-    A parameter with a gradient on one side and none on the other fails the check.
-    """
+def differences(a: StepState, b: StepState) -> dict[str, Any]:
+    """How far ``b``'s step lands from ``a``'s: loss, gradients and update, each relative to
+    ``a``, and the parameters with a gradient on one side only."""
     pairs = [(ga, gb) for ga, gb in zip(a.grads, b.grads) if ga is not None or gb is not None]
-    missing = sum(1 for ga, gb in pairs if ga is None or gb is None)
     grads = [(ga, gb) for ga, gb in pairs if ga is not None and gb is not None]
-    out = {
+    return {
         "loss_rel_diff": abs(b.loss - a.loss) / abs(a.loss) if a.loss else abs(b.loss),
         "grad_rel_diff": _rel([g for g, _ in grads], [g for _, g in grads]) if grads else 0.0,
         "update_rel_diff": _rel(a.update, b.update),
-        "grads_missing": missing,
+        "grads_missing": len(pairs) - len(grads),
     }
-    limits = {"loss_rel_diff": tol.loss_rel, "grad_rel_diff": tol.grad_rel,
-              "update_rel_diff": tol.update_rel}
-    out["passes"] = missing == 0 and all(
-        lim is None or (math.isfinite(out[k]) and out[k] <= lim) for k, lim in limits.items())
+
+
+def agreement(a: StepState, b: StepState, tol: Tolerance) -> dict[str, Any]:
+    """The check's numbers, the limits applied (``limits``; None: unchecked) and its
+    verdict: ``passes`` when every number is inside its limit.
+
+    A parameter with a gradient on one side and none on the other fails the check.
+    """
+    out = differences(a, b)
+    out["limits"] = tol.limits(out["grad_rel_diff"])
+    out["passes"] = out["grads_missing"] == 0 and all(
+        lim is None or (math.isfinite(out[k]) and out[k] <= lim)
+        for k, lim in out["limits"].items())
     return out
+
+
+# ------------------------------------------------------------------ TF32 on CUDA
+
+#: K: how many times the baseline's own TF32 rounding an intervention's step may differ by.
+#: The scale is one TF32 step against strict fp32, so about one step's TF32 error. Two
+#: steps that both round in TF32, through other kernels (compiled, another cuDNN algorithm
+#: for another batch), are each about that far from the exact step and so up to twice it
+#: from each other (sqrt 2 when their errors are independent); and the one measured error
+#: is one draw of an error whose size varies with the kernel: a factor 2 for that. 4 = 2 x 2.
+#: A real fault (another learning rate, a lost term) moves loss or gradients by far more.
+TF32_FACTOR = 4.0
+#: the fp32 tolerances TF32 rounding can exceed; autocast's reduced precision is coarser
+TF32_AWARE = ("same arithmetic", "reordered")
+
+
+def _may(read: Callable[[], Any]) -> bool:
+    try:
+        return bool(read())
+    except RuntimeError:
+        # torch >= 2.9 refuses its legacy getters once its per-backend fp32_precision API
+        # was mixed in: TF32 may run; the measured scale says how much it changes
+        return True
+
+
+def tf32_modes(device_type: str) -> tuple[str, ...]:
+    """Which float32 operations may run TF32 (10-bit mantissa inputs) on this device now:
+    "convolutions" (cuDNN; ``torch.backends.cudnn.allow_tf32``, on by default), "matmuls"
+    (cuBLAS; ``torch.backends.cuda.matmul.allow_tf32``, or a float32 matmul precision other
+    than "highest"). () on a CPU."""
+    if device_type != "cuda":
+        return ()
+    import torch
+
+    conv = _may(lambda: torch.backends.cudnn.allow_tf32)
+    mm = _may(lambda: torch.backends.cuda.matmul.allow_tf32
+              or torch.get_float32_matmul_precision() != "highest")
+    return tuple(m for m, on in (("convolutions", conv), ("matmuls", mm)) if on)
+
+
+#: torch's per-operation float32 precisions (torch >= 2.9) that its legacy TF32 setters rewrite
+PER_OP_PRECISIONS = ("cuda.matmul", "mkldnn.matmul", "cudnn.conv", "cudnn.rnn")
+
+
+def _per_op(backends: Any) -> list:
+    found = []
+    for path in PER_OP_PRECISIONS:
+        obj = backends
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if hasattr(obj, "fp32_precision"):
+            found.append(obj)
+    return found
+
+
+@contextmanager
+def strict_fp32() -> Iterator[None]:
+    """TF32 off for cuDNN convolutions and cuBLAS matmuls inside; every flag as it was after.
+
+    Through torch's legacy flags (every torch perflab takes), or where those cannot be read
+    (torch's per-operation ``fp32_precision`` was mixed in), through that API; the
+    per-operation settings the legacy setters rewrite are put back as they were too.
+    """
+    import torch
+
+    b = torch.backends
+    ops = _per_op(b)
+    per_op = [o.fp32_precision for o in ops]
+    try:
+        legacy = (b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    except RuntimeError:
+        legacy = None
+    if legacy is None:
+        b.cudnn.conv.fp32_precision = b.cuda.matmul.fp32_precision = "ieee"
+    else:
+        b.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        if legacy is not None:
+            torch.set_float32_matmul_precision(legacy[1])
+            b.cudnn.allow_tf32 = legacy[0]
+        for o, v in zip(ops, per_op):
+            o.fp32_precision = v
+
+
+@dataclass(frozen=True)
+class Tf32Scale:
+    """The baseline's own TF32 rounding: its first step as run against the same step from the
+    same state in strict fp32, relative to the strict one (None where not measured: ``why``)."""
+
+    modes: tuple[str, ...]  # what may run TF32 (tf32_modes)
+    loss_rel: float | None = None
+    grad_rel: float | None = None
+    why: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return all(v is not None and math.isfinite(v) for v in (self.loss_rel, self.grad_rel))
+
+
+def tf32_scale(strict: StepState, as_run: StepState, modes: tuple[str, ...]) -> Tf32Scale:
+    """The scale from the two first steps (``strict``: TF32 off; ``as_run``: the baseline's)."""
+    d = differences(strict, as_run)
+    if d["grads_missing"]:
+        return Tf32Scale(modes, why=f"{d['grads_missing']} parameter(s) got a gradient in one "
+                                    "of the two steps only")
+    return Tf32Scale(modes, d["loss_rel_diff"], d["grad_rel_diff"])
+
+
+def tf32_aware(tol: Tolerance, scale: Tf32Scale | None) -> Tolerance:
+    """``tol`` as it holds where the baseline may run TF32, from its measured rounding.
+
+    ``tol`` itself on a CPU or with TF32 off (``scale`` None or without modes), and for
+    reduced precision (coarser than TF32; its update is unchecked already). For same
+    arithmetic and reordered: loss and gradient each within max(the fp32 limit,
+    TF32_FACTOR x the scale); the update at its fp32 limit while the gradient is within its
+    fp32 limit (then Adam's update, about lr * sign(g), is as comparable as in fp32), else
+    unchecked: a gradient near 0 whose sign TF32 rounding flips moves its parameter the other
+    way. A scale not measured leaves the fp32 limits (never looser), saying so.
+    """
+    if scale is None or not scale.modes or tol.name not in TF32_AWARE:
+        return tol
+    where = " and ".join(scale.modes)
+    if not scale.measured:
+        return replace(tol, why=f"{tol.why}; TF32 may run ({where}) but its rounding was not "
+                                f"measured ({scale.why}): the fp32 limits")
+    k = TF32_FACTOR
+    return Tolerance(
+        f"{tol.name}, TF32-aware", max(tol.loss_rel, k * scale.loss_rel),
+        max(tol.grad_rel, k * scale.grad_rel), tol.update_rel,
+        f"{tol.why}; TF32 may run ({where}): the loss and gradient limits are the larger of "
+        f"the fp32 limit ({tol.loss_rel:g}, {tol.grad_rel:g}) and {k:g} x the baseline's own "
+        f"TF32 rounding, strict fp32 vs as run: loss {scale.loss_rel:.2g}, gradient "
+        f"{scale.grad_rel:.2g}",
+        update_while_grad=tol.grad_rel)
 
 
 # ------------------------------------------------------------------ what a workload offers

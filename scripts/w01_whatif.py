@@ -9,9 +9,11 @@ Three kinds of job, each a fresh process (rules in workflow/rules/whatif.smk):
 - one job per intervention (``w01_intervention``): the baseline loop and the intervened one,
   each on its own copy of the initial state; each first call timed (compile, CUDA graph
   capture included) and the two first steps compared (loss, gradients, update) within the
-  intervention's tolerance; each warmed on its own; then interleaved blocks of free-running
-  stretches (a sync at the two ends of each, as a training loop runs) through the one A/B
-  writer, perflab.ab; the break-even number of steps; the peak memory of each side alone.
+  intervention's tolerance (on CUDA, where TF32 may run, widened to a multiple of the
+  baseline's own TF32 rounding: its first step once more, in strict fp32); each warmed on its
+  own; then interleaved blocks of free-running stretches (a sync at the two ends of each, as
+  a training loop runs) through the one A/B writer, perflab.ab; the break-even number of
+  steps; the peak memory of each side alone.
   An intervention that fails (a compile error, an OOM) is a row saying why.
 - the aggregation (``w01_whatif``): W01's csv, samples and provenance, each job's wall time,
   and the ranked what-if table as Markdown (``w01_whatif.md``, what ``perflab whatif`` prints).
@@ -109,8 +111,9 @@ def _graph_breaks() -> int:
     return sum(counters["graph_break"].values())
 
 
-def _first_steps(ctx, iv, base, inter, kw_of) -> float:
-    """Each side's first call from identical state, timed, and the one-step check's rows.
+def _first_steps(ctx, iv, base, inter, kw_of, ref=None) -> float:
+    """Each side's first call from identical state, timed, and the one-step check's rows
+    (``ref``: the baseline's strict-fp32 reference where TF32 may run, else None).
 
     Returns the intervened side's first call (ms).
     """
@@ -135,27 +138,82 @@ def _first_steps(ctx, iv, base, inter, kw_of) -> float:
                 value=float(breaks), unit="count", window="torch._dynamo graph breaks while "
                 "compiling the first call", sync_boundary="dynamo's counters",
                 **kw_of[names.INTERVENED])
-    tol = whatif.TOLERANCES[iv.tolerance]
+    # after both first calls, so that the baseline's still pays the lazy initialisation
+    scale = _tf32_scale(ctx, ref, batch, states[names.BASELINE])
+    ctx.log(f"{iv.name}: first calls baseline {firsts[names.BASELINE]:.1f} ms, intervened "
+            f"{firsts[names.INTERVENED]:.1f} ms; " + _check(ctx, iv, states, scale))
+    return firsts[names.INTERVENED]
+
+
+def _strict_reference(ctx, w, base_recipe, fresh):
+    """(what may run TF32, a builder of the baseline from the initial state ``fresh``) for its
+    first step in strict fp32; None where nothing may (a CPU, or TF32 off). The initial state
+    waits on the host: the first calls do not hold a third copy on the device."""
+    modes = whatif.tf32_modes(ctx.device.type)
+    if not modes:
+        return None
+    host = fresh.cpu()  # fresh is this job's own copy
+    return modes, lambda: transforms.build(w, base_recipe, ctx.device,
+                                           transforms.fresh_copy(host, ctx.device))
+
+
+def _tf32_scale(ctx, ref, batch, as_run) -> whatif.Tf32Scale | None:
+    """The baseline's own TF32 rounding: its first step once more, from the initial state on
+    the same batch, in strict fp32, against the baseline's step as run (None: no ``ref``)."""
+    if ref is None:
+        return None
+    modes, build = ref
+    try:
+        parts = build()
+        before, out = transforms.parameters_before(parts), []
+        with whatif.strict_fp32():
+            out.append(parts.run(batch))
+            ctx.sync()
+        return whatif.tf32_scale(transforms.capture(parts, before, out[0]), as_run, modes)
+    except RuntimeError as exc:  # an OOM too. No scale: the fp32 limits hold, its rows say why
+        return whatif.Tf32Scale(modes, why=" ".join(f"{type(exc).__name__}: {exc}".split())[:200])
+
+
+def _check(ctx, iv, states, scale) -> str:
+    """The one-step check's rows (each number, its limit, the TF32 scale where measured, the
+    verdict); returns them in a phrase for the log."""
+    tol = whatif.tf32_aware(whatif.TOLERANCES[iv.tolerance], scale)
     agree = whatif.agreement(states[names.BASELINE], states[names.INTERVENED], tol)
     check = dict(variant=names.variant(iv.name, names.CHECK), n=1,
                  window="one step of each side from identical state and batch",
                  sync_boundary="values read after both steps; tolerance " + tol.describe())
-    limits = dict(zip(names.CHECK_METRICS, (tol.loss_rel, tol.grad_rel, tol.update_rel)))
     for metric in names.CHECK_METRICS:
         if math.isfinite(agree[metric]):
             ctx.row(metric=metric, value=agree[metric], unit="relative", **check)
         else:
             ctx.unsupported(metric=metric, unit="relative", status="error",
                             reason=f"not finite ({agree[metric]})", **check)
-        if limits[metric] is not None:
-            ctx.row(metric=metric + names.TOLERANCE_SUFFIX, value=limits[metric],
+        if agree["limits"][metric] is not None:
+            ctx.row(metric=metric + names.TOLERANCE_SUFFIX, value=agree["limits"][metric],
                     unit="relative", **check)
+    if scale is not None:
+        _scale_rows(ctx, scale, check)
     ctx.row(metric=names.CORRECT, value=float(agree["passes"]), unit="bool", **check)
-    ctx.log(f"{iv.name}: first calls baseline {firsts[names.BASELINE]:.1f} ms, intervened "
-            f"{firsts[names.INTERVENED]:.1f} ms; check "
-            + ", ".join(f"{m} {agree[m]:.2e}" for m in names.CHECK_METRICS)
+    tf32 = "" if scale is None else (
+        f"; TF32 scale loss {scale.loss_rel:.2e}, grad {scale.grad_rel:.2e} "
+        f"(limits: the larger of fp32's and {whatif.TF32_FACTOR:g} x it)" if scale.measured
+        else f"; TF32 scale not measured ({scale.why}): fp32 limits")
+    return ("check " + ", ".join(f"{m} {agree[m]:.2e}" for m in names.CHECK_METRICS) + tf32
             + (" ok" if agree["passes"] else " MISMATCH"))
-    return firsts[names.INTERVENED]
+
+
+def _scale_rows(ctx, scale, check) -> None:
+    """The baseline's measured TF32 rounding, each number a row of the check's variant."""
+    kw = {**check, "window": "the baseline's first step from the initial state and batch as "
+          f"run (TF32 may run: {' and '.join(scale.modes)}) against the same step in strict "
+          "fp32 (TF32 off), relative to the strict one",
+          "sync_boundary": "values read after both steps; the TF32-aware tolerance's loss and "
+          f"gradient limits are at least {whatif.TF32_FACTOR:g} x this"}
+    for metric, value in zip(names.TF32_SCALE_METRICS, (scale.loss_rel, scale.grad_rel)):
+        if scale.measured:
+            ctx.row(metric=metric, value=value, unit="relative", **kw)
+        else:
+            ctx.unsupported(metric=metric, unit="relative", reason=scale.why, **kw)
 
 
 def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
@@ -226,11 +284,13 @@ def _measure_pair(ctx, iv, w, base_recipe, recipe) -> None:
     fresh = copy.deepcopy(w.model)
     base = transforms.build(w, base_recipe, ctx.device, transforms.fresh_copy(fresh, ctx.device))
     inter = transforms.build(w, recipe, ctx.device, transforms.fresh_copy(fresh, ctx.device))
+    ref = _strict_reference(ctx, w, base_recipe, fresh)
     del fresh
     if iv.custom is not None:
         inter = iv.custom(inter)
     kw_of = {names.BASELINE: {}, names.INTERVENED: _side_contract(w, recipe, inter)}
-    first_ms = _first_steps(ctx, iv, base, inter, kw_of)
+    first_ms = _first_steps(ctx, iv, base, inter, kw_of, ref)
+    del ref
     pc = _pair(ctx, iv, base, inter, kw_of)
     _break_even(ctx, iv, pc, first_ms, {names.BASELINE: base.examples,
                                         names.INTERVENED: inter.examples},

@@ -170,6 +170,170 @@ def test_the_one_step_check_catches_a_changed_update():
     assert not whatif.agreement(a, gone, tol)["passes"]
 
 
+# ------------------------------------------------------------------ TF32 on CUDA
+
+#: the baseline's own TF32 rounding as a convnet on CUDA might measure it
+CONV_SCALE = whatif.Tf32Scale(("convolutions",), loss_rel=1e-6, grad_rel=3e-3)
+
+
+def _step(loss: float, grad_off: float, update: torch.Tensor | None = None) -> whatif.StepState:
+    """A step whose gradient is relatively ``grad_off`` from ones(4) (its norm is 2)."""
+    g = torch.ones(4)
+    g[0] += 2 * grad_off
+    return whatif.StepState(loss, [g], [torch.full((4,), 1e-3) if update is None else update])
+
+
+BASE = _step(2.0, 0.0)
+#: Adam's first step where TF32 flipped the signs of near-zero gradients: an update far off
+FLIPPED = torch.tensor([1e-3, -1e-3, 1e-3, -1e-3])
+
+
+def test_tf32_aware_limits_are_k_times_the_measured_scale():
+    fp32 = whatif.TOLERANCES["reordered"]
+    tol = whatif.tf32_aware(fp32, CONV_SCALE)
+    k = whatif.TF32_FACTOR
+    assert (tol.loss_rel, tol.grad_rel) == (fp32.loss_rel, k * 3e-3)  # max(fp32, K x scale)
+    text = tol.describe()
+    assert "TF32-aware" in text and f"{k:g} x" in text and "gradient 0.003" in text
+    inside, outside = _step(2.0, 0.9 * k * 3e-3, FLIPPED), _step(2.0, 1.1 * k * 3e-3, FLIPPED)
+    got = whatif.agreement(BASE, inside, tol)
+    # past its fp32 limit the gradient is TF32-rounded: the update is not compared
+    assert got["passes"] and got["limits"]["update_rel_diff"] is None
+    assert not whatif.agreement(BASE, inside, fp32)["passes"]  # what W01 said before: MISMATCH
+    assert not whatif.agreement(BASE, outside, tol)["passes"]
+    assert not whatif.agreement(BASE, _step(2.0 * (1 + 2e-4), 0.0), tol)["passes"]  # loss
+
+
+def test_tf32_aware_still_checks_the_update_of_an_unchanged_gradient():
+    """A fused optimizer leaves forward and backward alone: while the gradient agrees within
+    its fp32 limit the update is held to its fp32 limit, so a wrong update still fails."""
+    tol = whatif.tf32_aware(whatif.TOLERANCES["same arithmetic"], CONV_SCALE)
+    got = whatif.agreement(BASE, _step(2.0, 0.0, FLIPPED), tol)
+    assert not got["passes"] and got["limits"]["update_rel_diff"] == 1e-3
+    assert whatif.agreement(BASE, _step(2.0, 1e-5), tol)["passes"]
+
+
+def test_without_tf32_or_its_scale_the_fp32_limits_hold():
+    fp32 = whatif.TOLERANCES["reordered"]
+    tf32_rounded = _step(2.0, 1e-2, FLIPPED)
+    for scale in (None, whatif.Tf32Scale((), 1e-6, 3e-3)):  # a CPU, or TF32 off: unchanged
+        assert whatif.tf32_aware(fp32, scale) is fp32
+    # reduced precision is coarser than TF32: as it is
+    low = whatif.TOLERANCES["reduced precision"]
+    assert whatif.tf32_aware(low, whatif.Tf32Scale(("convolutions",), 1.0, 1.0)) is low
+    for missing in (whatif.Tf32Scale(("convolutions",), why="the strict step raised"),
+                    whatif.Tf32Scale(("matmuls",), 1e-6, float("nan"))):
+        tol = whatif.tf32_aware(fp32, missing)  # never silently looser
+        assert (tol.loss_rel, tol.grad_rel, tol.update_rel) == (1e-4, 1e-3, 1e-2)
+        assert "not measured" in tol.describe()
+        assert not whatif.agreement(BASE, tf32_rounded, tol)["passes"]
+
+
+def test_the_scale_is_the_baselines_step_against_strict_fp32():
+    strict = _step(2.0, 0.0)
+    scale = whatif.tf32_scale(strict, _step(2.0 * (1 + 1e-6), 2e-3), ("convolutions",))
+    assert scale.measured and scale.loss_rel == pytest.approx(1e-6, rel=1e-3)
+    assert scale.grad_rel == pytest.approx(2e-3, rel=1e-3)
+    gone = whatif.tf32_scale(strict, whatif.StepState(2.0, [None], strict.update), ("matmuls",))
+    assert not gone.measured and "one of the two steps" in gone.why
+
+
+def _flags() -> tuple:
+    """Every TF32 setting torch has: the legacy flags and the per-operation precisions."""
+    return (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision(),
+            [o.fp32_precision for o in whatif._per_op(torch.backends)])
+
+
+@pytest.fixture
+def tf32_flags():
+    """torch's TF32 flags put back as they were; yields whether it has the per-op API."""
+    saved = _flags()
+    ops = whatif._per_op(torch.backends)
+    yield bool(ops)
+    for o in ops:  # first: they are what makes the legacy getters refuse when mixed
+        o.fp32_precision = "none"
+    torch.set_float32_matmul_precision(saved[1])
+    torch.backends.cudnn.allow_tf32 = saved[0]
+    for o, v in zip(ops, saved[2]):
+        o.fp32_precision = v
+    assert _flags() == saved
+
+
+def test_the_tf32_flags_are_read_on_cuda_only(tf32_flags, monkeypatch):
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("highest")
+    assert whatif.tf32_modes("cpu") == ()
+    assert whatif.tf32_modes("cuda") == ("convolutions",)  # torch's defaults
+    torch.set_float32_matmul_precision("high")
+    assert whatif.tf32_modes("cuda") == ("convolutions", "matmuls")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    assert whatif.tf32_modes("cuda") == ()
+
+    def mixed():
+        raise RuntimeError("you have used mix of the legacy and new APIs")
+
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", mixed)
+    assert whatif.tf32_modes("cuda") == ("matmuls",)  # unreadable: it may, so measure it
+
+
+@pytest.mark.parametrize("conv, matmul", [(True, "highest"), (True, "high"),
+                                           (False, "medium"), (False, "highest")])
+def test_strict_fp32_turns_tf32_off_and_puts_the_flags_back(tf32_flags, conv, matmul):
+    torch.backends.cudnn.allow_tf32 = conv
+    torch.set_float32_matmul_precision(matmul)
+    before = _flags()
+    with whatif.strict_fp32():
+        assert whatif.tf32_modes("cuda") == ()
+    assert _flags() == before  # the per-operation settings too, not only their effect
+    with pytest.raises(ValueError, match="inside"), whatif.strict_fp32():
+        raise ValueError("inside")
+    assert _flags() == before
+    if tf32_flags:  # torch's per-backend API set: its legacy getters refuse, so it is used
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        with whatif.strict_fp32():
+            assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+        assert (torch.backends.cuda.matmul.fp32_precision,
+                torch.backends.cudnn.conv.fp32_precision) == ("tf32", "ieee")
+
+
+def test_a_job_where_tf32_may_run_measures_its_scale(tiny_cfg, tmp_path, monkeypatch):
+    """The job as it runs on CUDA with TF32 on, here on the CPU (which never rounds to TF32):
+    the strict-fp32 step is measured and written, the check held to the TF32-aware tolerance."""
+    monkeypatch.setattr(whatif, "tf32_modes", lambda device_type: ("convolutions",))
+    c = _contract(tiny_cfg, "larger_batch", interventions="all", blocks=2, inner=2)
+    rows = _run(c, tmp_path, "larger_batch", SCRIPT.measure_one)
+    check = rows[rows.variant == "larger_batch/check"].set_index("metric")
+    for metric in w01.TF32_SCALE_METRICS:  # the same step on a CPU: no TF32 rounding
+        assert check.unit[metric] == "relative" and check.value[metric] <= 1e-6
+        assert "strict fp32" in check.window[metric]
+    assert "reordered, TF32-aware" in check.sync_boundary[w01.CORRECT]
+    assert check.value[w01.CORRECT] == 1
+    assert "TF32 scale loss" in w01.outcome(rows, "larger_batch").check
+    assert "TF32 may run" in w01.markdown(rows)
+
+
+def test_a_strict_step_that_fails_leaves_the_fp32_limits(tiny_cfg, tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
+    @contextmanager
+    def refused():
+        raise RuntimeError("CUDA out of memory")
+        yield
+
+    monkeypatch.setattr(whatif, "tf32_modes", lambda device_type: ("convolutions",))
+    monkeypatch.setattr(whatif, "strict_fp32", refused)
+    c = _contract(tiny_cfg, "larger_batch", interventions="all", blocks=2, inner=2)
+    rows = _run(c, tmp_path, "larger_batch", SCRIPT.measure_one)
+    check = rows[rows.variant == "larger_batch/check"].set_index("metric")
+    for metric in w01.TF32_SCALE_METRICS:
+        assert check.status[metric] == "unsupported" and "out of memory" in check.reason[metric]
+    assert "not measured" in check.sync_boundary[w01.CORRECT]
+    assert check.value["grad_rel_diff_tol"] == whatif.TOLERANCES["reordered"].grad_rel
+    assert w01.outcome(rows, "larger_batch").correct  # the CPU's step agrees in fp32 anyway
+
+
 def test_bounds_come_from_the_localization():
     def row(eid, variant, metric, value):
         return {**_floor_row(), "experiment": eid, "variant": variant, "metric": metric,

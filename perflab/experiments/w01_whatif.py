@@ -61,6 +61,9 @@ PEAK_CHANGE = "peak_change"  # intervened minus baseline peak, MiB (each side al
 CHECK_METRICS = ("loss_rel_diff", "grad_rel_diff", "update_rel_diff")
 TOLERANCE_SUFFIX = "_tol"
 CORRECT = "correct"  # 1 when every check number is inside its tolerance
+#: the check's TF32 scale (CUDA, TF32 on): the baseline's first step as run against strict
+#: fp32, loss and gradient relative differences (perflab.whatif.tf32_aware's scale)
+TF32_SCALE_METRICS = ("tf32_loss_rel_diff", "tf32_grad_rel_diff")
 JOB_WALL = "job_wall"  # s, the intervention's whole fresh process (from its provenance)
 #: JOB_WALL of the whole set: its jobs' own wall time summed (the plan's included), and
 #: the span from the plan's start to the last job's results (other jobs may run between)
@@ -153,8 +156,19 @@ def outcome(frame: pd.DataFrame, name: str) -> Outcome | None:
     o.correct = None if ok is None else bool(ok)
     o.check = ", ".join(f"{m.removesuffix('_rel_diff')} {v:.1e}" for m in CHECK_METRICS
                         if (v := _value(r, variant(name, CHECK), m)) is not None)
+    if scale := tf32_scale(r, name):
+        o.check += f"; {scale}"
     o.bound_pct, o.bound_from = predicted_bound(frame, name)
     return o
+
+
+def tf32_scale(r: pd.DataFrame, name: str) -> str:
+    """The TF32 scale the intervention's check was held to, in a phrase ("" where none was
+    measured: a CPU, or TF32 off)."""
+    got = [_value(r, variant(name, CHECK), m) for m in TF32_SCALE_METRICS]
+    if None in got:
+        return ""
+    return f"TF32 scale loss {got[0]:.1e}, grad {got[1]:.1e}"
 
 
 # ------------------------------------------------------------------ the localization's bound
@@ -307,6 +321,13 @@ def markdown(frame: pd.DataFrame) -> str:
                   + ("" if isinstance(span, Missing) else
                      f"; {float(span):.0f} s passed from the plan's start to the last result")
                   + "."]
+    tf32 = [f"{o.name}: {s}" for o in ranked(frame) if (s := tf32_scale(r, o.name))]
+    if tf32:
+        lines += ["", "One-step check where TF32 may run (CUDA): the loss and gradient limits "
+                  f"are the larger of the fp32 limit and {whatif.TF32_FACTOR:g} x the "
+                  "baseline's own TF32 rounding (its first step as run against strict fp32), "
+                  "and the update is unchecked once the gradient is past its fp32 limit — "
+                  + "; ".join(tf32) + "."]
     lines += ["", "Time change: the judged time (ms per step; per example for a larger batch), "
               "median of the paired block differences with its 95% bootstrap interval; "
               + (f"judged against C00's A/A floor of {floor:.2g}%." if floor is not None
