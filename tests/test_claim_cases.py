@@ -114,7 +114,7 @@ def test_one_parts_noise_never_hides_another_parts_failure():
     """C09: the medians inside the floor, the Timer's IQR decided wider: DIFFERS. C42: per-phase sync decided above its 10% bound while the profiler's lead over it is
     inside the floor: DIFFERS, naming the part that failed; C46: workers shorten the step
     beyond the floor but input wait is decided not to dominate: DIFFERS."""
-    v = verdict("C09", e04_rows(timer=15.8, timer_iqr=0.3, floor_pct=3.0))
+    v = verdict("C09", e04_sampled(timer=15.8, timer_sd=1.5, helper_sd=0.5))
     assert v.verdict == claims.DIFFERS and "the Timer's IQR tighter fails" in v.mechanism
     v = verdict("C42", e23_rows(phase_sync=20.0, profiler=21.0, floor_pct=2.0))
     assert v.verdict == claims.DIFFERS

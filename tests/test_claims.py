@@ -344,3 +344,16 @@ def test_the_claims_job_hands_the_run_samples_to_the_claims(tmp_path):
     assert out["with"].verdict == claims.REPRODUCED and "95% interval" in out["with"].measured
     assert out["without"].verdict == claims.INCONCLUSIVE
     assert "no raw samples" in out["without"].measured
+
+
+def test_c09_orders_the_two_iqrs_by_the_interval_of_their_ratio():
+    """The Timer's IQR against the helper's is an estimate against an estimate: a Timer
+    spread twice the helper's is decided against the claim, two close spreads are not
+    decided (one CPU run read 4.49 vs 4.10 ms from 64 block means and 400 calls)."""
+    from cases_c01_c22 import e04_sampled
+
+    wide = verdict("C09", e04_sampled(timer_sd=0.3, helper_sd=0.14))
+    assert wide.verdict == claims.DIFFERS, wide.measured
+    close = verdict("C09", e04_sampled(timer_sd=0.15, helper_sd=0.14))
+    assert close.verdict == claims.INCONCLUSIVE, close.measured
+    assert "IQR" in close.measured and "straddles the 0% bound" in close.measured

@@ -87,7 +87,7 @@ def fake_results(d, value: float):
     frame = machine_rows("cpu", "Intel", "MLP dim512 depth6", "[64, 512]", value)
     io.write_results(d / "e01_lying_benchmark.csv", frame.to_dict("records"))
     io.write_samples(d / "e01_lying_benchmark_samples.csv", [])
-    io.write_samples(d / "e03_warmup_spread_samples.csv", [])  # no claim reads these
+    io.write_samples(d / "e02_four_questions_samples.csv", [])  # no claim reads these
     io.atomic_write_json(d / "e01_lying_benchmark.json", {
         "experiment": "E01", "contract": {"device": "cpu", "scale": "cpu"},
         "environment": {"git_commit": "abc123", "device_name": "Intel"},
@@ -107,7 +107,7 @@ def test_ship_then_load_a_reference_run(tmp_path, chapter):
     # E01's claims judge ratios by their own interval over its samples: those travel;
     # samples no claim reads stay behind (size)
     assert (shipped / "results" / "e01_lying_benchmark_samples.csv").is_file()
-    assert not (shipped / "results" / "e03_warmup_spread_samples.csv").exists()
+    assert not (shipped / "results" / "e02_four_questions_samples.csv").exists()
     meta = json.loads((shipped / "run.json").read_text())
     assert (meta["commit"], meta["device"], meta["experiments"]) == ("abc123", "cpu", ["E01"])
 

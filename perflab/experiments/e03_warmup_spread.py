@@ -154,7 +154,8 @@ def cold_pull(x) -> dict[str, float]:
 
 def _against_noise(pull: float, noise: float, name: str) -> tuple[bool, bool, str]:
     """(moved?, decided?, how) of one estimator's pull against its own noise."""
-    ratio = abs(pull) / noise if noise > 0 else float("inf")
+    # a constant series has no noise: any pull at all moves the estimator, none does not
+    ratio = abs(pull) / noise if noise > 0 else (float("inf") if pull else 0.0)
     decided = ratio > NOISE_MARGIN or ratio < 1 / NOISE_MARGIN
     how = (f"{ratio:.2g}x the {name}'s noise {noise:.2g} ms"
            + ("" if decided else f", between 1/{NOISE_MARGIN:g} and {NOISE_MARGIN:g}x"))
