@@ -14,7 +14,6 @@ import pytest
 from cases_c01_c22 import (
     e01_loops,
     e01_sampled,
-    e04_rows,
     e04_sampled,
     e05_rows,
     e05_sampled,

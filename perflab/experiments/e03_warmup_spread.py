@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Part, claim, judge, judge_parts, resolved
+from perflab.claims import Absent, Part, claim, judge, judge_parts
 from perflab.experiments import Experiment
 from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
 
