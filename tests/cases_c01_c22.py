@@ -97,13 +97,23 @@ case("C07", e03_warmups, lambda: e03_warmups(first=16.4),
      lambda: e03_warmups(first=19.4))
 
 
-def e03_spread(mean=16.525, med=16.449, std=0.3, tail=21, count=400):
-    return rows(*[("E03", e03.SPREAD, "step_latency", s, x) for s, x in (
-        ("mean", mean), ("median", med), ("std", std), ("tail_count", tail), ("count", count))])
+def e03_spread(med=16.449, sd=0.14, tail=21, count=400, tail_ms=1.5):
+    """E03's warmed series: ``count - tail`` calls about ``med`` and ``tail`` of them
+    ``tail_ms`` above it (past median + 3 IQR); its rows computed from those samples."""
+    import numpy as np
+
+    x = np.r_[sample_series(med, sd, count - tail, 2), np.full(tail, med + tail_ms)]
+    x = x[np.random.default_rng(5).permutation(count)]
+    q75, q25 = np.percentile(x, [75, 25])
+    frame = rows(*[("E03", e03.SPREAD, "step_latency", stat, v) for stat, v in (
+        ("mean", x.mean()), ("median", np.median(x)), ("std", x.std(ddof=1)),
+        ("tail_count", float((x > np.median(x) + 3 * (q75 - q25)).sum())), ("count", count))])
+    return with_samples(frame, ("E03", e03.SPREAD, "step_latency", x))
 
 
-case("C08", e03_spread, lambda: e03_spread(mean=3.450, med=3.459, std=0.05, tail=0),
-     lambda: e03_spread(tail=4))  # 1% of 400: the share's interval straddles the bound
+# 21/400 steps 1.5 ms out: mean - median ~0.08 ms, clear of 0; no tail (0/400, its interval
+# below 1%); 4/400: the share's interval straddles 1%
+case("C08", e03_spread, lambda: e03_spread(tail=0), lambda: e03_spread(tail=4))
 
 
 # ------------------------------------------------------------------ E04 Timer vs the helper
