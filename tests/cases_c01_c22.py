@@ -200,16 +200,20 @@ case("C13", e05_sampled, lambda: e05_sampled_with(input_wait=(6.0, 0.2)),  # ~30
 # ------------------------------------------------------------------ E06 events vs wall
 
 
-def e06_rows(wall=16.281, device=15.945, submission=4.9, floor_pct=1.0):
-    return with_floor(floor_pct, ("E06", *e06.WALL, "median", wall),
-                      ("E06", *e06.DEVICE, "median", device),
-                      ("E06", *e06.HOST_EXPOSED, "median", wall - device),
-                      ("E06", *e06.SUBMISSION, "median", submission))
+def e06_rows(wall=16.281, device=15.945, submission=4.9, floor_pct=1.0, sd=0.05):
+    """E06's medians and its paired per-call series of wall and host-exposed time (``sd``
+    the host-exposed spread)."""
+    frame = with_floor(floor_pct, ("E06", *e06.WALL, "median", wall),
+                       ("E06", *e06.DEVICE, "median", device),
+                       ("E06", *e06.HOST_EXPOSED, "median", wall - device),
+                       ("E06", *e06.SUBMISSION, "median", submission))
+    return with_samples(frame, ("E06", *e06.WALL, sample_series(wall, 0.05, 400, 6)),
+                        ("E06", *e06.HOST_EXPOSED, sample_series(wall - device, sd, 400, 7)))
 
 
 case("C14", e06_rows,
      lambda: e06_rows(wall=3.261, device=2.750, submission=2.673),  # the host-bound H200 MLP
-     lambda: e06_rows(wall=10.0, device=9.55, floor_pct=2.0))  # 4.5% of wall, floor 2
+     lambda: e06_rows(wall=10.0, device=9.55, sd=0.8))  # 4.5% of wall, its interval 3.7..5.3
 
 
 # ------------------------------------------------------------------ E07 optimizers

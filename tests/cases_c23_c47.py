@@ -286,7 +286,13 @@ case("C42", e23_rows, lambda: e23_rows(phase_sync=20.0),
 # ------------------------------------------------------------------ E24 input pipeline
 
 
-def e24_workers(share=91.0, s0=61.0, s4=4.2, floor_pct=2.0, pair_p=None):
+def e24_workers(share=91.0, s0=61.0, s4=4.2, floor_pct=2.0, pair_p=None, wait_sd=1.0):
+    """E24's rows, with the 0-worker steps' paired series (48 steps: the step about ``s0``
+    and its input wait ``share`` % of it, give or take ``wait_sd`` ms)."""
+    import numpy as np
+
+    step = sample_series(s0, 0.02 * s0, 48, 8)
+    wait = share / 100 * step + wait_sd * np.random.default_rng(9).standard_normal(48)
     specs = [("E24", e24.REFERENCE, e24.INPUT_WAIT_SHARE, "value", share),
              ("E24", e24.workers_variant(0), e24.STEP_LATENCY, "median", s0),
              ("E24", e24.workers_variant(4), e24.STEP_LATENCY, "median", s4),
@@ -294,7 +300,9 @@ def e24_workers(share=91.0, s0=61.0, s4=4.2, floor_pct=2.0, pair_p=None):
     if pair_p is not None:  # the interleaved pair's own judgement (runs after E24 judged it)
         specs += ab_rows("E24", e24.pair_variant(e24.workers_variant(4)),
                          100 * (s4 - s0) / s0, base_ms=s0, p=pair_p)[4:]
-    return with_floor(floor_pct, *specs)
+    return with_samples(with_floor(floor_pct, *specs),
+                        ("E24", e24.REFERENCE, e24.INPUT_WAIT, wait),
+                        ("E24", e24.REFERENCE, e24.STEP_LATENCY, step))
 
 
 case("C46", e24_workers, lambda: e24_workers(share=10.0),
