@@ -11,10 +11,11 @@ files through the harness::
     results/<tag>/e08_batch_sweep/b<B>_r<k>.*        replicate k of batch B
 
 The replicates are further fresh processes of one batch size's contract (the
-controlled batch size when the sweep has it, else the smallest): with the
-sweep's own job they are R processes of the same code, the between-process
-A/A that comparisons of separate processes (batch sizes, E20's cold and warm
-jobs) are judged against.
+controlled batch size when the sweep has it, else the smallest; or, with
+``replicate_largest: N``, each of the N largest): with the sweep's own job they
+are R processes of the same code, the between-process A/A that comparisons of
+separate processes (batch sizes, E20's cold and warm jobs) are judged against,
+the largest sizes' their own (a comparison between two of them, C19's top step).
 
 :func:`aggregate` concatenates them into the experiment's three standard
 outputs and adds the sweep's three answers as rows (variant
