@@ -108,3 +108,15 @@ def test_pooled_floor_false_positive_rate_is_5_percent():
     # the spread of all six about one mean would count the sizes' difference as noise
     wide = np.array([stats.process_floor_pct(np.r_[a, b]) for a, b in zip(g1[:50], g2[:50])])
     assert (wide > 10 * floors[:50]).all()
+
+
+def test_every_step_is_judged_not_only_the_smallest():
+    # the top step is decided by the replicated sizes' own floor, but 64 -> 1024 (+30%)
+    # lies inside a run floor of 40% (35 points from the -5% allowed): not every step is
+    # decided, so neither is the claim (one H200 host's run floor was 84%)
+    v = c19((10762, 19350, 25155, 28400), run_floor=40.0, sizes=(1024, 2048))
+    assert v.verdict == claims.INCONCLUSIVE, v.measured
+    assert "step up +30.0% (64 -> 1024)" in v.measured
+    # a step decided below the dip is named whatever the others
+    v = c19((10762, 19350, 9000, 28400), run_floor=3.0, sizes=(1024, 2048))
+    assert v.verdict == claims.DIFFERS and "(64 -> 1024)" in v.measured
