@@ -20,8 +20,9 @@ import torch
 from conftest import TEST_CONFIG
 from experiments import load_script
 
-from perflab import config, io, runner, transforms, whatif, workloads
+from perflab import calibration, config, io, runner, transforms, whatif, workloads
 from perflab.experiments import w01_whatif as w01
+from perflab.experiments.c00_calibration import AA_FLOOR
 
 SCRIPT = load_script("w01_whatif")
 PLANTED = {"target": "planted:slow_optimizer_mlp", "params": {"seed": 0}}
@@ -49,9 +50,10 @@ def _run(contract, out_dir: Path, job: str, measure) -> pd.DataFrame:
 
 
 def _floor_row() -> dict:
-    return {"experiment": "C00", "variant": "aa", "workload": "mlp", "model": "m",
+    variant, metric = AA_FLOOR
+    return {"experiment": "C00", "variant": variant, "workload": "mlp", "model": "m",
             "input_shape": "[1]", "dtype": "float32", "device": "cpu", "device_name": "cpu",
-            "mode": "train", "execution": "eager", "metric": "aa_noise_floor",
+            "mode": "train", "execution": "eager", "metric": metric,
             "window": "w", "sync_boundary": "s", "statistic": "value", "value": FLOOR_PCT,
             "unit": "%", "n": 12, "status": "ok", "reason": ""}
 
@@ -80,9 +82,22 @@ def test_a_planted_slow_optimizer_is_faster_fused(planted_runs):
 
 
 def test_no_change_is_not_resolved_and_a_sleep_is_slower(planted_runs):
+    # the floor row is read as C00's: a name the calibration does not read would leave the
+    # no-op held to no floor at all (p and the interval alone: a 3% false change per run)
+    assert calibration.noise_floor_pct(planted_runs) == FLOOR_PCT
     v = _verdicts(planted_runs)
     assert v["noop"].verdict == w01.UNRESOLVED and v["noop"].correct
     assert v["sleep_added"].verdict == w01.SLOWER
+
+
+def test_a_real_gain_inside_a_wider_floor_is_not_resolved(planted_runs):
+    """The same measured gain, held to a floor wider than it: inside the noise, so neither
+    faster nor the best."""
+    gain = -_verdicts(planted_runs)["fused_optimizer"].change_pct
+    wide = planted_runs.copy()
+    wide.loc[(wide.experiment == "C00") & (wide.metric == AA_FLOOR[1]), "value"] = 1.5 * gain
+    o = _verdicts(wide)["fused_optimizer"]
+    assert o.verdict == w01.UNRESOLVED and w01.best(wide) is None
 
 
 def test_a_wrong_result_fails_the_check_and_is_never_the_best(planted_runs):
