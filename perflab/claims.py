@@ -261,6 +261,10 @@ def _region_text(region: Region, unit: str) -> str:
     return f"{' and '.join(ends)} bound" + ("s" if len(ends) > 1 else "")
 
 
+#: the fewest samples of a series :func:`own_interval` draws an interval from
+MIN_INTERVAL_SAMPLES = 3
+
+
 def own_interval(ev: Evidence, groups: list[list[Series]], statistic,
                  region: Region, *, unit: str = "%") -> tuple[bool | None, Decision]:
     """Is a statistic of this run's samples decided against the claim's region by its own
@@ -287,6 +291,9 @@ def own_interval(ev: Evidence, groups: list[list[Series]], statistic,
             return None, (False, f"not resolved: no raw samples of {missing[0]} (the "
                                  "statistic's own interval needs the run's samples CSV)")
         n = min(len(x) for x in got)
+        if n < MIN_INTERVAL_SAMPLES:  # one sample resamples to itself: a zero-width interval
+            return None, (False, f"not resolved: {n} sample(s) of {' '.join(group[0])} (an "
+                                 f"interval needs at least {MIN_INTERVAL_SAMPLES})")
         data.append(np.vstack([x[:n] for x in got]))
     point, lo, hi = stats.block_bootstrap_ci(data, statistic)
     low, high = region

@@ -65,6 +65,8 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
     calls = float(t.get("warmup", 0) + t.get("repeats", 0))
     calls += sum(p[k] for k in CALL_COUNTS if _int(p.get(k)))
     calls += sum(sum(p[k]) for k in CALL_LISTS if isinstance(p.get(k), list))
+    if isinstance(p.get("loops"), list) and _int(p.get("loop_rounds")):
+        calls += (p["loop_rounds"] - 1) * sum(p["loops"])  # E01 runs its loops in rounds
     if isinstance(p.get("warmups"), list) and _int(p.get("repeats")):
         calls += len(p["warmups"]) * p["repeats"]  # one series per warmup count
     calls += sum(2 * p[f"{x}blocks"] * p[f"{x}inner"] for x in PAIRS

@@ -108,21 +108,36 @@ def time_unsynchronized_loop(fn: Step, steps: int, sync: Sync) -> LoopTiming:
     )
 
 
-def host_return_samples(fn: Step, *, repeats: int, sync: Sync) -> list[float]:
-    """Time until ``fn`` returns to the host, from an empty queue, no sync after.
+@dataclass
+class HostReturn:
+    """One series of calls, each timed twice: when it returned to the host, and when its
+    work was done (the sync right after it) — ms, sample i of both from the same call."""
 
-    This is the "one step, host-visible return only" number: what a timer
-    reads if it stops when Python gets control back. The queue is drained
-    between samples (outside the timed region) so every sample starts empty.
+    returned_ms: list[float]
+    completed_ms: list[float]
+
+
+def host_return_samples(fn: Step, *, repeats: int, sync: Sync) -> HostReturn:
+    """Time until ``fn`` returns to the host, from an empty queue, then until it completes.
+
+    The first clock is the "one step, host-visible return only" number: what a timer
+    reads if it stops when Python gets control back. The second is read after a sync
+    that follows at once, so each call is set against its own completion, not against a
+    series measured at another time (a drift between two series would read as a lie of the
+    clock). The queue is drained before each call (outside the timed region) so every
+    sample starts empty.
     """
-    samples = []
+    returned, completed = [], []
     for _ in range(repeats):
         sync()
         t0 = _clock()
         fn()
-        samples.append((_clock() - t0) * 1e3)
-    sync()
-    return samples
+        t1 = _clock()
+        sync()
+        t2 = _clock()
+        returned.append((t1 - t0) * 1e3)
+        completed.append((t2 - t0) * 1e3)
+    return HostReturn(returned, completed)
 
 
 def host_submission_samples(fn: Step, *, warmup: int, repeats: int, sync: Sync) -> list[float]:

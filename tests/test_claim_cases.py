@@ -158,10 +158,28 @@ def test_article_claims_say_what_they_measured():
 def test_c01_reads_the_loops_own_real_time():
     """The loop against itself: a synchronized median far above the loop's clock is not the
     loop lying, when the loop's own real time (read after its final sync) is what it said."""
-    frame = pd.concat([e01_loops(short=(2.914, 2.92)),
+    loops = e01_loops(short=(2.914, 2.92))
+    frame = pd.concat([loops,
                        rows(("E01", "synchronized_warmed", "step_latency", "median", 3.447))])
+    frame.attrs["samples"] = loops.attrs["samples"]
     v = verdict("C01", frame)
     assert v.verdict == claims.DIFFERS and "2.920 ms real" in v.measured
+
+
+def test_c04_sets_each_call_against_its_own_completion():
+    """The calls' own completion is the reference: a synchronized series that drifted
+    (measured later, 30% slower) does not make the host's clock look like it lies; a run
+    without the paired completions is judged against the synchronized series as before."""
+    v = verdict("C04", e01_sampled(host=16.4, med=16.43))
+    assert v.verdict == claims.DIFFERS and "when the same calls completed" in v.measured
+    drifted = e01_sampled(host=16.4, med=16.43)
+    rows_ = drifted.copy()
+    sel = (rows_.variant == "synchronized_warmed") & (rows_.statistic == "median")
+    rows_.loc[sel, "value"] = 16.43 * 1.3
+    rows_.attrs["samples"] = drifted.attrs["samples"]
+    assert verdict("C04", rows_).verdict == claims.DIFFERS
+    old = verdict("C04", e01_sampled(host=4.866, paired=False))
+    assert old.verdict == claims.REPRODUCED and "synchronized (30%)" in old.measured
 
 
 def test_c13_says_what_fed_the_step():

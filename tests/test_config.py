@@ -161,7 +161,8 @@ def test_contract_slices(tiny_cfg):
     assert c["scale"] == "tiny"
     assert c["tag"] == tiny_cfg["resolved_tag"]
     assert c["timing"] == {"warmup": 3, "repeats": 30}
-    assert c["params"] == {"loops": [5, 20, 40], "host_return_repeats": 5, "repeats": None}
+    assert c["params"] == {"loops": [5, 20, 40], "loop_rounds": 3, "host_return_repeats": 5,
+                           "repeats": None}
     # only the workload it builds (the controlled one), with the seed filled in
     assert c["workloads"] == {
         "mlp": {"target": "mlp",

@@ -120,7 +120,8 @@ def test_host_return_stops_the_clock_before_sync(monkeypatch):
     rec = _Recorder()
     monkeypatch.setattr(timing, "_clock", rec.clock)
     timing.host_return_samples(rec.fn, repeats=2, sync=rec.sync)
-    assert rec.events == ["sync", "clock", "fn", "clock"] * 2 + ["sync"]
+    # the return read before the sync, the completion of the same call after it
+    assert rec.events == ["sync", "clock", "fn", "clock", "sync", "clock"] * 2
 
 
 def test_unsynchronized_loop_call_order(monkeypatch):
@@ -170,12 +171,14 @@ def test_unsynchronized_loop_no_backlog_for_a_synchronous_step(fake_device):
 
 def test_host_return_measures_submission_time_calls_completion(fake_device):
     step = fake_device.step(WORK_S)
-    host = timing.host_return_samples(step, repeats=5, sync=fake_device.synchronize)
+    got = timing.host_return_samples(step, repeats=5, sync=fake_device.synchronize)
     assert fake_device.pending == 0  # drained before returning
+    host, same_calls = got.returned_ms, got.completed_ms
     done = timing.time_calls(step, warmup=0, repeats=5, sync=fake_device.synchronize)
-    assert len(host) == len(done) == 5
-    assert min(done) >= WORK_MS - EPS_MS
+    assert len(host) == len(done) == len(same_calls) == 5
+    assert min(done) >= WORK_MS - EPS_MS and min(same_calls) >= WORK_MS - EPS_MS
     assert statistics.median(host) < min(done) / 4, (host, done)
+    assert all(h < c for h, c in zip(host, same_calls))
 
 
 def test_host_submission_samples_drains_at_the_end(fake_device):
