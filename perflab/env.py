@@ -201,6 +201,69 @@ def judge_gpu_state(provenance: dict[str, Any], *, max_temperature_c: float = 85
     return {"status": "flagged" if reasons else "valid", "reasons": reasons}
 
 
+# ---------------------------------------------------------------- the host's CPUs during a job
+
+#: a job's host is flagged when the hypervisor took this share of the machine's CPU time
+#: (steal: a virtual machine's vCPUs waiting for a physical one) ...
+MAX_STEAL_PCT = 2.0
+#: ... or when work other than the job kept this many cores busy on average
+MAX_OTHER_BUSY_CORES = 0.5
+
+
+def host_cpu_times() -> dict[str, float] | None:
+    """The machine's CPU seconds so far, summed over its CPUs (Linux ``/proc/stat``): busy
+    (user, nice, system, irq, softirq), idle (idle, iowait) and steal (time a virtual
+    machine's vCPUs wanted a physical CPU and did not get one); this process's own CPU
+    seconds (its threads included); and a monotonic clock. None where ``/proc/stat`` is
+    absent (not Linux)."""
+    import resource
+    import time
+
+    try:
+        with open("/proc/stat") as fh:
+            head = fh.readline().split()
+    except OSError:
+        return None
+    if not head or head[0] != "cpu":
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = \
+        ([int(x) / tick for x in head[1:9]] + [0.0] * 8)[:8]
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {"busy_s": user + nice + system + irq + softirq, "idle_s": idle + iowait,
+            "steal_s": steal, "own_cpu_s": own.ru_utime + own.ru_stime,
+            "clock_s": time.monotonic()}
+
+
+def host_contention(before: dict[str, float] | None,
+                    after: dict[str, float] | None) -> dict[str, Any] | None:
+    """What else the host did while a job ran, from :func:`host_cpu_times` at its two ends.
+
+    ``steal_pct``: the hypervisor's share of all CPU time (a vCPU held off its physical
+    CPU runs a host-bound step slower, whatever the job does); ``other_busy_cores``: the
+    cores kept busy on average by work other than this process (other jobs, a test run,
+    the job's own DataLoader worker processes); ``own_busy_cores``: this process's. A host
+    flagged here is named in the ledger's validity section, as a throttled GPU is.
+    """
+    if not before or not after:
+        return None
+    d = {k: after[k] - before[k] for k in before}
+    total = d["busy_s"] + d["idle_s"] + d["steal_s"]
+    if d["clock_s"] <= 0 or total <= 0:
+        return None
+    out = {"seconds": round(d["clock_s"], 3), "cores": os.cpu_count(),
+           "steal_pct": round(100 * d["steal_s"] / total, 3),
+           "other_busy_cores": round(max(0.0, d["busy_s"] - d["own_cpu_s"]) / d["clock_s"], 3),
+           "own_busy_cores": round(d["own_cpu_s"] / d["clock_s"], 3)}
+    reasons = []
+    if out["steal_pct"] > MAX_STEAL_PCT:
+        reasons.append(f"the hypervisor took {out['steal_pct']:.1f}% of the CPU time")
+    if out["other_busy_cores"] > MAX_OTHER_BUSY_CORES:
+        reasons.append(f"other work kept {out['other_busy_cores']:.2f} cores busy")
+    out["status"], out["reasons"] = ("flagged" if reasons else "valid"), reasons
+    return out
+
+
 def environment_report(device: torch.device | str, *, cfg_hash: str | None = None) -> dict[str, Any]:
     """Everything about the machine and software a result depends on."""
     import torch

@@ -92,6 +92,7 @@ def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:
     _roofline_and_verdict(frame, add)
     _whatif_rows(frame, add)
     _harness(frame, prov, add)
+    _host_rows(prov, add)
 
     ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
     return ledger, render_markdown(ledger)
@@ -311,6 +312,28 @@ def _harness(frame: pd.DataFrame, prov: dict[str, dict[str, Any]], add) -> None:
             "flagged", "provenance gpu_state_before/after")
 
 
+def _host_rows(prov: dict[str, dict[str, Any]], add) -> None:
+    """The host-CPU validity of every job: the hypervisor's steal and other work on the
+    machine while it ran (:func:`perflab.env.host_contention`), worst job named."""
+    hosts = {eid: p["host_cpu"] for eid, p in prov.items() if isinstance(p.get("host_cpu"), dict)}
+    if not hosts:
+        add("validity", "host_cpu", None, "",
+            "no host CPU times recorded (a run from before they were, or not Linux)")
+        return
+    steal = max(hosts, key=lambda e: hosts[e]["steal_pct"])
+    busy = max(hosts, key=lambda e: hosts[e]["other_busy_cores"])
+    bad = {eid: h for eid, h in hosts.items() if h.get("status") == "flagged"}
+    if bad:
+        add("validity", "host_cpu", "; ".join(f"{eid}: {', '.join(h['reasons'])}"
+                                              for eid, h in bad.items()),
+            "flagged", "provenance host_cpu (/proc/stat over each job)")
+        return
+    add("validity", "host_cpu",
+        f"all {len(hosts)} jobs: steal at most {hosts[steal]['steal_pct']:.2g}% ({steal}), "
+        f"other work at most {hosts[busy]['other_busy_cores']:.2g} cores busy ({busy})", "",
+        "provenance host_cpu (/proc/stat over each job)")
+
+
 def render_markdown(ledger: pd.DataFrame) -> str:
     """The ledger block in the chapter's layout, as a fenced Markdown block."""
 
@@ -420,7 +443,7 @@ def render_markdown(ledger: pd.DataFrame) -> str:
 
 
 def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
-    """The ledger's harness and validity lines (C00 floors, GPU-state gate)."""
+    """The ledger's harness and validity lines (C00 floors, GPU-state and host-CPU gates)."""
     us = {k: val("harness", k, 6) for k in ("sync_ms", "empty_call_ms", "event_pair_ms")}
     if not us["empty_call_ms"]:
         lines = [f"harness     {missing('harness')}"]
@@ -454,6 +477,11 @@ def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:
         lines = ["harness     " + " | ".join(p for p in parts if p)]
     v = val("validity", "gpu_state")
     lines.append(f"validity    {v if v else missing('validity')}")
+    host = ledger[(ledger.section == "validity") & (ledger.field == "host_cpu")]
+    if not host.empty:
+        h = host.iloc[0]
+        lines.append(f"host        {'FLAGGED ' if h.unit == 'flagged' else ''}"
+                     f"{val('validity', 'host_cpu') or h.source}")
     return lines
 
 

@@ -363,6 +363,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         gpu_index = ctx.device.index or 0
         started = _now()
         gpu_before = env.gpu_state(gpu_index) if ctx.is_cuda else None
+        host_before = env.host_cpu_times()
         log(f"{EXPERIMENTS[eid].title} on {ctx.device} ({ctx.device_name}), "
             f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
             f"flush denormals {bool(contract.get('flush_denormal', False))}")
@@ -376,6 +377,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             log("FAILED; no result written:\n" + traceback.format_exc())
             raise
         gpu_after = env.gpu_state(gpu_index) if ctx.is_cuda else None
+        host_cpu = env.host_contention(host_before, env.host_cpu_times())
         lock["load_average_after"] = devicelock.loadavg()
         provenance = {
             "experiment": eid,
@@ -390,6 +392,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "gpu_state_after": gpu_after,
             "gpu_validity": env.judge_gpu_state({"gpu_state_before": gpu_before,
                                                  "gpu_state_after": gpu_after}),
+            "host_cpu": host_cpu,
             "inductor_cache_dir": env.portable_path(cache_dir),
             "workloads": ctx.workloads_built,
             "argv": [env.portable_path(a) for a in sys.argv],

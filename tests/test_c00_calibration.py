@@ -335,6 +335,74 @@ def test_ledger_flags_a_throttled_job(c00, tmp_path):
     assert "validity    C00: throttled after the job (sw_thermal_slowdown)" in md
 
 
+# ------------------------------------------------------------------ host-CPU validity gate
+
+
+def _cpu(busy=0.0, idle=0.0, steal=0.0, own=0.0, clock=0.0):
+    return {"busy_s": busy, "idle_s": idle, "steal_s": steal, "own_cpu_s": own,
+            "clock_s": clock}
+
+
+def test_host_gate_flags_steal_and_other_work():
+    start = _cpu()
+    alone = env.host_contention(start, _cpu(busy=10, idle=10, own=9.8, clock=10))
+    assert alone["status"] == "valid" and alone["own_busy_cores"] == pytest.approx(0.98)
+    stolen = env.host_contention(start, _cpu(busy=10, idle=9, steal=1, own=10, clock=10))
+    assert stolen["status"] == "flagged" and "5.0% of the CPU time" in stolen["reasons"][0]
+    shared = env.host_contention(start, _cpu(busy=20, idle=0, own=10, clock=10))
+    assert shared["status"] == "flagged" and "1.00 cores busy" in shared["reasons"][0]
+    assert env.host_contention(None, start) is None
+    assert env.host_contention(start, start) is None  # no time passed: nothing to say
+
+
+def test_host_gate_sees_a_process_spinning_beside_the_job():
+    """Measured in one run: the same second with and without another process spinning."""
+    import subprocess
+    import sys
+    import time
+
+    if env.host_cpu_times() is None:
+        pytest.skip("no /proc/stat on this machine")
+
+    def over_a_second():
+        before = env.host_cpu_times()
+        time.sleep(1.0)
+        return env.host_contention(before, env.host_cpu_times())
+
+    quiet = over_a_second()
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 30\n"
+                             "while time.time() < t: pass"])
+    try:
+        time.sleep(0.3)  # the interpreter is up and spinning
+        busy = over_a_second()
+    finally:
+        spin.kill()
+        spin.wait()
+    assert busy["other_busy_cores"] > quiet["other_busy_cores"] + 0.5, (quiet, busy)
+    assert busy["own_busy_cores"] < 0.2  # sleeping: the job itself did nothing
+
+
+def test_every_job_records_its_host_and_the_ledger_names_the_worst(c00, tmp_path):
+    rows, _, _, out = c00
+    import json
+    import shutil
+
+    prov = json.loads(Path(out["provenance"]).read_text())
+    if env.host_cpu_times() is None:
+        pytest.skip("no /proc/stat on this machine")
+    host = prov["host_cpu"]
+    assert host["own_busy_cores"] > 0 and host["seconds"] > 0 and host["status"] in (
+        "valid", "flagged")
+    csv = tmp_path / "c00_calibration.csv"
+    shutil.copy(out["csv"], csv)
+    prov["host_cpu"] = {**host, "status": "flagged", "steal_pct": 7.5,
+                        "reasons": ["the hypervisor took 7.5% of the CPU time"]}
+    (tmp_path / "c00_calibration.json").write_text(json.dumps(prov))
+    led, _ = ledger.build([csv])
+    line = led[led.field == "host_cpu"].iloc[0]
+    assert line.unit == "flagged" and line.value == "C00: the hypervisor took 7.5% of the CPU time"
+
+
 def test_the_diagnose_parts_are_the_clock_and_the_aa_floor(tiny_cfg, tmp_path):
     """`perflab diagnose` runs C00 with parts [clock, aa] (config/diagnose.yaml): the A/A floor
     the verdict's near-threshold notes read, and none of the rest (process floor, planted 2x,
