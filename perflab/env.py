@@ -213,9 +213,10 @@ MAX_OTHER_BUSY_CORES = 0.5
 def host_cpu_times() -> dict[str, float] | None:
     """The machine's CPU seconds so far, summed over its CPUs (Linux ``/proc/stat``): busy
     (user, nice, system, irq, softirq), idle (idle, iowait) and steal (time a virtual
-    machine's vCPUs wanted a physical CPU and did not get one); this process's own CPU
-    seconds (its threads included); and a monotonic clock. None where ``/proc/stat`` is
-    absent (not Linux)."""
+    machine's vCPUs wanted a physical CPU and did not get one); the CPU seconds of this
+    process and every process below it (:func:`_process_tree_cpu_s`: Inductor's compile
+    workers, DataLoader workers); this process's page faults; and a monotonic clock. None
+    where ``/proc/stat`` is absent (not Linux)."""
     import resource
     import time
 
@@ -231,8 +232,35 @@ def host_cpu_times() -> dict[str, float] | None:
         ([int(x) / tick for x in head[1:9]] + [0.0] * 8)[:8]
     own = resource.getrusage(resource.RUSAGE_SELF)
     return {"busy_s": user + nice + system + irq + softirq, "idle_s": idle + iowait,
-            "steal_s": steal, "own_cpu_s": own.ru_utime + own.ru_stime,
+            "steal_s": steal, "own_cpu_s": _process_tree_cpu_s(os.getpid(), tick),
+            "own_page_faults": float(own.ru_minflt + own.ru_majflt),
             "clock_s": time.monotonic()}
+
+
+def _process_tree_cpu_s(root: int, tick: int) -> float:
+    """CPU seconds of ``root`` and its descendants (``/proc/<pid>/stat``: user and system
+    time, and that of the children each has reaped), so a job's own worker processes are
+    not counted as other work on the machine."""
+    procs: dict[int, tuple[int, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as fh:
+                line = fh.read()
+        except OSError:  # exited while we looked
+            continue
+        rest = line[line.rindex(")") + 2:].split()  # the name may hold spaces and parens
+        procs[int(entry.name)] = (int(rest[1]), sum(int(x) for x in rest[11:15]) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += procs.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, []))
+    return total
 
 
 def host_contention(before: dict[str, float] | None,
@@ -241,8 +269,10 @@ def host_contention(before: dict[str, float] | None,
 
     ``steal_pct``: the hypervisor's share of all CPU time (a vCPU held off its physical
     CPU runs a host-bound step slower, whatever the job does); ``other_busy_cores``: the
-    cores kept busy on average by work other than this process (other jobs, a test run,
-    the job's own DataLoader worker processes); ``own_busy_cores``: this process's. A host
+    cores kept busy on average by work other than this process and its descendants (other
+    jobs, a test run); ``own_busy_cores``: theirs;
+    ``own_page_faults_per_s``: its page faults (memory touched for the first time, which a
+    virtual machine that grows its memory on demand serves slowly), reported, not judged. A host
     flagged here is named in the ledger's validity section, as a throttled GPU is.
     """
     if not before or not after:
@@ -255,6 +285,8 @@ def host_contention(before: dict[str, float] | None,
            "steal_pct": round(100 * d["steal_s"] / total, 3),
            "other_busy_cores": round(max(0.0, d["busy_s"] - d["own_cpu_s"]) / d["clock_s"], 3),
            "own_busy_cores": round(d["own_cpu_s"] / d["clock_s"], 3)}
+    if "own_page_faults" in d:  # memory first touched: costly on a VM whose memory grows
+        out["own_page_faults_per_s"] = round(d["own_page_faults"] / d["clock_s"], 1)
     reasons = []
     if out["steal_pct"] > MAX_STEAL_PCT:
         reasons.append(f"the hypervisor took {out['steal_pct']:.1f}% of the CPU time")
