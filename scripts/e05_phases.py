@@ -4,7 +4,7 @@ Each step is bracketed into input_wait, host_to_device, forward, loss,
 backward, optimizer and logging. With the device synchronized at every
 boundary each phase is charged for its own work (median, IQR, share of the
 sum); the sum of phase medians is set against the uninstrumented step (the
-same seven operations, one sync at the end) measured in this job. The same
+same seven operations, one sync at the end), the two measured in turn, in blocks. The same
 brackets without the per-phase sync show where the time lands when the clock
 reads submission: the first host read (logging) absorbs the backlog.
 
@@ -26,6 +26,7 @@ from perflab.experiments.e05_phases import (
     EID,
     ENTRIES_PER_STEP,
     FED_BY_LOADER,
+    INTERLEAVED_BLOCKS,
     NOSYNC,
     PHASE_SHARE,
     PHASE_TIME,
@@ -52,12 +53,14 @@ def measure(ctx):
     fed = FED_BY_LOADER if step.workload.loader is not None else SERVED_BATCH
     window = f"steady state after warmup {t['warmup']}; batches from {fed}"
 
-    phases, entries = ph.samples(synced, t["repeats"])
+    phases, entries, plain_ms, block = _interleaved(ctx, synced, plain, t["repeats"])
+    window += f"; {max(block) + 1} blocks, phased and uninstrumented steps in turn (AB|BA)"
     boundary = f"sync ({ctx.sync_name}) at every phase boundary (hooks)"
     medians = {}
     for phase, samples in phases.items():
         medians[phase] = ctx.summary(samples, variant=SYNC + phase, metric=PHASE_TIME,
-                                     window=window, sync_boundary=boundary)["median"]
+                                     window=window, sync_boundary=boundary,
+                                     block=block)["median"]
     total_of_medians = sum(medians.values())
     for phase, med in medians.items():
         ctx.row(variant=SYNC + phase, metric=PHASE_SHARE, value=100 * med / total_of_medians,
@@ -66,9 +69,12 @@ def measure(ctx):
     ctx.row(variant=SUM_OF_PHASES, metric="step_latency", value=total_of_medians, unit="ms",
             n=t["repeats"], window=window, sync_boundary="sum of the per-phase medians")
 
-    total = ctx.summary(timing.time_calls(plain, warmup=0, repeats=t["repeats"], sync=ctx.sync),
-                        variant=UNINSTRUMENTED_TOTAL, metric="step_latency", window=window,
-                        sync_boundary="synchronized at both ends of the step only")
+    total = ctx.summary(plain_ms, variant=UNINSTRUMENTED_TOTAL, metric="step_latency",
+                        window=window, sync_boundary="synchronized at both ends of the step only",
+                        block=block)
+    ctx.row(variant=UNINSTRUMENTED_TOTAL, metric=INTERLEAVED_BLOCKS, value=max(block) + 1,
+            unit="count", window=window, sync_boundary="sample i of each series in block i's "
+            "pair: C11 resamples them together")
     gap = total_of_medians - total["median"]
     ctx.row(variant=SUM_MINUS_TOTAL, metric="step_latency", value=gap, unit="ms",
             n=t["repeats"], window=window,
@@ -92,6 +98,30 @@ def measure(ctx):
     ctx.log("phases (sync): " + ", ".join(f"{p} {m:.3f}" for p, m in medians.items()))
     ctx.log(f"sum {total_of_medians:.3f} ms vs uninstrumented {total['median']:.3f} ms; "
             f"largest phase {largest}; without sync the largest is {absorber}")
+
+
+def _interleaved(ctx, synced, plain, repeats: int):
+    """``repeats`` phased steps and as many uninstrumented ones, in turn in blocks (AB, then
+    BA, ...): a drift of the machine lands on both series alike, where one series measured
+    after the other reads it as the instruments' cost (the CPU read the sum 16% below the
+    step it instruments). Returns (phase samples, entries, uninstrumented samples, the block
+    of each sample: the same for sample i of every series)."""
+    blocks = max(1, min(ctx.params["blocks"], repeats))
+    sizes = [repeats // blocks + (b < repeats % blocks) for b in range(blocks)]
+    phases = {p: [] for p in ph.PHASES}
+    entries = {p: [] for p in ph.PHASES}
+    plain_ms, block = [], []
+    for b, n in enumerate(sizes):
+        for side in (("phased", "plain") if b % 2 == 0 else ("plain", "phased")):
+            if side == "plain":
+                plain_ms += timing.time_calls(plain, warmup=0, repeats=n, sync=ctx.sync)
+                continue
+            ms, ent = ph.samples(synced, n)
+            for p in ph.PHASES:
+                phases[p] += ms[p]
+                entries[p] += ent[p]
+        block += [b] * n
+    return phases, entries, plain_ms, block
 
 
 if __name__ == "__main__":

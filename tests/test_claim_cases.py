@@ -24,6 +24,7 @@ from cases_c23_c47 import e13_rows, e14_ranges, e21_rows, e23_rows, e24_workers
 from claims_rows import CASES, as_error, floor, rows, verdict, without_process_floor
 
 from perflab import claims
+from perflab.experiments import e05_phases as e05
 from perflab.experiments import e13_sync_tax as e13
 from perflab.experiments import e24_input_pipeline as e24
 
@@ -180,6 +181,23 @@ def test_c04_sets_each_call_against_its_own_completion():
     assert verdict("C04", rows_).verdict == claims.DIFFERS
     old = verdict("C04", e01_sampled(host=4.866, paired=False))
     assert old.verdict == claims.REPRODUCED and "synchronized (30%)" in old.measured
+
+
+def test_c11_resamples_the_interleaved_series_together():
+    """A machine that slows to half its speed over the job, the phased and the uninstrumented
+    steps measured in turn: the drift lands on both, and resampled together their gap stays
+    decided; the same samples read as one series after the other are not."""
+    base = e05_sampled(gap_pct=4.8, total_sd=0.01)
+    smp = base.attrs["samples"].copy()
+    smp["value"] = smp.value * (1 + smp["index"] / smp["index"].max())
+    inter = pd.concat([base, rows(("E05", e05.UNINSTRUMENTED_TOTAL, e05.INTERLEAVED_BLOCKS,
+                                   "value", 10))], ignore_index=True)
+    inter.attrs["samples"] = smp
+    together = verdict("C11", inter)
+    assert together.verdict == claims.REPRODUCED and "+4.8%" in together.measured, together
+    apart = base.copy()
+    apart.attrs["samples"] = smp
+    assert verdict("C11", apart).verdict == claims.INCONCLUSIVE
 
 
 def test_c13_says_what_fed_the_step():
