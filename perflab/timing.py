@@ -340,6 +340,12 @@ class ABResult:
     order: list[str] = field(default_factory=list)  # "AB" or "BA" for each block pair
 
 
+def ab_order(block: int) -> str:
+    """The order of block pair ``block`` of an interleaved A/B: "AB", then "BA", in turn, so
+    neither side always runs second."""
+    return "AB" if block % 2 == 0 else "BA"
+
+
 def interleaved_ab(
     fa: Step, fb: Step, *, blocks: int, inner: int, warmup: int, sync: Sync
 ) -> ABResult:
@@ -358,7 +364,7 @@ def interleaved_ab(
     sync()
     res = ABResult()
     for i in range(blocks):
-        order = "AB" if i % 2 == 0 else "BA"
+        order = ab_order(i)
         res.order.append(order)
         for side in order:
             fn = fa if side == "A" else fb

@@ -54,6 +54,7 @@ def measure(ctx):
     window = f"steady state after warmup {t['warmup']}; batches from {fed}"
 
     phases, entries, plain_ms, block = _interleaved(ctx, synced, plain, t["repeats"])
+    free_window = window + "; after the phased and uninstrumented blocks"
     window += f"; {max(block) + 1} blocks, phased and uninstrumented steps in turn (AB|BA)"
     boundary = f"sync ({ctx.sync_name}) at every phase boundary (hooks)"
     medians = {}
@@ -90,7 +91,7 @@ def measure(ctx):
                 "phase in one step (0: its boundary never fired, e.g. no optimizer step)")
     free, _ = ph.samples(unsynced, t["repeats"])
     for phase, samples in free.items():
-        ctx.summary(samples, variant=NOSYNC + phase, metric=PHASE_TIME, window=window,
+        ctx.summary(samples, variant=NOSYNC + phase, metric=PHASE_TIME, window=free_window,
                     sync_boundary="clock read at each boundary with no sync: submission times; "
                                   "float(loss) in logging is the first host read")
     largest = max(medians, key=medians.get)
@@ -112,8 +113,8 @@ def _interleaved(ctx, synced, plain, repeats: int):
     entries = {p: [] for p in ph.PHASES}
     plain_ms, block = [], []
     for b, n in enumerate(sizes):
-        for side in (("phased", "plain") if b % 2 == 0 else ("plain", "phased")):
-            if side == "plain":
+        for side in timing.ab_order(b):  # A: the phased steps, B: the uninstrumented
+            if side == "B":
                 plain_ms += timing.time_calls(plain, warmup=0, repeats=n, sync=ctx.sync)
                 continue
             ms, ent = ph.samples(synced, n)

@@ -167,6 +167,13 @@ def test_c01_reads_the_loops_own_real_time():
     assert v.verdict == claims.DIFFERS and "2.920 ms real" in v.measured
 
 
+def test_an_interval_needs_three_samples():
+    """Two rounds of loops: one resampled pair is no interval, so C01 is not decided, however
+    far its ratio lies from the bound."""
+    v = verdict("C01", e01_loops(short=(2.914, 2.92), rounds=2))
+    assert v.verdict == claims.INCONCLUSIVE and "needs at least 3" in v.measured, v
+
+
 def test_c04_sets_each_call_against_its_own_completion():
     """The calls' own completion is the reference: a synchronized series that drifted
     (measured later, 30% slower) does not make the host's clock look like it lies; a run
