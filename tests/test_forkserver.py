@@ -176,5 +176,8 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # a zombie waiting for its reaper is gone for our purpose
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:  # it exited (and was reaped) between the kill and the read
+        return False
+    return state != "Z"
