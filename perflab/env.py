@@ -232,15 +232,15 @@ def host_cpu_times() -> dict[str, float] | None:
         ([int(x) / tick for x in head[1:9]] + [0.0] * 8)[:8]
     own = resource.getrusage(resource.RUSAGE_SELF)
     return {"busy_s": user + nice + system + irq + softirq, "idle_s": idle + iowait,
-            "steal_s": steal, "own_cpu_s": _process_tree_cpu_s(os.getpid(), tick),
+            "steal_s": steal, "own_tree_s": _process_tree_cpu_s(os.getpid(), tick),
             "own_page_faults": float(own.ru_minflt + own.ru_majflt),
             "clock_s": time.monotonic()}
 
 
-def _process_tree_cpu_s(root: int, tick: int) -> float:
-    """CPU seconds of ``root`` and its descendants (``/proc/<pid>/stat``: user and system
-    time, and that of the children each has reaped), so a job's own worker processes are
-    not counted as other work on the machine."""
+def _process_tree_cpu_s(root: int, tick: int) -> dict[int, float]:
+    """CPU seconds of ``root`` and of each of its descendants, by pid (``/proc/<pid>/stat``:
+    user and system time, and that of the children each has reaped), so a job's own worker
+    processes are not counted as other work on the machine."""
     procs: dict[int, tuple[int, float]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -255,12 +255,12 @@ def _process_tree_cpu_s(root: int, tick: int) -> float:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
+    tree, todo = {}, [root]
     while todo:
         pid = todo.pop()
-        total += procs.get(pid, (0, 0.0))[1]
+        tree[pid] = procs.get(pid, (0, 0.0))[1]
         todo.extend(children.get(pid, []))
-    return total
+    return tree
 
 
 def host_contention(before: dict[str, float] | None,
@@ -277,7 +277,11 @@ def host_contention(before: dict[str, float] | None,
     """
     if not before or not after:
         return None
-    d = {k: after[k] - before[k] for k in before}
+    d = {k: after[k] - before[k] for k in before if k != "own_tree_s"}
+    # each process of the tree at the end, less what it had at the start (a process that
+    # left the tree meanwhile, e.g. a child another process reaped, takes its time with it)
+    d["own_cpu_s"] = sum(max(0.0, cpu - before["own_tree_s"].get(pid, 0.0))
+                         for pid, cpu in after["own_tree_s"].items())
     total = d["busy_s"] + d["idle_s"] + d["steal_s"]
     if d["clock_s"] <= 0 or total <= 0:
         return None

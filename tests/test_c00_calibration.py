@@ -338,9 +338,10 @@ def test_ledger_flags_a_throttled_job(c00, tmp_path):
 # ------------------------------------------------------------------ host-CPU validity gate
 
 
-def _cpu(busy=0.0, idle=0.0, steal=0.0, own=0.0, clock=0.0):
-    return {"busy_s": busy, "idle_s": idle, "steal_s": steal, "own_cpu_s": own,
-            "clock_s": clock}
+def _cpu(busy=0.0, idle=0.0, steal=0.0, own=0.0, clock=0.0, gone=0.0):
+    """A snapshot: ``own`` CPU seconds of this process, ``gone`` of a child that leaves."""
+    return {"busy_s": busy, "idle_s": idle, "steal_s": steal,
+            "own_tree_s": {1: own, **({2: gone} if gone else {})}, "clock_s": clock}
 
 
 def test_host_gate_flags_steal_and_other_work():
@@ -353,6 +354,9 @@ def test_host_gate_flags_steal_and_other_work():
     assert shared["status"] == "flagged" and "1.00 cores busy" in shared["reasons"][0]
     assert env.host_contention(None, start) is None
     assert env.host_contention(start, start) is None  # no time passed: nothing to say
+    # a child with 5 s at the start leaves the tree: its past does not make ours negative
+    left = env.host_contention(_cpu(gone=5.0), _cpu(busy=10, idle=10, own=9.8, clock=10))
+    assert left["own_busy_cores"] == pytest.approx(0.98)
 
 
 def test_host_gate_sees_a_process_spinning_beside_the_job():
