@@ -38,8 +38,9 @@ CALL_COUNTS = ("repeats", "spread_repeats", "host_return_repeats", "steps", "ite
                "wait", "active")
 #: list params whose sum counts calls (loop lengths, warmup counts)
 CALL_LISTS = ("loops", "warmups")
-#: prefixes of interleaved A/B params: ``<p>blocks`` x ``<p>inner`` calls per side
-PAIRS = ("", "pair_", "aa_", "copy_")
+#: prefixes of interleaved A/B params: ``<p>blocks`` x ``<p>inner`` calls per side (E08's
+#: interleaved job: that many synchronized calls and as many free-running steps per size)
+PAIRS = ("", "pair_", "aa_", "copy_", "interleaved_")
 #: list params that repeat the whole measurement once per entry (a sweep)
 SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers", "dtypes",
           "matmul_sizes")

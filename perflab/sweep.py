@@ -44,6 +44,8 @@ from perflab.experiments.e08_batch_sweep import (
     ENTRY,
     FLOOR_METRICS,
     HIGHEST_THROUGHPUT,
+    INTERLEAVED,
+    INTERLEAVED_JOB,
     JOB_WALL,
     LARGEST_THAT_FITS,
     LOWEST_LATENCY,
@@ -99,20 +101,41 @@ def replicated_batches(contract: Mapping[str, Any]) -> list[int]:
     return sizes[-largest:] if largest else [replicate_batch(contract)]
 
 
+def interleaved_blocks(contract: Mapping[str, Any]) -> int:
+    """Round-robin blocks of the interleaved job (``interleaved_blocks``, default 0: none)."""
+    return int(contract["params"].get("interleaved_blocks") or 0)
+
+
+#: the params only the interleaved job reads (left out of the per-batch jobs' contracts)
+INTERLEAVED_PARAMS = ("interleaved_blocks", "interleaved_inner")
+#: the params only the per-batch jobs and their replicates read (left out of the
+#: interleaved job's contract, so adding a replicate does not rerun it)
+PROCESS_PARAMS = ("replicates", "replicate_largest", "repeats")
+
+
 def jobs(contract: Mapping[str, Any]) -> list[tuple[int, int]]:
-    """(batch, replicate) of every job: each batch size (replicate 0), then the replicates."""
+    """(batch, replicate) of every job: each batch size (replicate 0), then the replicates,
+    then the interleaved job (INTERLEAVED_JOB) when it has blocks and two sizes to compare."""
     extra = [(b, k) for k in range(1, replicates(contract) + 1)
              for b in replicated_batches(contract)]
+    if interleaved_blocks(contract) and len(batches(contract)) > 1:
+        extra.append(INTERLEAVED_JOB)
     return [(b, 0) for b in batches(contract)] + extra
 
 
 def job_name(batch: int | str, replicate: int = 0) -> str:
-    """A job's name in its file names and Snakemake's ``{batch}`` wildcard: ``64``, ``64_r1``."""
+    """A job's name in its file names and Snakemake's ``{batch}`` wildcard: ``64``, ``64_r1``,
+    ``interleaved``."""
+    if (batch, replicate) == INTERLEAVED_JOB:
+        return INTERLEAVED
     return f"{batch}_r{replicate}" if replicate else f"{batch}"
 
 
 def parse_job(name: str) -> tuple[int, int]:
-    """(batch, replicate) of a job name (``64`` -> (64, 0), ``64_r2`` -> (64, 2))."""
+    """(batch, replicate) of a job name (``64`` -> (64, 0), ``64_r2`` -> (64, 2),
+    ``interleaved`` -> INTERLEAVED_JOB)."""
+    if str(name) == INTERLEAVED:
+        return INTERLEAVED_JOB
     batch, _, rep = str(name).partition("_r")
     return int(batch), int(rep or 0)
 
@@ -136,7 +159,13 @@ def batch_contract(contract: Mapping[str, Any], batch: int, replicate: int = 0) 
     is its batch size's plus ``replicate: k``, the one key that tells its files apart.
     """
     c = copy.deepcopy(dict(contract))
-    params = {k: v for k, v in c.get("params", {}).items() if k not in ("batches", "replicates", "replicate_largest")}
+    if (batch, replicate) == INTERLEAVED_JOB:  # every batch size, none of the processes' keys
+        params = {k: v for k, v in c.get("params", {}).items() if k not in PROCESS_PARAMS}
+        params["batches"] = batches(c)
+        c["params"] = {**params, INTERLEAVED: True}
+        return c
+    params = {k: v for k, v in c.get("params", {}).items()
+              if k not in ("batches", "replicates", "replicate_largest", *INTERLEAVED_PARAMS)}
     params["batch"] = int(batch)
     if replicate:
         params["replicate"] = int(replicate)
@@ -320,12 +349,21 @@ def read_job(files: Mapping[str, str], expected: Callable[[dict], Mapping[str, A
 def _read_batch(files: Mapping[str, str], contract: Mapping[str, Any]):
     """One job's files (a batch size, or its replicate), checked against E08's contract
     (:func:`read_job`); its key is (batch, replicate)."""
-    return read_job(files, lambda prov: batch_contract(contract, *_job(prov)), _job,
-                    lambda job, v: v == job_variant(*job))
+    return read_job(files, lambda prov: batch_contract(contract, *_job(prov)), _job, _owns)
+
+
+def _owns(job: tuple[int, int], variant: str) -> bool:
+    """May ``job``'s files hold rows of ``variant``? The interleaved job's are its own
+    ``interleaved/...`` variants, any other job's the one of its batch size (or replicate)."""
+    if job == INTERLEAVED_JOB:
+        return variant.startswith(f"{INTERLEAVED}/")
+    return variant == job_variant(*job)
 
 
 def _job(prov: dict) -> tuple[int, int]:
     params = prov["contract"]["params"]
+    if params.get(INTERLEAVED):
+        return INTERLEAVED_JOB
     return int(params["batch"]), int(params.get("replicate", 0))
 
 
@@ -406,10 +444,11 @@ def aggregate(
         frames[job] = frame
         samples.append(s)
         log(f"{job_variant(*job)}: {len(frame)} rows, {len(s)} samples from {files['csv']}")
-    if not any(k == 0 for _, k in provenances):
-        raise io.ContractError(f"{EID}: replicates but no batch size's own job to aggregate")
-    # the batch sizes in ascending order, then the replicates
-    order = sorted(frames, key=lambda job: (job[1], job[0]))
+    if not any(job[1] == 0 and job != INTERLEAVED_JOB for job in provenances):
+        raise io.ContractError(f"{EID}: replicates or the interleaved job but no batch "
+                               "size's own job to aggregate")
+    # the batch sizes in ascending order, then the replicates, then the interleaved job
+    order = sorted(frames, key=lambda job: (job == INTERLEAVED_JOB, job[1], job[0]))
     rows = pd.concat([frames[j] for j in order], ignore_index=True)
     records = rows.to_dict("records")
     answers = answer_rows(rows)
@@ -429,11 +468,18 @@ def aggregate(
 
 def _provenance(contract: Mapping[str, Any], jobs_: Mapping[tuple[int, int], dict]) -> dict:
     """E08's provenance (:func:`combined_provenance` of its batch sizes' jobs), with the
-    replicates apart: their own provenances, their span and wall time counted in, and what
-    they cost (``replicates_s``, lock waits left out)."""
+    replicates and the interleaved job apart: their own provenances, their span and wall
+    time counted in, and what the replicates cost (``replicates_s``, lock waits left out)."""
     reps = {job_name(b, k): p for (b, k), p in sorted(jobs_.items()) if k}
+    interleaved = jobs_.get(INTERLEAVED_JOB)
     out = combined_provenance(EID, ENTRY.title, contract,
-                              {b: p for (b, k), p in jobs_.items() if not k}, "batches")
+                              {b: p for (b, k), p in jobs_.items()
+                               if not k and (b, k) != INTERLEAVED_JOB}, "batches")
+    if interleaved is not None:  # its own provenance, its time counted in
+        out[INTERLEAVED] = interleaved
+        out["started"] = min(out["started"], interleaved["started"])
+        out["finished"] = max(out["finished"], interleaved["finished"])
+        out["wall_s"] = round(out["wall_s"] + float(interleaved.get("wall_s", 0.0)), 3)
     if reps:
         out["started"] = min(out["started"], *(p["started"] for p in reps.values()))
         out["finished"] = max(out["finished"], *(p["finished"] for p in reps.values()))

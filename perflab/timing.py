@@ -428,16 +428,27 @@ def interleaved_round_robin(
         for name in names:
             steps[name]()
     sync()
-    orders = williams_orders(len(names))
     res = RoundRobinResult({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
+
+    def block(i: int, name: str) -> None:
+        got = time_calls(steps[name], warmup=0, repeats=inner, sync=sync)
+        res.samples[name].extend(got)
+        res.blocks[name].extend([i] * len(got))
+        res.block_medians[name].append(statistics.median(got))
+
+    round_robin(names, blocks=blocks, run=block)
+    return res
+
+
+def round_robin(names: list, *, blocks: int, run: Callable[[int, object], None]) -> None:
+    """Call ``run(i, name)`` for every name in each block ``i``, the names of block ``i`` in
+    the ``i``-th balanced order of :func:`williams_orders` (cycling): the order of
+    :func:`interleaved_round_robin`, for a block that measures something else than
+    ``inner`` synchronized calls (E08's calls and free-running stretch)."""
+    orders = williams_orders(len(names))
     for i in range(blocks):
         for k in orders[i % len(orders)]:
-            name = names[k]
-            block = time_calls(steps[name], warmup=0, repeats=inner, sync=sync)
-            res.samples[name].extend(block)
-            res.blocks[name].extend([i] * len(block))
-            res.block_medians[name].append(statistics.median(block))
-    return res
+            run(i, names[k])
 
 
 #: how the round robin's order reads in a row's sync_boundary

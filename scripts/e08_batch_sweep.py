@@ -18,13 +18,18 @@ the between-process floor: ``replicates`` further fresh processes of one
 batch size's contract (variant ``replicate_<k>/batch_<B>``), the A/A of
 separate processes (see :mod:`perflab.sweep`).
 
+With ``interleaved_blocks`` set, one more job times every batch size in one process, in a
+balanced round robin of blocks (variant ``interleaved/batch_<B>``): the series C19-C21
+compare batch sizes by, measured together.
+
 Under Snakemake the same script is two rules: ``e08_batch`` (one job per
-``{batch}``: ``64``, or ``64_r1`` for a replicate) and ``e08_batch_sweep`` (the
+``{batch}``: ``64``, ``64_r1`` for a replicate, ``interleaved``) and ``e08_batch_sweep`` (the
 aggregation). By hand::
 
     python scripts/e08_batch_sweep.py                  # every job, a subprocess each
     python scripts/e08_batch_sweep.py --batch 64       # one batch size, in this process
     python scripts/e08_batch_sweep.py --batch 64 --replicate 1   # its first replicate
+    python scripts/e08_batch_sweep.py --interleaved    # every batch size in one process
     python scripts/e08_batch_sweep.py --aggregate-only # aggregate the per-batch files present
 """
 
@@ -47,9 +52,12 @@ from perflab.experiments.e08_batch_sweep import (
     CUDA_PEAKS,
     EID,
     FREE_RUNNING_STEP,
+    INTERLEAVED,
+    INTERLEAVED_JOB,
     LATENCY_PER_EXAMPLE,
     PEAK_ALLOCATED,
     PEAK_RESERVED,
+    interleaved_variant,
     job_variant,
 )
 from perflab.runner import base_parser, config_from_args, execute, log_to
@@ -127,8 +135,99 @@ def _run(ctx, batch: int, variant: str, warmup: int, repeats: int,
     return {"samples": samples, "peaks": peaks, "reset": reset, "free_ms": free}
 
 
+def _oom_rows(ctx, variant: str, why: str, metrics) -> None:
+    """The rows of a batch size that ran out of memory (status ``oom``, the reason)."""
+    for metric, unit in metrics:
+        ctx.unsupported(variant=variant, metric=metric, unit=unit, reason=why, status="oom",
+                        window="did not fit", sync_boundary="n/a")
+
+
+def _release(ctx) -> None:
+    """Give the memory of a failed build back (the exception held its tensors)."""
+    gc.collect()
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+
+
+#: the interleaved job's metrics (what a size that did not fit gets an oom row for)
+INTERLEAVED_METRICS = (("step_latency", "ms"), (FREE_RUNNING_STEP, "ms"),
+                       ("throughput", "examples/s"))
+
+
+def measure_interleaved(ctx):
+    """Every swept batch size in this one process, in a balanced round robin of blocks.
+
+    Each block runs every size once (Williams order): ``interleaved_inner`` synchronized
+    calls (its latency), then a free-running stretch of as many steps (its rate). Drift on
+    the machine then hits every size alike, and C19-C21 compare batch sizes by series
+    measured together, where the per-batch jobs are separate processes whose medians move
+    apart by the between-process spread. No peak memory here: the sizes share a process.
+    A size that does not fit beside the smaller ones' steps (and every larger one) is an
+    ``oom`` row; the rest still run.
+    """
+    p, t = ctx.params, ctx.timing
+    blocks, inner, warmup = int(p["interleaved_blocks"]), int(p["interleaved_inner"]), int(t["warmup"])
+    steps, shapes, oom = {}, {}, None
+    for b in sorted({int(x) for x in p["batches"]}):
+        v = interleaved_variant(b)
+        if oom is not None:
+            _oom_rows(ctx, v, f"not tried: batch {oom} already did not fit in this process",
+                      INTERLEAVED_METRICS)
+            continue
+        try:
+            step = build_step(ctx, b, v)
+            if step is None:
+                return
+            timing.warm(step, warmup, ctx.sync)
+        except torch.cuda.OutOfMemoryError as exc:
+            step, oom = None, b
+            first = (str(exc).strip().splitlines() or ["out of memory"])[0]
+            _release(ctx)
+            _oom_rows(ctx, v, f"torch.cuda.OutOfMemoryError building or warming batch {b} "
+                      f"beside the smaller sizes' steps: {first}", INTERLEAVED_METRICS)
+            continue
+        steps[b], shapes[b] = step, step.workload.input_shape(b)
+    if not steps:  # no size fitted: their rows say why
+        return
+    lat = {b: [] for b in steps}
+    lat_block = {b: [] for b in steps}
+    free = {b: [] for b in steps}
+
+    def block(i: int, b: int) -> None:
+        got = timing.time_calls(steps[b], warmup=0, repeats=inner, sync=ctx.sync)
+        lat[b] += got
+        lat_block[b] += [i] * len(got)
+        free[b].append(timing.time_unsynchronized_loop(steps[b], inner, ctx.sync).real_ms_per_step)
+
+    timing.round_robin(list(steps), blocks=blocks, run=block)
+    order = (f"{blocks} blocks, each every batch size ({', '.join(map(str, steps))}) in one "
+             f"process; {timing.ROUND_ROBIN_ORDER}")
+    for b in steps:
+        v = interleaved_variant(b)
+        kw = {"input_shape": shapes[b]}
+        window = f"after warmup {warmup}; {inner} calls of batch {b} in each of {blocks} blocks"
+        s = ctx.summary(lat[b], variant=v, metric="step_latency", window=window,
+                        sync_boundary=f"{SYNCED}; {order}", statistics=STATS,
+                        block=lat_block[b], **kw)
+        stretch = (f"a free-running stretch of {inner} steps of batch {b} after its calls in "
+                   f"each of {blocks} blocks")
+        boundary = ("one sync at each stretch's end (queue drained before): the host may run "
+                    f"ahead of the device; {order}")
+        f = ctx.summary(free[b], variant=v, metric=FREE_RUNNING_STEP, window=stretch,
+                        sync_boundary=boundary, statistics=("median", "min", "max"),
+                        block=list(range(blocks)), **kw)
+        ctx.row(variant=v, metric="throughput", value=b / f["median"] * 1e3,
+                unit="examples/s", statistic="median", n=blocks,
+                window=f"B / median ms per step ({stretch})",
+                sync_boundary=f"{timing.FREE_RUNNING_THROUGHPUT}; {order}", **kw)
+        ctx.log(f"{v}: median {s['median']:.3f} ms, free-running {f['median']:.3f} ms/step, "
+                f"{b / f['median'] * 1e3:.0f} examples/s")
+
+
 def measure(ctx):
     p, t = ctx.params, ctx.timing
+    if p.get(INTERLEAVED):
+        return measure_interleaved(ctx)
     batch, repeats, warmup = int(p["batch"]), int(p["repeats"]), int(t["warmup"])
     # a replicate is the same measurement in a further fresh process, under its own name
     v = job_variant(batch, int(p.get("replicate", 0)))
@@ -146,15 +245,11 @@ def measure(ctx):
         result = None
     if oom is not None:
         # the exception (and the tensors its traceback held) is gone: give the memory back
-        gc.collect()
-        if ctx.is_cuda:
-            torch.cuda.empty_cache()
+        _release(ctx)
         ctx.log(f"batch {batch}: OOM ({oom})")
-        for metric, unit in (("step_latency", "ms"), ("throughput", "examples/s"),
-                             (FREE_RUNNING_STEP, "ms"), (LATENCY_PER_EXAMPLE, "ms"),
-                             *((m, "MiB") for m, _ in _peak_rows(ctx))):
-            ctx.unsupported(variant=v, metric=metric, unit=unit, reason=oom, status="oom",
-                            window=f"batch {batch}: did not fit", sync_boundary="n/a")
+        _oom_rows(ctx, v, oom, (("step_latency", "ms"), ("throughput", "examples/s"),
+                                (FREE_RUNNING_STEP, "ms"), (LATENCY_PER_EXAMPLE, "ms"),
+                                *((m, "MiB") for m, _ in _peak_rows(ctx))))
         return
     if result is None:  # no training step (unsupported row already written)
         return
@@ -226,6 +321,9 @@ def _parse_args(argv):
     g.add_argument("--batch", type=int, help="measure this one batch size in this process")
     g.add_argument("--aggregate-only", action="store_true",
                    help="only aggregate the per-batch files already written")
+    g.add_argument("--interleaved", action="store_true",
+                   help="run the interleaved job in this process: every batch size in a "
+                        "round robin of blocks (interleaved_blocks in the config)")
     p.add_argument("--replicate", type=int, default=0,
                    help="with --batch: measure it as replicate K (a further process of the "
                         "same contract, for the between-process floor)")
@@ -235,6 +333,11 @@ def _parse_args(argv):
 def main(argv=None) -> None:
     args = _parse_args(argv)
     cfg = config_from_args(args)
+    if args.interleaved:
+        if args.replicate:
+            sys.exit("--replicate does not apply to --interleaved")
+        run_batch(cfg, INTERLEAVED_JOB[0], args.log, INTERLEAVED_JOB[1])
+        return
     if args.batch is not None:
         if args.batch < 1 or args.replicate < 0:
             sys.exit("--batch must be at least 1, --replicate at least 0")
@@ -248,8 +351,9 @@ def main(argv=None) -> None:
             if getattr(args, key):
                 passed += [f"--{key}", getattr(args, key)]
         for b, k in sweep.jobs(cfgmod.contract(cfg, EID)):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--batch", str(b),
-                   "--replicate", str(k), *passed]
+            which = (["--interleaved"] if (b, k) == INTERLEAVED_JOB
+                     else ["--batch", str(b), "--replicate", str(k)])
+            cmd = [sys.executable, str(Path(__file__).resolve()), *which, *passed]
             if args.log:
                 cmd += ["--log", f"{args.log}.b{sweep.job_name(b, k)}"]
             _log(f"{job_variant(b, k)}: fresh process")

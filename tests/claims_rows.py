@@ -115,7 +115,11 @@ def with_samples(frame: pd.DataFrame, *specs: tuple) -> pd.DataFrame:
 
 
 def verdict(cid: str, frame: pd.DataFrame) -> claims.Verdict:
-    return claims.registry()[cid].evaluate(claims.Evidence(frame, frame.attrs.get("samples")))
+    # the rows go without the samples they carry: pandas compares attrs when it concatenates
+    # frames, and a DataFrame in them has no truth value (a run's rows carry none)
+    bare = frame.copy()
+    bare.attrs = {}
+    return claims.registry()[cid].evaluate(claims.Evidence(bare, frame.attrs.get("samples")))
 
 
 def as_error(frame: pd.DataFrame, i: int) -> pd.DataFrame:

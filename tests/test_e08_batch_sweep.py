@@ -120,11 +120,11 @@ def test_batch_contract_replaces_the_list_with_one_batch(contract):
 def test_replicates_repeat_the_controlled_batch_else_the_smallest(contract):
     # tiny: the controlled batch (16) is not swept, so the smallest is replicated
     assert sweep.replicate_batch(contract) == 4
-    assert sweep.jobs(contract) == [(4, 0), (8, 0), (4, 1)]
+    assert sweep.jobs(contract) == [(4, 0), (8, 0), (4, 1), sweep.INTERLEAVED_JOB]
     swept16 = copy.deepcopy(contract)
     swept16["params"].update(batches=[4, 16, 64], replicates=2)
     assert sweep.replicate_batch(swept16) == 16
-    assert sweep.jobs(swept16)[-2:] == [(16, 1), (16, 2)]
+    assert sweep.jobs(swept16)[-3:] == [(16, 1), (16, 2), sweep.INTERLEAVED_JOB]
     assert [sweep.parse_job(sweep.job_name(b, k)) for b, k in sweep.jobs(swept16)] == \
         sweep.jobs(swept16)
     assert sweep.batch_outputs("r", 16, 2)["csv"].endswith("b16_r2.csv")
@@ -164,8 +164,61 @@ def test_rows_obey_the_contract_one_set_per_batch(swept, contract):
     samples = pd.read_csv(outputs(root)["samples"])
     assert list(samples.columns) == io.SAMPLE_COLUMNS
     counts = samples.groupby("variant").size().to_dict()
+    blocks, inner = contract["params"]["interleaved_blocks"], contract["params"]["interleaved_inner"]
     assert counts == {**{f"batch_{b}": contract["params"]["repeats"] for b in sizes},
-                      "replicate_1/batch_4": contract["params"]["repeats"]}
+                      "replicate_1/batch_4": contract["params"]["repeats"],
+                      # calls of each size, and one free-running stretch per block
+                      **{f"interleaved/batch_{b}": blocks * inner + blocks for b in sizes}}
+
+
+def test_interleaved_job_times_every_size_in_one_round_robin(swept, contract):
+    """One process, every batch size in each block: the calls and the free-running stretch
+    of each size carry their block, every block holds every size, and the throughput is the
+    batch over the stretches' median; no peak (the sizes share the process)."""
+    root, rows = swept
+    p = contract["params"]
+    blocks, inner = p["interleaved_blocks"], p["interleaved_inner"]
+    own = io.read_results([sweep.batch_outputs(root, *sweep.INTERLEAVED_JOB)["csv"]])
+    assert set(own.variant) == {f"interleaved/batch_{b}" for b in sweep.batches(contract)}
+    samples = io.read_samples(outputs(root)["samples"])
+    for b in sweep.batches(contract):
+        v = f"interleaved/batch_{b}"
+        mine = rows[rows.variant == v]
+        assert set(mine.metric) == {"step_latency", FREE_RUNNING_STEP, "throughput"}
+        assert set(mine.input_shape) == {f"[{b}, 64]"}
+        assert mine.sync_boundary.str.contains(timing.ROUND_ROBIN_ORDER, regex=False).all()
+        s = samples[samples.variant == v]
+        calls, free = s[s.metric == "step_latency"], s[s.metric == FREE_RUNNING_STEP]
+        assert sorted(calls.block.unique()) == list(range(blocks))
+        assert (calls.groupby("block").size() == inner).all()
+        assert list(free.block) == list(range(blocks))
+        tp = one_value(rows, v, "throughput", "median")
+        assert tp == pytest.approx(b / free.value.median() * 1e3)
+    prov = json.loads(Path(outputs(root)["provenance"]).read_text())
+    assert prov["interleaved"]["contract"]["params"]["interleaved"] is True
+    assert "interleaved" not in prov["batches"]
+
+
+def test_the_interleaved_and_the_per_batch_contracts_keep_to_their_own_keys(contract):
+    """Changing the round robin reruns only the interleaved job; adding a replicate or
+    changing the per-batch repeats reruns only the per-batch jobs."""
+    il = sweep.batch_contract(contract, *sweep.INTERLEAVED_JOB)["params"]
+    assert il["batches"] == sweep.batches(contract) and il["interleaved"] is True
+    assert not {"repeats", "replicates", "replicate_largest", "batch"} & set(il)
+    other = copy.deepcopy(contract)
+    other["params"].update(interleaved_blocks=7, replicates=3, repeats=9)
+    assert sweep.batch_contract(other, 4) != sweep.batch_contract(contract, 4)
+    other["params"].update(replicates=contract["params"]["replicates"],
+                           repeats=contract["params"]["repeats"])
+    assert sweep.batch_contract(other, 4) == sweep.batch_contract(contract, 4)
+    assert sweep.batch_contract(other, 0)["params"]["interleaved_blocks"] == 7
+    assert sweep.parse_job(sweep.job_name(*sweep.INTERLEAVED_JOB)) == sweep.INTERLEAVED_JOB
+    assert sweep.batch_outputs("r", *sweep.INTERLEAVED_JOB)["csv"].endswith("binterleaved.csv")
+    # no blocks, or one size: no interleaved job
+    other["params"]["interleaved_blocks"] = 0
+    assert sweep.INTERLEAVED_JOB not in sweep.jobs(other)
+    other["params"].update(interleaved_blocks=3, batches=[4])
+    assert sweep.INTERLEAVED_JOB not in sweep.jobs(other)
 
 
 def test_replicate_measures_what_its_batch_size_measures(swept, contract):
@@ -248,7 +301,12 @@ def test_oom_becomes_a_row_and_is_not_a_fit(e08, contract, tmp_path, monkeypatch
     for name, batch in want.items():
         assert int(answer(rows, name).value) == batch
     samples = pd.read_csv(tmp_path / "e08_samples.csv")
-    assert set(samples.variant) == {"batch_4", "replicate_1/batch_4"}
+    assert set(samples.variant) == {"batch_4", "replicate_1/batch_4", "interleaved/batch_4"}
+    # in the interleaved job batch 8 did not fit beside batch 4's step: its rows say so,
+    # and batch 4 was still timed
+    il8 = rows[rows.variant == "interleaved/batch_8"]
+    assert set(il8.status) == {"oom"} and il8.reason.str.contains("OutOfMemoryError").all()
+    assert (rows[rows.variant == "interleaved/batch_4"].status == "ok").all()
     # the table shows the status where the numbers would be, with the reason
     t = tables.table("E08", rows)
     b8_row = t[t.batch == 8].iloc[0]

@@ -2,28 +2,36 @@
 
 ``scripts/e08_batch_sweep.py`` times the controlled training step at each swept batch
 size, each in a fresh process of its own (ms/step, examples/s, ms/example, peak memory),
-and :mod:`perflab.sweep` aggregates them with the sweep's three answers (lowest-latency
-batch, highest-throughput batch, largest batch that fits). This module names those rows
-and reads them back: the table, the figure and claims C19-C22.
+then every size once more, together in one process (the interleaved job: a balanced round
+robin of blocks), and :mod:`perflab.sweep` aggregates them with the sweep's three answers
+(lowest-latency batch, highest-throughput batch, largest batch that fits). This module names
+those rows and reads them back: the table, the figure and claims C19-C22 (C19-C21 compare
+sizes by the interleaved series where the run has them).
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from perflab.claims import (
     BYTES_EXACT,
+    MIN_INTERVAL_SAMPLES,
     Absent,
     Evidence,
     Part,
+    Series,
     against_process_floor,
     claim,
     holds,
-    judge,
+    interval_part,
     judge_parts,
+    own_interval,
     pct,
 )
 from perflab.experiments import Experiment
@@ -43,6 +51,7 @@ ENTRY = Experiment(
     cpu_behaviour="peak RSS (VmHWM) of each batch size's fresh process instead of "
     "allocator counters; a scaled batch range",
     report_section="7 · Latency, throughput and peak memory",
+    claims_read_samples=True,
 )
 
 #: batch size B is the variant ``batch_<B>``: ``step_latency``, ``throughput`` (examples/s,
@@ -79,6 +88,16 @@ FLOOR_METRICS = ("step_latency", "throughput")
 REPLICATES, JOB_WALL = f"{BETWEEN_PROCESS}/replicates", "job_wall"
 
 
+#: the interleaved job: every batch size in one process, in a balanced round robin of blocks
+#: (each block: INTERLEAVED_INNER-many synchronized calls, then a free-running stretch of as
+#: many steps), so the comparisons C19-C21 make between batch sizes are of series measured
+#: together, not of separate processes. Batch B's rows are the variant ``interleaved/batch_<B>``
+#: (step_latency, FREE_RUNNING_STEP, throughput); its job is batch 0 in sweep's (batch,
+#: replicate) keys, named INTERLEAVED
+INTERLEAVED = "interleaved"
+INTERLEAVED_JOB = (0, 0)
+
+
 def batch_variant(batch: int | str) -> str:
     """The variant of batch size ``batch``."""
     return f"{BATCH}{batch}"
@@ -89,13 +108,21 @@ def batch_of(variant: str) -> int:
     return int(variant.removeprefix(BATCH))
 
 
+def interleaved_variant(batch: int) -> str:
+    """The variant of batch size ``batch`` in the interleaved job."""
+    return f"{INTERLEAVED}/{batch_variant(batch)}"
+
+
 def replicate_variant(batch: int, replicate: int) -> str:
     """The variant of replicate ``replicate`` (1, 2, ...) of batch size ``batch``."""
     return f"{REPLICATE}{replicate}/{batch_variant(batch)}"
 
 
 def job_variant(batch: int, replicate: int = 0) -> str:
-    """The variant one E08 job writes: its batch size's, or (replicate >= 1) a replicate's."""
+    """The variant one E08 job writes: its batch size's, or (replicate >= 1) a replicate's;
+    the interleaved job (batch 0) writes one per batch size and is named INTERLEAVED."""
+    if (batch, replicate) == INTERLEAVED_JOB:
+        return INTERLEAVED
     return replicate_variant(batch, replicate) if replicate else batch_variant(batch)
 
 
@@ -193,14 +220,20 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     stretches (a training loop's rate; runs before it divided the batch by the
     synchronized per-call median, a row's sync boundary says which); each
     answer row names its batch size and repeats the number that decided it.
+    The ``interleaved_*`` columns, where the run has the interleaved job, are
+    every size's median and examples/s measured together in one process: the
+    series the claims compare sizes by.
     """
     r = rows_of(EID, frame)
     sizes = numbered_variants(r, BATCH)
     alloc, rss = _peak_metrics(r)
     mem = ([("peak_alloc_mib", PEAK_ALLOCATED), ("peak_resv_mib", PEAK_RESERVED)]
            if alloc else []) + ([("peak_rss_mib", CPU_PEAK)] if rss else [])
+    together = r.variant.str.startswith(f"{INTERLEAVED}/").any()
     columns = ["batch", "median_ms", "iqr_ms", "examples_per_s", *(c for c, _ in mem),
-               "per_example_ms", "answer"]
+               "per_example_ms",
+               *(("interleaved_median_ms", "interleaved_examples_per_s") if together else ()),
+               "answer"]
 
     def cells(v: str) -> dict[str, Any]:
         rec = {"median_ms": pick(r, v), "iqr_ms": pick(r, v, statistic="iqr"),
@@ -209,7 +242,15 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
         rec["per_example_ms"] = pick(r, v, LATENCY_PER_EXAMPLE)
         return rec
 
-    records = [{"batch": batch_of(v), **cells(v), "answer": ""} for v in sizes]
+    def interleaved_cells(b: int) -> dict[str, Any]:
+        if not together:
+            return {}
+        v = interleaved_variant(b)
+        return {"interleaved_median_ms": pick(r, v),
+                "interleaved_examples_per_s": pick(r, v, "throughput")}
+
+    records = [{"batch": batch_of(v), **cells(v), **interleaved_cells(batch_of(v)), "answer": ""}
+               for v in sizes]
     records += [{"batch": b, **cells(v), "answer": f"replicate {k} (a further process)"}
                 for b, k, v in replicates_in(r)]
     for variant, label, decided_by in ANSWER_LINES:
@@ -246,7 +287,8 @@ def _floor_lines(r: pd.DataFrame) -> list[dict[str, Any]]:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The controlled training step swept over batch sizes (log2 axis), each batch size
     measured in its own fresh process: median ms per step with p25..p75 error bars, examples
-    per second, and peak memory (peak allocated and reserved on CUDA, the process's peak RSS
+    per second (dashed, where the run has it: every size measured together in the
+    interleaved job, the series the claims compare sizes by), and peak memory (peak allocated and reserved on CUDA, the process's peak RSS
     on the CPU), each panel marking its answer (lowest-latency batch, highest-throughput
     batch, largest batch that fits); a batch size that ran out of memory is labelled ``oom``
     instead of drawn. Hollow markers, when configured: the replicates, further fresh
@@ -284,12 +326,23 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
         ax.set_ylabel(ylabel)
     for ax, metric in zip(axes, FLOOR_METRICS):
         _draw_replicates(ax, r, metric)
+        _draw_interleaved(ax, r, sizes, metric)
     if not sizes:
         notes.append("no batch size has rows")
     if notes:  # why a batch size is missing, under the panels (not over the curves)
         fig.supxlabel("\n".join(textwrap.fill(n, 170) for n in dict.fromkeys(notes)),
                       x=0.01, ha="left", fontsize=8, color="#a35f00")
     return fig
+
+
+def _draw_interleaved(ax, r: pd.DataFrame, sizes: list[int], metric: str) -> None:
+    """The interleaved job's medians of ``metric`` (every size in one process), dashed."""
+    got = [(b, pick(r, interleaved_variant(b), metric)) for b in sizes]
+    got = [(b, float(x)) for b, x in got if not isinstance(x, Missing)]
+    if got:
+        ax.plot(*zip(*got), ls="--", marker=".", color="#555555",
+                label="interleaved, every size in one process (the claims' series)")
+        ax.legend(loc="best", fontsize=8)
 
 
 def _draw_replicates(ax, r: pd.DataFrame, metric: str) -> None:
@@ -378,13 +431,45 @@ FLAT_LATENCY_PCT = 10
 FLAT_PEAK_PCT = 10
 
 
-#: the floor C19-C21 are judged by: each batch size is its own process, so C00's A/A (within
-#: one process) does not bound their differences; the run's processes of one step do
-#: (run_process_floor), or E08's replicates where both batch sizes compared were replicated
-#: (pair_floor)
-BY_PROCESS_FLOOR = ("decided against the run's between-process floor (each batch size is its "
-                    "own process), or against E08's own floor of the statistic where both "
-                    "batch sizes compared were replicated")
+#: how C19-C21 are decided: by the 95% interval of the interleaved job's series (every batch
+#: size in one process, round robin), sizes compared as measured together; in a run without
+#: them, each batch size is its own process, so C00's A/A (within one process) does not
+#: bound their differences: the run's processes of one step do (run_process_floor), or
+#: E08's replicates where both batch sizes compared were replicated (pair_floor)
+BY_PROCESS_FLOOR = ("decided by the 95% block-bootstrap interval of the interleaved job's "
+                    "series (every batch size in one process, in a balanced round robin); "
+                    "in a run without them, against the run's between-process floor (each "
+                    "batch size is its own process), or against E08's own floor of the "
+                    "statistic where both batch sizes compared were replicated")
+#: how a claim's text says its sizes were compared by the interleaved job
+TOGETHER = "interleaved in one process"
+
+
+def interleaved_series(ev: Evidence, metric: str, sizes) -> dict[int, Series] | None:
+    """batch -> the interleaved job's series of ``metric`` (step_latency, or
+    FREE_RUNNING_STEP for the rate) for each of ``sizes``; None when the run has not got all
+    of them with enough samples for an interval (a run before the job, ``interleaved_blocks``
+    0 or under 3, a size that did not fit beside the others): the claims then judge the
+    separate processes."""
+    keys = {b: (EID, interleaved_variant(b), metric) for b in sizes}
+    for key in keys.values():
+        x = ev.series(*key)
+        if x is None or len(x) < MIN_INTERVAL_SAMPLES:
+            return None
+    return keys
+
+
+def _rel_medians(group: np.ndarray) -> np.ndarray:
+    """100 x (median of the second series / median of the first - 1), per resample."""
+    m = np.median(group, axis=-1)
+    return 100 * (m[:, 1] / m[:, 0] - 1)
+
+
+def _rates(sizes) -> Callable[[np.ndarray], np.ndarray]:
+    """The examples/s of each size per resample of their free-running series (ms/step):
+    B / median ms per step, as the throughput rows are."""
+    b = np.asarray(sizes, dtype=float)[None, :]
+    return lambda group: 1e3 * b / np.median(group, axis=-1)
 
 
 def pair_floor(ev, metric: str, b1: int, b2: int) -> tuple[float | None, str] | None:
@@ -413,6 +498,9 @@ def pair_floor(ev, metric: str, b1: int, b2: int) -> tuple[float | None, str] | 
        f"{BY_PROCESS_FLOOR} of the throughput")
 def _throughput_rises(ev):
     t = _sweep(ev, "throughput")
+    il = interleaved_series(ev, FREE_RUNNING_STEP, [b for b, _ in t])
+    if il is not None:
+        return _throughput_rises_together(ev, il)
     (b0, x0), (bn, xn) = t[0], t[-1]
     best = max(t, key=lambda bt: bt[1])[0]
     rise = 100 * (xn / x0 - 1)
@@ -447,20 +535,85 @@ def _throughput_rises(ev):
              mechanism=f"throughput falls from batch {b1} to {b2}"))
 
 
+def _throughput_rises_together(ev, il: dict[int, Series]):
+    """C19 on the interleaved job's free-running stretches: each part by its own interval."""
+    sizes = sorted(il)
+    group = [[il[b] for b in sizes]]
+    rate = _rates(sizes)
+    x = {b: ev.value(EID, interleaved_variant(b), "throughput") for b in sizes}
+    b0, bn = sizes[0], sizes[-1]
+    runner_up = max(sizes[:-1], key=x.get)
+    best = max(sizes, key=x.get)
+    rise = 100 * (x[bn] / x[b0] - 1)
+    lead = 100 * (x[bn] / x[runner_up] - 1)
+
+    def step_of(j):
+        return lambda g: 100 * (rate(g)[:, j + 1] / rate(g)[:, j] - 1)
+
+    # every step judged by its own interval; the part reports a step decided below the
+    # dip, else one still undecided, else the smallest
+    steps = []
+    for j, (b1, b2) in enumerate(zip(sizes, sizes[1:])):
+        v = 100 * (x[b2] / x[b1] - 1)
+        ok, decided = own_interval(ev, group, step_of(j), (-THROUGHPUT_DIP_PCT, math.inf))
+        steps.append((b1, b2, v, decided, ok))
+    down = [st for st in steps if st[3][0] and not st[4]]
+    open_ = [st for st in steps if not st[3][0]]
+    b1, b2, step, step_decided, step_ok = min(down or open_ or steps, key=lambda st: st[2])
+    which = "smallest step up" if step == min(st[2] for st in steps) else "step up"
+    return judge_parts(
+        interval_part(ev, rise, f"{x[b0]:.0f} -> {x[bn]:.0f} examples/s (batch {b0} -> {bn}, "
+                      f"{pct(rise)}, {TOGETHER})", group,
+                      lambda g: 100 * (rate(g)[:, -1] / rate(g)[:, 0] - 1), (0, math.inf),
+                      name="throughput rises",
+                      mechanism=f"batch {bn} runs fewer examples/s than batch {b0}"),
+        interval_part(ev, lead, f"best at {best}: batch {bn} {pct(lead)} against the next "
+                      f"best ({runner_up})", group,
+                      lambda g: 100 * (rate(g)[:, -1] / rate(g)[:, :-1].max(axis=1) - 1),
+                      (0, math.inf), name="the largest batch is the fastest",
+                      mechanism=f"throughput peaks at batch {best} and falls beyond it"),
+        Part(step >= -THROUGHPUT_DIP_PCT if step_ok is None else step_ok,
+             f"{which} {pct(step)} ({b1} -> {b2})", step_decided, name="no step down",
+             mechanism=f"throughput falls from batch {b1} to {b2}"))
+
+
+def _latency_rel(ev, lo: int, hi: int) -> tuple[dict[int, Series] | None, float, float, float]:
+    """(the interleaved series of ``lo`` and ``hi``, or None; their medians (ms); the rise
+    from ``lo`` to ``hi`` (%)): the interleaved job's medians where it has both, else the
+    per-batch processes'."""
+    il = interleaved_series(ev, "step_latency", {lo, hi})
+    name = interleaved_variant if il is not None else batch_variant
+    m_lo = ev.value(EID, name(lo), "step_latency")
+    m_hi = ev.value(EID, name(hi), "step_latency")
+    return il, m_lo, m_hi, 100 * (m_hi / m_lo - 1)
+
+
+def _latency_part(ev, lo: int, hi: int, region, measured: str, mechanism: str,
+                  threshold: float) -> Part:
+    """A part on the latency rise from batch ``lo`` to ``hi``: by the interleaved series'
+    own interval where the run has them, else against the between-process floor."""
+    il, _, _, rel = _latency_rel(ev, lo, hi)
+    if il is not None:
+        return interval_part(ev, rel, f"{measured}, {TOGETHER}", [[il[lo], il[hi]]],
+                             _rel_medians, region, mechanism=mechanism)
+    decided = against_process_floor(ev, rel, threshold,
+                                    floor=pair_floor(ev, "step_latency", lo, hi))
+    return Part(region[0] < rel < region[1], measured, decided, mechanism)
+
+
 @claim("C20", EID, "latency is flat below a knee: small batches cost about the same per step",
        chapter="13.150 / 13.123 / 13.226 ms at batch 32 / 64 / 128",
        tolerance=f"median at the third-smallest batch within {FLAT_LATENCY_PCT}% of the "
        f"smallest, {BY_PROCESS_FLOOR} of the median step latency")
 def _latency_flat(ev):
     s = _sweep(ev, "step_latency")
-    (b0, m0), (b2, m2) = s[0], s[2]
-    rel = 100 * (m2 - m0) / m0
-    return judge(rel <= FLAT_LATENCY_PCT,
-                 f"{m0:.3f} ms at {b0} vs {m2:.3f} ms at {b2} ({pct(rel)})",
-                 is_resolved=against_process_floor(
-                     ev, rel, FLAT_LATENCY_PCT, floor=pair_floor(ev, "step_latency", b0, b2)),
-                 mechanism="latency grows with the batch from the smallest one: no fixed-cost "
-                           "floor (the step is compute-bound at every size)")
+    b0, b2 = s[0][0], s[2][0]
+    _, m0, m2, rel = _latency_rel(ev, b0, b2)
+    return judge_parts(_latency_part(
+        ev, b0, b2, (-math.inf, FLAT_LATENCY_PCT),
+        f"{m0:.3f} ms at {b0} vs {m2:.3f} ms at {b2} ({pct(rel)})",
+        "latency grows with the batch from the smallest one: no fixed-cost floor (the step "
+        "is compute-bound at every size)", FLAT_LATENCY_PCT))
 
 
 @claim("C21", EID, "lowest latency, highest throughput and largest batch that fits are "
@@ -473,19 +626,15 @@ def _latency_flat(ev):
 def _three_answers(ev):
     lo = int(ev.value(EID, LOWEST_LATENCY, BATCH_SIZE, "value"))
     hi = int(ev.value(EID, HIGHEST_THROUGHPUT, BATCH_SIZE, "value"))
-    m_lo = ev.value(EID, batch_variant(lo), "step_latency")
-    m_hi = ev.value(EID, batch_variant(hi), "step_latency")
     # falsifiable: the batch that answers "throughput" must cost latency beyond the knee,
     # else one batch size answers both questions (a fixed cost hides the batch)
-    rel = 100 * (m_hi / m_lo - 1)
-    return judge(rel > FLAT_LATENCY_PCT,
-                 f"lowest latency at {lo} ({m_lo:.3f} ms), highest throughput at {hi} "
-                 f"({m_hi:.3f} ms, {pct(rel)})",
-                 is_resolved=against_process_floor(
-                     ev, rel, FLAT_LATENCY_PCT, floor=pair_floor(ev, "step_latency", lo, hi)),
-                 mechanism=f"the highest-throughput batch {hi} steps within "
-                           f"{FLAT_LATENCY_PCT}% of the lowest latency: one batch size "
-                           "answers both questions")
+    _, m_lo, m_hi, rel = _latency_rel(ev, lo, hi)
+    return judge_parts(_latency_part(
+        ev, lo, hi, (FLAT_LATENCY_PCT, math.inf),
+        f"lowest latency at {lo} ({m_lo:.3f} ms), highest throughput at {hi} "
+        f"({m_hi:.3f} ms, {pct(rel)})",
+        f"the highest-throughput batch {hi} steps within {FLAT_LATENCY_PCT}% of the lowest "
+        "latency: one batch size answers both questions", FLAT_LATENCY_PCT))
 
 
 @claim("C22", EID, "peak memory barely moves with batch until large batch",

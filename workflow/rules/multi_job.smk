@@ -12,7 +12,7 @@ rule e08_batch:
     params:
         contract=e08_batch_contract,
     wildcard_constraints:
-        batch="[0-9]+(_r[0-9]+)?",
+        batch="[0-9]+(_r[0-9]+)?|interleaved",
     threads: timing_threads()
     resources:
         gpu=gpu_request(),
