@@ -330,3 +330,77 @@ def record_pair(
             for (v, samples, block_of, blocks, sync), bid in zip(sides, ids))
     return ab.record(ctx, a, b, metric=metric, window=window, diff_variant=diff_variant,
                      diff_metric=diff_metric, block_diffs=block_diffs)
+
+
+@dataclass
+class BracketedSessions:
+    """Profiling sessions, each between two unprofiled blocks of the same length: block
+    ``2i`` unprofiled, ``2i + 1`` session ``i``'s active steps, in time order."""
+
+    unprofiled: list[float] = field(default_factory=list)
+    unprofiled_of: list[int] = field(default_factory=list)
+    unprofiled_blocks: list[float] = field(default_factory=list)
+    profiled: list[float] = field(default_factory=list)
+    profiled_of: list[int] = field(default_factory=list)
+    profiled_blocks: list[float] = field(default_factory=list)
+    first: ProfiledRun | None = None  # the first session, kept (with its trace) when asked
+
+    def between(self) -> list[float]:
+        """Each session's median less the mean of the two unprofiled blocks around it: a
+        drift across the bracket cancels, where a median against all unprofiled steps
+        would carry it (the paired differences the A/B judgement reads)."""
+        u = self.unprofiled_blocks
+        return [p - (u[i] + u[i + 1]) / 2 for i, p in enumerate(self.profiled_blocks)]
+
+
+def bracketed_sessions(plain: Callable[[], object], profiled: Callable[[], object], *,
+                       device: torch.device | str, sync: Callable[[], None], sessions: int,
+                       bracket: int, wait: int, warmup: int, active: int,
+                       keep_first: bool = False) -> BracketedSessions:
+    """``sessions`` profiling sessions of ``profiled`` (``schedule(wait, warmup, active)``,
+    :func:`profile_steps`), each bracketed by ``bracket`` synchronized calls of ``plain``
+    right before and after, so a drift of the machine shows as the brackets' difference and
+    cancels from each session's paired difference (:meth:`BracketedSessions.between`). Warm
+    ``plain`` first. Only the first session's profile is kept (``keep_first``): each holds
+    its events and memory records."""
+    import statistics
+
+    from perflab import timing
+
+    if sessions < 1 or bracket < 1:
+        raise ValueError("bracketed sessions need sessions >= 1 and bracket >= 1")
+    res = BracketedSessions()
+
+    def unprofiled(pos: int) -> None:
+        s = timing.time_calls(plain, warmup=0, repeats=bracket, sync=sync)
+        res.unprofiled.extend(s)
+        res.unprofiled_of.extend([pos] * len(s))
+        res.unprofiled_blocks.append(statistics.median(s))
+
+    for i in range(sessions):
+        unprofiled(2 * i)
+        run = profile_steps(profiled, device=device, sync=sync, wait=wait, warmup=warmup,
+                            active=active)
+        res.profiled.extend(run.active_ms)
+        res.profiled_of.extend([2 * i + 1] * len(run.active_ms))
+        res.profiled_blocks.append(statistics.median(run.active_ms))
+        if keep_first and i == 0:
+            res.first = run
+        del run
+    unprofiled(2 * sessions)
+    return res
+
+
+def record_bracketed(ctx, res: BracketedSessions, *, metric: str, window: str,
+                     variants: tuple[str, str], syncs: tuple[str, str], diff_variant: str,
+                     diff_metric: str) -> ab.PairedCost:
+    """The rows of :func:`bracketed_sessions` as an A/B (unprofiled, profiled), each
+    session against its own bracket (:func:`record_pair`, the project's one judgement)."""
+    n = len(res.profiled_blocks)
+    return record_pair(
+        ctx, metric=metric, window=window,
+        sides=[(variants[0], res.unprofiled, res.unprofiled_of, res.unprofiled_blocks, syncs[0]),
+               (variants[1], res.profiled, res.profiled_of, res.profiled_blocks, syncs[1])],
+        diff_variant=diff_variant, diff_metric=diff_metric,
+        block_ids=(list(range(0, 2 * n + 1, 2)), list(range(1, 2 * n, 2))),
+        block_diffs=res.between())

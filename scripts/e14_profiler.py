@@ -9,10 +9,11 @@ step. Rows: the time of each phase range summed over the active steps (on
 CUDA the device time of the kernels launched inside the range, and the host
 time beside it; on a CPU the CPU time, the CPU being the device); the top
 operators by self device time (CPU: self CPU time), one row per operator;
-the profiled step's synchronized wall time over the active steps against
-the same step unprofiled (half of its calls before the profiled session, half
-after), and the difference: the profiler's overhead. The
-chrome trace of the active steps is written gzipped beside the CSV.
+the profiled step's synchronized wall time over the active steps of
+``sessions`` sessions, each bracketed by unprofiled calls of the same step,
+and their paired difference, judged as an A/B against C00's floor: the
+profiler's overhead. The ranges, operators and
+chrome trace are the first session's; the trace is written gzipped beside the CSV.
 """
 
 from perflab.forkserver import delegate
@@ -24,7 +25,6 @@ from perflab.experiments.e14_profiler import (
     OP_SELF_CPU_TIME,
     OP_SELF_DEVICE_TIME,
     OVERHEAD,
-    OVERHEAD_REL,
     PROFILED,
     PROFILER_OVERHEAD,
     RANGE_CPU_TIME,
@@ -40,45 +40,35 @@ STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 
 
 def _overhead(ctx, step, synced: str):
-    """The same step unprofiled, profiled, unprofiled again; rows of both and of the difference.
+    """The same step profiled in ``sessions`` sessions, each bracketed by unprofiled calls;
+    rows of both sides and of their paired difference (the A/B judgement).
 
-    Returns the profiling session and its window (what the range and op rows share).
+    Returns the first profiling session (its ranges, operators and trace are the rows
+    beside) and its window.
     """
     p, t = ctx.params, ctx.timing
+    sessions = int(p["sessions"])
+    bracket = max(1, t["repeats"] // (sessions + 1))
     sched = f"schedule(wait={p['wait']}, warmup={p['warmup']}, active={p['active']}, repeat=1)"
-    # the real step on both sides of the profiled session, half before and half after (the
-    # same callable, no profiler attached): a drift of the machine over the job lands on the
-    # unprofiled series as on the profiled steps between its halves, where one series after
-    # the other read it as the profiler's cost (or its saving: -11% on one CPU run)
-    before = timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"] // 2,
-                               sync=ctx.sync)
-    prof_run = profiling.profile_steps(step, device=ctx.device, sync=ctx.sync, wait=p["wait"],
-                                       warmup=p["warmup"], active=p["active"],
-                                       profile_memory=True)
-    after = timing.time_calls(step, warmup=0, repeats=t["repeats"] - len(before), sync=ctx.sync)
-    plain = before + after
-    un = ctx.summary(plain, variant=UNPROFILED, metric=STEP_LATENCY,
-                     window=f"steady state after warmup {t['warmup']}, no profiler (the "
-                     "record_function ranges present but inert); half of the calls before the "
-                     "profiled session, half after it",
-                     sync_boundary=synced, statistics=STATS,
-                     block=[0] * len(before) + [2] * len(after))
-    acts = "CPU + CUDA" if prof_run.device_activity else "CPU"
+    timing.warm(step, t["warmup"], ctx.sync)
+    res = profiling.bracketed_sessions(step, step, device=ctx.device, sync=ctx.sync,
+                                       sessions=sessions, bracket=bracket, wait=p["wait"],
+                                       warmup=p["warmup"], active=p["active"], keep_first=True)
+    acts = "CPU + CUDA" if res.first.device_activity else "CPU"
     window = f"the {p['active']} active steps of {sched}, activities {acts}, profile_memory=True"
-    pr = ctx.summary(prof_run.active_ms, variant=PROFILED, metric=STEP_LATENCY,
-                     window=window + "; run between the two halves of the unprofiled series",
-                     sync_boundary=synced + "; prof.step() outside the timed region",
-                     statistics=STATS, block=1)
-    over = pr["median"] - un["median"]
-    how = "profiled median minus unprofiled median (not a cost of the code: of the instrument)"
-    n = len(prof_run.active_ms) + len(plain)
-    ctx.row(variant=PROFILER_OVERHEAD, metric=OVERHEAD, value=over, unit="ms",
-            window=window, sync_boundary=how, n=n)
-    ctx.row(variant=PROFILER_OVERHEAD, metric=OVERHEAD_REL, value=100 * over / un["median"],
-            unit="%", window=window, sync_boundary=how + ", relative to unprofiled", n=n)
-    ctx.log(f"profiled {pr['median']:.3f} ms vs unprofiled {un['median']:.3f} ms: "
-            f"overhead {over:+.3f} ms ({100 * over / un['median']:+.1f}%)")
-    return prof_run, window
+    pc = profiling.record_bracketed(
+        ctx, res, metric=STEP_LATENCY,
+        window=(f"{window}; {sessions} sessions, each bracketed by {bracket} unprofiled calls "
+                f"right before and after (after warmup {t['warmup']}; blocks in time order: "
+                "even = unprofiled, the record_function ranges present but inert, odd = "
+                "profiled)"),
+        variants=(UNPROFILED, PROFILED),
+        syncs=(synced, synced + "; prof.step() outside the timed region"),
+        diff_variant=PROFILER_OVERHEAD, diff_metric=OVERHEAD)
+    ctx.log(f"profiled {pc.b_median:.3f} ms vs unprofiled {pc.a_median:.3f} ms over "
+            f"{sessions} bracketed sessions: overhead {pc.diff:+.3f} ms "
+            f"({100 * pc.rel:+.1f}%) -> {'resolved' if pc.resolved else 'unresolved'}")
+    return res.first, window + " (the first session)"
 
 
 def _range_rows(ctx, prof_run, window: str) -> None:

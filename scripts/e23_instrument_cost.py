@@ -27,7 +27,6 @@ from perflab.forkserver import delegate
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import math
-import statistics
 
 from perflab import phases, profiling, steps, timing
 from perflab.experiments.e23_instrument_cost import (
@@ -79,23 +78,9 @@ def _profiler(ctx, base, ranged):
     p, t = ctx.params, ctx.timing
     n = p["inner"]
     timing.warm(base, t["warmup"], ctx.sync)
-    base_s, base_of, base_blocks, prof_s, prof_of, prof_blocks = [], [], [], [], [], []
-
-    def unprofiled(pos):
-        s = timing.time_calls(base, warmup=0, repeats=n, sync=ctx.sync)
-        base_s.extend(s)
-        base_of.extend([pos] * n)
-        base_blocks.append(statistics.median(s))
-
-    for b in range(p["blocks"]):
-        unprofiled(2 * b)
-        r = profiling.profile_steps(ranged, device=ctx.device, sync=ctx.sync,
-                                    wait=PROFILER_WAIT, warmup=PROFILER_WARMUP, active=n)
-        prof_s.extend(r.active_ms)
-        prof_of.extend([2 * b + 1] * n)
-        prof_blocks.append(statistics.median(r.active_ms))
-        del r
-    unprofiled(2 * p["blocks"])
+    res = profiling.bracketed_sessions(base, ranged, device=ctx.device, sync=ctx.sync,
+                                       sessions=p["blocks"], bracket=n, wait=PROFILER_WAIT,
+                                       warmup=PROFILER_WARMUP, active=n)
     acts = "CPU + CUDA" if ctx.is_cuda else "CPU"
     window = (f"{INSTRUMENTS[PROFILER]}: {p['blocks']} sessions of schedule(wait="
               f"{PROFILER_WAIT}, warmup={PROFILER_WARMUP}, active={n}, repeat=1), activities "
@@ -103,17 +88,13 @@ def _profiler(ctx, base, ranged):
               f"session bracketed by {n} unprofiled steps of the plain step right before and "
               "after (blocks in time order: even = unprofiled, odd = profiled)")
     synced = f"{ctx.sync_name} at both ends of each step"
-    between = [pb - (base_blocks[i] + base_blocks[i + 1]) / 2 for i, pb in enumerate(prof_blocks)]
-    pc = profiling.record_pair(
-        ctx, metric=STEP_LATENCY, window=window,
-        sides=[(baseline_variant(PROFILER), base_s, base_of, base_blocks,
-                synced + "; no profiler"),
-               (instrumented_variant(PROFILER), prof_s, prof_of, prof_blocks,
-                synced + "; the profiler's active steps (prof.step() outside the timed region)")],
-        diff_variant=cost_variant(PROFILER), diff_metric=COST,
-        block_ids=(list(range(0, 2 * p["blocks"] + 1, 2)), list(range(1, 2 * p["blocks"], 2))),
-        block_diffs=between,
-    )
+    pc = profiling.record_bracketed(
+        ctx, res, metric=STEP_LATENCY, window=window,
+        variants=(baseline_variant(PROFILER), instrumented_variant(PROFILER)),
+        syncs=(synced + "; no profiler",
+               synced + "; the profiler's active steps (prof.step() outside the timed region)"),
+        diff_variant=cost_variant(PROFILER), diff_metric=COST)
+    base_blocks = res.unprofiled_blocks
     ctx.row(variant=baseline_variant(PROFILER), metric=BRACKET_DRIFT,
             value=base_blocks[-1] - base_blocks[0], unit="ms", window=window,
             sync_boundary="last unprofiled block median minus the first", n=len(base_blocks))

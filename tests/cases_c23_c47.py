@@ -109,20 +109,17 @@ case("C32", lambda: e13_mean(1.0), lambda: e13_mean(0.0))
 # ------------------------------------------------------------------ E14 the profiler
 
 
-def e14_overhead(over, sd, base=16.5):
-    """E14's overhead rows and its two series: 10 profiled steps ``over`` ms above the 400
-    unprofiled ones, both of spread ``sd``."""
-    return with_samples(
-        rows(("E14", e14.PROFILER_OVERHEAD, e14.OVERHEAD, "value", over),
-             ("E14", e14.PROFILER_OVERHEAD, e14.OVERHEAD_REL, "value", 100 * over / base),
-             ("E14", e14.UNPROFILED, e14.STEP_LATENCY, "iqr", 1.349 * sd)),
-        ("E14", e14.PROFILED, e14.STEP_LATENCY, sample_series(base + over, sd, 10, 4)),
-        ("E14", e14.UNPROFILED, e14.STEP_LATENCY, sample_series(base, sd, 400, 5)))
+def e14_overhead(rel, p=0.001, ci_pct=3.0, floor_pct=2.0, base=16.5):
+    """E14's profiled sessions against their brackets as an A/B of ``rel`` % (Wilcoxon p
+    over the sessions, bootstrap interval +- ``ci_pct`` %), under C00's A/A floor."""
+    return with_floor(floor_pct, *ab_rows("E14", e14.PROFILER_OVERHEAD, rel,
+                                          metric=e14.OVERHEAD, base_ms=base, p=p,
+                                          ci_pct=ci_pct))
 
 
-# +58%; 1 ms faster profiled (6%, decided); +0.1 ms against a spread of 0.5 ms over 10 steps
-case("C33", lambda: e14_overhead(9.6, 0.2), lambda: e14_overhead(-1.0, 0.2),
-     lambda: e14_overhead(0.1, 0.5))
+# +58%; 6% faster profiled, every session agreeing (decided); +3% with p 0.3 over 6 sessions
+case("C33", lambda: e14_overhead(58.0), lambda: e14_overhead(-6.0),
+     lambda: e14_overhead(3.0, p=0.3))
 
 
 def e05_phases(**ms):

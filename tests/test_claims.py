@@ -166,12 +166,12 @@ def test_a_registered_noise_source_decides_first():
 
 def test_no_noise_measure_is_not_support():
     """A claim judged by its own interval, in a run without the samples it reads, is not
-    decided; one judged against an IQR with no IQR in the rows is not either."""
+    decided; one judged as an A/B without the judgement rows is not either."""
     frame = rows(("E14", "profiler_overhead", "overhead", "value", 9.6),
                  ("E14", "profiler_overhead", "overhead_rel", "value", 58.0))
     v = verdict("C33", frame)
     assert v.verdict == claims.INCONCLUSIVE
-    assert "not resolved: no raw samples of E14 profiled" in v.measured
+    assert "not resolved: no noise measure in the rows" in v.measured
     assert "as measured it holds" in v.measured
     frame = rows(("E03", "warmup_0", "step_latency", "mean", 17.3),
                  ("E03", "warmup_0", "step_latency", "median", 16.4))

@@ -80,8 +80,19 @@ def test_profiled_vs_unprofiled_and_overhead(e14):
     assert one_value(rows, "profiler_overhead", "overhead") == pytest.approx(prof - plain)
     assert one_value(rows, "profiler_overhead", "overhead_rel") == pytest.approx(
         100 * (prof - plain) / plain)
-    assert (samples.variant == "profiled").sum() == contract["params"]["active"]
-    assert (samples.variant == "unprofiled").sum() == contract["timing"]["repeats"]
+    sessions, active = contract["params"]["sessions"], contract["params"]["active"]
+    bracket = max(1, contract["timing"]["repeats"] // (sessions + 1))
+    steps = samples[samples.metric == "step_latency"]
+    assert (steps.variant == "profiled").sum() == sessions * active
+    assert (steps.variant == "unprofiled").sum() == (sessions + 1) * bracket
+    # blocks in time order: each session (odd) between two unprofiled brackets (even)
+    assert sorted(steps[steps.variant == "profiled"].block.unique()) == \
+        list(range(1, 2 * sessions, 2))
+    assert sorted(steps[steps.variant == "unprofiled"].block.unique()) == \
+        list(range(0, 2 * sessions + 1, 2))
+    # the difference is judged as an A/B: its rows are the one A/B writer's
+    assert {"wilcoxon_p", "ab_effect", "ab_ci_low", "ab_ci_high"} <= set(
+        rows[rows.variant == "profiler_overhead"].metric)
 
 
 def test_table_and_figure(e14, tmp_path):
