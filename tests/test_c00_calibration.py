@@ -396,7 +396,10 @@ def test_host_gate_sees_a_process_spinning_beside_the_job():
         child.kill()
         child.wait()
     assert other["other_busy_cores"] > mine["other_busy_cores"] + 0.5, (other, mine)
-    assert mine["own_busy_cores"] > other["own_busy_cores"] + 0.5, (other, mine)
+    # the spinner's share moves to the job's own: by less than a core when the two cores are
+    # already shared (CI's background tests are of this tree too: 0.96 cores of its own with
+    # the spinner away, and a child that then got 0.41 of a core under 2-4% steal)
+    assert mine["own_busy_cores"] > other["own_busy_cores"] + 0.25, (other, mine)
 
     before = env.host_cpu_times()
     touched = bytearray(256 << 20)  # 256 MiB, each 4 KiB page written once

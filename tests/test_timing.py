@@ -316,7 +316,10 @@ def test_device_time_of_a_device_bound_step_is_close_to_wall(fake_device):
                                       clock=FakeCudaClock(fake_device))
     assert min(res.device_ms) >= WORK_MS - EPS_MS
     wall, device = statistics.median(res.wall_ms), statistics.median(res.device_ms)
-    assert device <= wall and device > 0.85 * wall, (res.device_ms, res.wall_ms)
+    # within a few % of wall, either side: the device and the wall samples are different
+    # calls, so on a loaded host a device median may read above the wall one (20.44 against
+    # 20.34 ms once in CI)
+    assert 0.85 * wall < device < 1.05 * wall, (res.device_ms, res.wall_ms)
 
 
 def test_a_step_that_waits_for_the_device_cannot_be_ahead(fake_device):
