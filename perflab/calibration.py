@@ -17,17 +17,39 @@ from __future__ import annotations
 import pandas as pd
 
 from perflab import stats, tables
-from perflab.experiments.c00_calibration import AA_DIFFERENCE, AA_FLOOR, EID, floors
+from perflab.experiments.c00_calibration import (
+    AA_DIFFERENCE,
+    AA_FLOOR,
+    EID,
+    FLOOR_PAIRS,
+    FLOOR_PAIRS_VARIANT,
+    floors,
+)
 
 
-def noise_floor_pct(frame: pd.DataFrame) -> float | None:
+def noise_floor_pct(frame: pd.DataFrame, pairs: float | None = None) -> float | None:
     """The A/A floor (%) of this run, or None when C00 did not measure it.
+
+    ``pairs``: the block pairs of the A/B it gates; its floor is C00's bound for the
+    largest pair count it wrote that is not above ``pairs`` (fewer pairs, a wider bound:
+    the conservative side), or for the fewest it wrote when ``pairs`` is below them all.
+    Without ``pairs``, or in a run from before C00 wrote one bound per count, the run's
+    floor (:data:`AA_FLOOR`).
 
     A run from before the floor bounded the judged statistic (its C00 wrote
     ``aa_noise_floor``, the 95th percentile of single block-pair gaps) has none:
     that number gated another statistic and is not read as this one.
     """
-    v = tables.pick(frame[frame.experiment == EID], *AA_FLOOR, "value")
+    rows = frame[frame.experiment == EID]
+    if pairs is not None and not pd.isna(pairs):
+        written = {m: v for m in FLOOR_PAIRS if not isinstance(
+            v := tables.pick(rows, FLOOR_PAIRS_VARIANT.format(m), AA_FLOOR[1], "value"),
+            tables.Missing)}
+        if written:
+            fitting = [m for m in written if m <= pairs]
+            # fewer pairs than any count written: the fewest's bound, the widest
+            return float(written[max(fitting) if fitting else min(written)])
+    v = tables.pick(rows, *AA_FLOOR, "value")
     return None if isinstance(v, tables.Missing) else float(v)
 
 
@@ -55,13 +77,12 @@ def floor_note(frame: pd.DataFrame) -> str:
 def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.DataFrame:
     """Every A/B of the run (each variant with ``ab_*`` judgement rows), re-judged.
 
-    ``floor_pct`` defaults to this run's A/A floor (:func:`noise_floor_pct`).
+    ``floor_pct`` defaults to this run's A/A floor for each A/B's own block pairs
+    (:func:`noise_floor_pct` with the ``n`` of its ``ab_effect`` row).
     Columns: experiment, comparison (the difference variant), effect_ms,
     effect_pct, ci_low_ms, ci_high_ms, p, in_job (the verdict written by the
     job), exceeds_floor, verdict (``resolved`` or ``inconclusive`` under the floor).
     """
-    if floor_pct is None:
-        floor_pct = noise_floor_pct(frame)
     ok = frame[(frame.status == "ok") & frame.metric.str.startswith("ab_")]
     out = []
     for (eid, variant), g in ok.groupby(["experiment", "variant"], sort=False):
@@ -69,7 +90,9 @@ def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.Da
         if not {"ab_effect", "ab_effect_rel", "ab_ci_low", "ab_ci_high", "ab_p"} <= set(m):
             continue
         # the calibration's own A/A pair defines the floor: it is not judged against itself
-        floor = None if (eid, variant) == (EID, AA_DIFFERENCE) else floor_pct
+        floor = (None if (eid, variant) == (EID, AA_DIFFERENCE)
+                 else floor_pct if floor_pct is not None
+                 else noise_floor_pct(frame, ab_pairs(g)))
         _, exceeds, resolved = stats.decide(p=m["ab_p"], ci_low=m["ab_ci_low"],
                                             ci_high=m["ab_ci_high"],
                                             relative_pct=m["ab_effect_rel"],
@@ -86,6 +109,14 @@ def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.Da
     cols = ["experiment", "comparison", "effect_ms", "effect_pct", "ci_low_ms", "ci_high_ms",
             "p", "in_job", "floor_pct", "exceeds_floor", "verdict"]
     return pd.DataFrame(out, columns=cols)
+
+
+def ab_pairs(rows: pd.DataFrame) -> float | None:
+    """The block pairs of one A/B (the ``n`` of its ``ab_effect`` row), None if not written."""
+    hit = rows[rows.metric == "ab_effect"]
+    if hit.empty or "n" not in hit or pd.isna(hit.n.iloc[0]):
+        return None
+    return float(hit.n.iloc[0])
 
 
 def verdict_of(frame: pd.DataFrame, experiment: str, comparison: str,

@@ -87,11 +87,19 @@ def no_floor(ev: Evidence) -> str:
     return "not resolved: no A/A floor (this run's C00 predates it)"
 
 
-def _floor(ev: Evidence) -> float | None:
+def _floor(ev: Evidence, eid: str | None = None, variant: str | None = None) -> float | None:
+    """C00's A/A floor (%); for the A/B ``variant`` of ``eid``, the floor for its own block
+    pairs (:func:`perflab.calibration.noise_floor_pct`)."""
     from perflab import calibration
 
+    if not ev.has(C00):
+        return None
+    pairs = None
+    if eid is not None and ev.has(eid):
+        own = ev.of(eid)
+        pairs = calibration.ab_pairs(own[own.variant == variant])
     # C00's rows, split off once per run (Rows.of), not the whole frame on every claim
-    return calibration.noise_floor_pct(ev.of(C00)) if ev.has(C00) else None
+    return calibration.noise_floor_pct(ev.of(C00), pairs)
 
 
 #: where the noise of an A/B comes from, in order; each returns None when it does not apply
@@ -115,7 +123,7 @@ def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | 
     p = next((x for x in (ev.maybe(eid, variant, m, "value") for m in (ab.WILCOXON_P, "ab_p"))
               if x is not None), None)
     alone = f"the A/B alone: p={p:.3g}" if p is not None else "the A/B's own flag"
-    floor = _floor(ev)
+    floor = _floor(ev, eid, variant)
     if floor is None:
         return False, f"{no_floor(ev)}; {alone}"
     own = ev.of(eid)
@@ -225,7 +233,7 @@ def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> De
     (``ab_effect_rel``) lie farther from it than C00's A/A floor, as :func:`resolved`
     requires of an effect against 0. No floor, or no judgement rows: not resolved.
     """
-    floor = _floor(ev)
+    floor = _floor(ev, eid, variant)
     if floor is None:
         return False, no_floor(ev)
     eff, rel, lo, hi = (ev.maybe(eid, variant, m, "value")

@@ -50,6 +50,9 @@ from perflab.experiments.c00_calibration import (
     EVENT_ELAPSED,
     EVENTS_EMPTY_PAIR,
     EVENTS_RECORD_PAIR,
+    FLOOR_PAIRS,
+    FLOOR_PAIRS_VARIANT,
+    FLOOR_REFERENCE_PAIRS,
     HOST_RECORD_COST,
     OVERHEAD_REL,
     PEER_DO_BENCH,
@@ -297,15 +300,25 @@ def _noise_floor(ctx, step_a, step_b):
     d = ctx.ab(aa, a=AA_A, b=AA_B, window=copies + window, noise_floor_pct=None)
     bound = (f"{stats.AA_FLOOR_CONFIDENCE:.0%} upper bound of |median paired block difference "
              "(B - A)| / median(A): bootstrap over the block pairs (2000 resamples, seeded)")
-    floor = stats.aa_floor_pct(aa.a_blocks, aa.b_blocks)
+    # the run's floor is for a median of 12 pairs (the A/Bs' usual count) however many the
+    # A/A ran: more pairs estimate that bound with less noise of its own; each pair count of
+    # FLOOR_PAIRS gets its own, for an A/B of that many pairs
+    ref = min(FLOOR_REFERENCE_PAIRS, blocks)
+    floor = stats.aa_floor_pct(aa.a_blocks, aa.b_blocks, pairs=ref)
     ctx.row(variant=AA_FLOOR[0], metric=AA_FLOOR[1], value=floor, unit="%", n=blocks,
-            window=copies + window, sync_boundary=bound)
+            window=copies + window + f"; resampled as medians of {ref} pairs",
+            sync_boundary=bound)
+    for m in FLOOR_PAIRS:
+        ctx.row(variant=FLOOR_PAIRS_VARIANT.format(m), metric=AA_FLOOR[1],
+                value=stats.aa_floor_pct(aa.a_blocks, aa.b_blocks, pairs=m), unit="%",
+                n=blocks, window=copies + window + f"; resampled as medians of {m} pairs",
+                sync_boundary=bound)
     block_ms = inner * statistics.median(aa.a_samples)
     ctx.row(variant=AA_BLOCK[0], metric=AA_BLOCK[1], value=block_ms, unit="ms", n=blocks,
             window=copies + window, sync_boundary=f"{inner} calls x A's median call")
     k = min(AA_SHORT_INNER, inner)
     short = stats.aa_floor_pct(_short_block_medians(aa.a_samples, inner, k),
-                               _short_block_medians(aa.b_samples, inner, k))
+                               _short_block_medians(aa.b_samples, inner, k), pairs=ref)
     ctx.row(variant=AA_FLOOR_SHORT[0], metric=AA_FLOOR_SHORT[1], value=short, unit="%",
             n=blocks, window=copies + window + f"; each block's first {k} calls only",
             sync_boundary=bound)

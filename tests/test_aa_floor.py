@@ -24,11 +24,12 @@ BLOCKS, INNER, STEP_MS = 12, 30, 3.0
 
 
 def simulate(rng, *, effect_pct=0.0, runs=RUNS, call_sd=0.05, block_sd=0.01, drift=0.02,
-             copy_sd=0.005):
-    """Block medians (runs, BLOCKS) of A and of B for ``runs`` interleaved runs.
+             copy_sd=0.005, blocks=BLOCKS):
+    """Block medians (runs, blocks) of A and of B for ``runs`` interleaved runs.
 
     ``effect_pct`` (a scalar or one value per run) multiplies every call of B.
     """
+    BLOCKS = blocks  # noqa: N806 (the module's default, for this run)
     slots = np.arange(2 * BLOCKS)
     trend = 1 + drift * np.sin(2 * np.pi * slots / slots.size
                                + rng.uniform(0, 2 * np.pi, (runs, 1)))
@@ -46,8 +47,8 @@ def simulate(rng, *, effect_pct=0.0, runs=RUNS, call_sd=0.05, block_sd=0.01, dri
     return side(slot_a), side(slot_b) * copy * effect
 
 
-def floors_of(a, b):
-    return np.array([stats.aa_floor_pct(x, y) for x, y in zip(a, b)])
+def floors_of(a, b, pairs=None):
+    return np.array([stats.aa_floor_pct(x, y, pairs=pairs) for x, y in zip(a, b)])
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +111,40 @@ def test_floor_rejects_bad_input():
         stats.aa_floor_pct([], [])
     with pytest.raises(ValueError, match="confidence"):
         stats.aa_floor_pct([1.0], [1.0], confidence=1.5)
+
+
+def test_a_longer_aa_bounds_a_shorter_ab_with_less_noise_and_the_same_rates():
+    """C00 runs 36 pairs and bounds a median of 12 of them: the floor of a 12-pair A/B.
+
+    Against floors from 12-pair A/As: about the same size (it bounds the same statistic),
+    a smaller run-to-run spread (the point of the longer A/A), and the judgement it gates
+    keeps its false-positive rate and its power.
+    """
+    rng = np.random.default_rng(7)
+    short = floors_of(*simulate(rng))
+    long = floors_of(*simulate(rng, blocks=36), pairs=BLOCKS)
+    assert 0.7 < np.median(long) / np.median(short) < 1.3
+
+    def spread(f):  # p90 - p10 over the median: the floor's run-to-run spread
+        return np.subtract(*np.percentile(f, [90, 10])) / np.median(f)
+
+    assert spread(long) < 0.8 * spread(short), (spread(long), spread(short))
+    a, b = simulate(rng)
+    false_positive = np.mean([stats.judge(x, y, noise_floor_pct=f).resolved
+                              for x, y, f in zip(a, b, long)])
+    assert false_positive <= 0.05, false_positive
+    a, b = simulate(rng, effect_pct=2 * long)
+    power = np.mean([(j := stats.judge(x, y, noise_floor_pct=f)).resolved and j.effect > 0
+                     for x, y, f in zip(a, b, long)])
+    assert power >= 0.80, power
+
+
+def test_fewer_pairs_a_wider_floor():
+    rng = np.random.default_rng(11)
+    a, b = 3 + rng.normal(0, 0.1, 36), 3 + rng.normal(0, 0.1, 36)
+    by_pairs = [stats.aa_floor_pct(a, b, pairs=m) for m in (4, 12, 36)]
+    assert by_pairs[0] > by_pairs[1] > by_pairs[2] > 0
+    # the default is the A/A's own count
+    assert stats.aa_floor_pct(a, b) == stats.aa_floor_pct(a, b, pairs=36)
+    with pytest.raises(ValueError, match="at least one block pair"):
+        stats.aa_floor_pct(a, b, pairs=0)

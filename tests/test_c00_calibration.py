@@ -16,8 +16,15 @@ import pandas as pd
 import pytest
 from experiments import assert_cpu_scale_sets, one_value, run_tiny
 
-from perflab import calibration, env, figures, io, ledger, stats, tables, timing
-from perflab.experiments.c00_calibration import AA_BLOCK, AA_FLOOR, AA_FLOOR_SHORT
+from perflab import calibration, config, env, figures, io, ledger, stats, tables, timing
+from perflab.experiments.c00_calibration import (
+    AA_BLOCK,
+    AA_FLOOR,
+    AA_FLOOR_SHORT,
+    FLOOR_PAIRS,
+    FLOOR_PAIRS_VARIANT,
+    FLOOR_REFERENCE_PAIRS,
+)
 
 #: experiments.C00.peer_repeats of the module's run (null would be timing.repeats, 30 here)
 PEER_REPEATS = 7
@@ -84,8 +91,14 @@ def test_aa_floor_and_planted_slowdown(c00):
     b = calls[calls.variant == "aa_b"].groupby("block").value.median()
     assert len(a) == len(b) == blocks
     floor = one_value(rows, *AA_FLOOR)
-    # the floor bounds the statistic the A/Bs are judged by, from these very blocks
-    assert floor == pytest.approx(stats.aa_floor_pct(a.tolist(), b.tolist()))
+    # the floor bounds the statistic the A/Bs are judged by, from these very blocks: for a
+    # median of 12 pairs, or of the A/A's own if fewer (this config's 6)
+    ref = min(FLOOR_REFERENCE_PAIRS, blocks)
+    assert floor == pytest.approx(stats.aa_floor_pct(a.tolist(), b.tolist(), pairs=ref))
+    # and one bound per pair count, for the A/Bs of that many pairs
+    for m in FLOOR_PAIRS:
+        assert one_value(rows, FLOOR_PAIRS_VARIANT.format(m), AA_FLOOR[1]) == pytest.approx(
+            stats.aa_floor_pct(a.tolist(), b.tolist(), pairs=m))
     assert floor >= abs(one_value(rows, "aa_b_minus_aa_a", "ab_effect_rel"))
     assert one_value(rows, *AA_FLOOR_SHORT) >= 0
     inner = contract["params"]["aa_inner"]
@@ -122,7 +135,13 @@ def test_the_planted_pair_takes_planted_blocks(c00):
         assert samples[samples.variant == variant].block.nunique() == blocks, variant
     planted = rows[rows.variant == "planted_2x_minus_planted_a"]
     assert planted.window.str.contains(f"{PLANTED_BLOCKS} blocks per side").all()
-    assert_cpu_scale_sets("C00", "planted_blocks", 6, 8)
+    # the CPU scale's 6 beneath the user's value; the chapter's 12, fewer than its A/A's 36
+    # pairs (a 2x effect needs fewer than the floor it is told from)
+    assert config.load([], {"device": "cpu"})["experiments"]["C00"]["planted_blocks"] == 6
+    chapter = config.load([], {"device": "cpu", "scale": "chapter"})["experiments"]["C00"]
+    assert (chapter["planted_blocks"], chapter["aa_blocks"]) == (12, 36)
+    mine = config.load([], {"device": "cpu", "experiments": {"C00": {"planted_blocks": 8}}})
+    assert mine["experiments"]["C00"]["planted_blocks"] == 8
 
 
 def test_the_helper_against_the_peers_takes_peer_repeats(c00):

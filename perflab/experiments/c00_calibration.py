@@ -61,8 +61,16 @@ PROFILER_OVERHEAD, OVERHEAD_REL = "profiler/overhead", "overhead_rel"
 AA_A, AA_B = "aa_a", "aa_b"
 PLANTED_A, PLANTED_2X = "planted_a", "planted_2x"
 #: the A/A floor's rows (variant, metric): the 95% upper bound of |median paired block
-#: difference| / median(A) in %, the statistic every A/B is judged by (perflab.stats.aa_floor_pct)
+#: difference| / median(A) in %, the statistic every A/B is judged by (perflab.stats.aa_floor_pct),
+#: for a median of FLOOR_REFERENCE_PAIRS pairs (or the A/A's own, if fewer): the run's floor,
+#: for every statistic that is not an A/B of its own pair count
 AA_FLOOR = ("aa", "aa_median_diff_bound")
+#: the pairs the run's floor (AA_FLOOR) is for: the most common count of the project's A/Bs
+FLOOR_REFERENCE_PAIRS = 12
+#: the pair counts C00 also writes the floor for (variant FLOOR_PAIRS_VARIANT.format(m),
+#: metric AA_FLOOR[1]): an A/B of n block pairs is judged against the largest m <= n
+FLOOR_PAIRS = (4, 6, 8, 12, 16, 24, 32, 48)
+FLOOR_PAIRS_VARIANT = "aa/pairs_{}"
 #: the same bound from blocks of the first calls only: does the floor depend on block length?
 AA_FLOOR_SHORT = ("aa/short_blocks", "aa_median_diff_bound")
 #: ms of one A/A block (calls per block x A's median call): the block length the floor is for

@@ -312,8 +312,10 @@ def markdown(frame: pd.DataFrame) -> str:
     lines = ["## What if", "", head, "", "| " + " | ".join(cols) + " |",
              "| " + " | ".join("---" for _ in cols) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in shown.itertuples(index=False)]
-    floor = calibration.noise_floor_pct(frame)
     r = rows_of(EID, frame)
+    # the floor of the interventions' own block pairs (each A/B is judged against it)
+    pairs = [calibration.ab_pairs(g) for _, g in r[r.metric == "ab_effect"].groupby("variant")]
+    floor = calibration.noise_floor_pct(frame, min((p for p in pairs if p), default=None))
     total, span = (pick(r, v, JOB_WALL, "value") for v in (ALL_JOBS, SPAN))
     if not isinstance(total, Missing):
         lines += ["", f"W01's jobs took {float(total):.0f} s together (the plan and each "
