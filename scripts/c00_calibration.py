@@ -308,7 +308,9 @@ def _noise_floor(ctx, step_a, step_b):
     ctx.row(variant=AA_FLOOR[0], metric=AA_FLOOR[1], value=floor, unit="%", n=blocks,
             window=copies + window + f"; resampled as medians of {ref} pairs",
             sync_boundary=bound)
-    for m in FLOOR_PAIRS:
+    # counts up to the A/A's own only: a bound for more pairs than were measured would be
+    # an extrapolation; an A/B of more pairs is held to the largest written (wider: safe)
+    for m in (m for m in FLOOR_PAIRS if m <= blocks):
         ctx.row(variant=FLOOR_PAIRS_VARIANT.format(m), metric=AA_FLOOR[1],
                 value=stats.aa_floor_pct(aa.a_blocks, aa.b_blocks, pairs=m), unit="%",
                 n=blocks, window=copies + window + f"; resampled as medians of {m} pairs",

@@ -67,8 +67,9 @@ PLANTED_A, PLANTED_2X = "planted_a", "planted_2x"
 AA_FLOOR = ("aa", "aa_median_diff_bound")
 #: the pairs the run's floor (AA_FLOOR) is for: the most common count of the project's A/Bs
 FLOOR_REFERENCE_PAIRS = 12
-#: the pair counts C00 also writes the floor for (variant FLOOR_PAIRS_VARIANT.format(m),
-#: metric AA_FLOOR[1]): an A/B of n block pairs is judged against the largest m <= n
+#: the pair counts C00 also writes the floor for, up to its A/A's own (variant
+#: FLOOR_PAIRS_VARIANT.format(m), metric AA_FLOOR[1]): an A/B of n block pairs is judged
+#: against the largest m <= n written
 FLOOR_PAIRS = (4, 6, 8, 12, 16, 24, 32, 48)
 FLOOR_PAIRS_VARIANT = "aa/pairs_{}"
 #: the same bound from blocks of the first calls only: does the floor depend on block length?
