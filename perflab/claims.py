@@ -225,13 +225,17 @@ def against_process_floor(ev: Evidence, value_pct: float, threshold_pct: float =
                         floor_name=f"between-process floor ({how})")
 
 
-def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> Decision:
+def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float, *,
+               agree: bool = False) -> Decision:
     """Is an A/B's relative effect decided against a threshold other than 0? (decided?, how)
 
     For a claim such as "costs less than 5%": the A/B's bootstrap interval of the effect
     (``ab_ci_low``..``ab_ci_high``, as % of A) must exclude the threshold, and its effect
     (``ab_effect_rel``) lie farther from it than C00's A/A floor, as :func:`resolved`
-    requires of an effect against 0. No floor, or no judgement rows: not resolved.
+    requires of an effect against 0. ``agree=True``: the claim is that the two sides agree
+    within the threshold, so the interval must exclude both -threshold and +threshold, and
+    ``|effect|`` lie farther from the threshold than the floor. No floor, or no judgement
+    rows: not resolved.
     """
     floor = _floor(ev, eid, variant)
     if floor is None:
@@ -241,11 +245,12 @@ def ab_against(ev: Evidence, eid: str, variant: str, threshold_pct: float) -> De
     if None in (eff, rel, lo, hi) or not eff:
         return False, f"not resolved: no A/B judgement rows under {eid} {variant}"
     lo_pct, hi_pct = sorted((lo * rel / eff, hi * rel / eff))  # ms -> % of A's median
-    outside = not lo_pct <= threshold_pct <= hi_pct
-    gap = abs(rel - threshold_pct)
+    edges = (-threshold_pct, threshold_pct) if agree else (threshold_pct,)
+    outside = not any(lo_pct <= e <= hi_pct for e in edges)
+    gap = abs((abs(rel) if agree else rel) - threshold_pct)
     return outside and gap > floor, (
         f"effect {rel:+.2g}%, 95% interval {lo_pct:+.2g}..{hi_pct:+.2g}%, {gap:.3g} points "
-        f"from {threshold_pct:g}%, A/A floor {floor:.2g}% (C00)")
+        f"from {'+-' if agree else ''}{threshold_pct:g}%, A/A floor {floor:.2g}% (C00)")
 
 
 #: one series of raw samples: (experiment, variant, metric)

@@ -200,6 +200,26 @@ def no_grad_forward(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], tor
     return step
 
 
+def compile_again(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """:func:`no_grad_forward` of a second ``torch.compile`` of a copy of ``model``, which
+    Inductor serves from its cache (the graph the first compile wrote).
+
+    Compiling the same module again would reuse Dynamo's in-memory code for it, so
+    nothing is loaded; the forward runs under a code object of its own, which Dynamo has
+    never seen: it traces it anew and hands Inductor the same graph, which Inductor then
+    looks up in its cache (``inductor.fxgraph_cache_hit`` says whether it did).
+    """
+    import copy
+
+    twin = copy.deepcopy(model)
+
+    def forward(inp):
+        return twin(inp)
+
+    forward.__code__ = forward.__code__.replace()  # a fresh code object: Dynamo's cache is per code
+    return no_grad_forward(torch.compile(forward), x)
+
+
 def compare_with_eager(ctx, prefix: str, eager: Callable[[], torch.Tensor],
                        compiled: Callable[[], torch.Tensor], batch_size: int,
                        **kw: Any) -> dict[str, float]:

@@ -328,6 +328,21 @@ def test_comparisons_across_processes_are_judged_by_the_between_process_floor():
     assert verdict("C41", e20(10.9, 9.0, 0.892, 0.885)).verdict == claims.DIFFERS
 
 
+def test_c41_in_one_process_needs_a_cache_hit():
+    """The cold job's pair compares the cold compile's code with what its cache serves: a
+    second compile that Inductor did not serve from the cache compares the fresh code with
+    itself, so however close the two, it decides nothing; the pair, when present, is what
+    decides, not the processes' medians 30% apart."""
+    from cases_c23_c47 import e20_paired
+
+    assert verdict("C41", e20_paired()).verdict == claims.REPRODUCED
+    v = verdict("C41", e20_paired(hits=0))
+    assert v.verdict == claims.INCONCLUSIVE and "not an Inductor cache hit" in v.measured
+    # an interval reaching past -10% is not decided, however far the median from it
+    assert verdict("C41", e20_paired(gap_pct=-5.0, ci_pct=6.0)).verdict == claims.INCONCLUSIVE
+    assert verdict("C41", e20_paired(gap_pct=-30.0)).verdict == claims.DIFFERS
+
+
 
 def test_the_claims_job_hands_the_run_samples_to_the_claims(tmp_path):
     """build_claims reads the samples CSVs beside the rows: C13 is decided by its share's own

@@ -51,6 +51,21 @@ def test_the_cache_was_wiped_then_reused(e20):
     assert Path(compiling.e20_cache_dir(d)).is_dir()
 
 
+def test_the_cold_job_times_what_its_cache_serves_against_its_own_code(e20):
+    """The second compile in the cold job is an Inductor cache hit (not Dynamo's in-memory
+    code), computes what the first compile's code does, and the two are timed as a pair."""
+    from perflab.experiments import e20_compile_cache as mod
+
+    rows, samples, *_ = e20
+    assert one_value(rows, mod.CACHED_V, "inductor/fxgraph_cache_hit") >= 1
+    assert one_value(rows, mod.CACHED_V, "inductor/fxgraph_cache_miss") == 0
+    assert 0 <= one_value(rows, mod.ARTIFACT_DIFF, "max_abs_diff") < 1e-6
+    for v in (mod.FRESH_V, mod.CACHED_V):
+        assert (samples.variant == v).any()
+        assert (rows[rows.variant == v].execution == "compiled").all()
+    assert ((rows.variant == mod.ARTIFACT_DIFF) & (rows.metric == "ab_effect_rel")).any()
+
+
 def test_break_even_and_correctness(e20):
     rows, *_ = e20
     for phase in ("cold", "warm"):
@@ -122,8 +137,12 @@ def test_break_even_formula():
 def test_table_and_figure(e20, tmp_path):
     rows, _, _, out = e20
     t = tables.table("E20", rows)
-    assert t.cache.tolist() == ["cold", "warm", "warm vs cold"]
-    assert t.first_call_ratio.iloc[2] == pytest.approx(
+    assert t.cache.tolist() == ["cold", "warm", "cold: cache-loaded vs fresh code", "warm vs cold"]
+    loaded = t.iloc[2]
+    assert loaded.fxgraph_cache_hits >= 1
+    assert loaded.cache_loaded_steady_ms == pytest.approx(
+        one_value(rows, "cold/cached_artifact", "forward_latency", "median"))
+    assert t.first_call_ratio.iloc[3] == pytest.approx(
         one_value(rows, "warm_vs_cold", "first_call_ratio"))
     assert not tables.format_table(t).empty
     png = figures.make_figure("E20", out["csv"], out["samples"], tmp_path / "e20.png")
