@@ -25,6 +25,7 @@ from perflab.experiments.e01_lying_benchmark import (
     HOST_RETURN_COMPLETED,
     REAL_MS_PER_STEP,
     REPORTED_MS_PER_STEP,
+    ROUND_MEDIAN,
     SYNCHRONIZED_WARMED,
     UNWARMED,
     naive_loop,
@@ -52,20 +53,19 @@ def measure(ctx):
                 sync_boundary=SYNCED)
 
     timing.warm(step, t["warmup"], ctx.sync)
+    rounds = p["loop_rounds"]
+    per_round = max(1, p["host_return_repeats"] // rounds)
     runs = {n: [] for n in p["loops"]}
-    for _ in range(p["loop_rounds"]):  # each length once a round: compared loops lie together
+    hosts = []
+    for _ in range(rounds):  # each length once a round: compared loops lie together
         for n in p["loops"]:
             runs[n].append(timing.time_unsynchronized_loop(step, n, ctx.sync))
+        # the host's return too, a share of its calls each round: the host's speed drifts
+        # through a job, and the rounds show how far the ratio moves with it
+        hosts.append(timing.host_return_samples(step, repeats=per_round, sync=ctx.sync))
     for n, loops in runs.items():
         _loop_rows(ctx, n, loops, t["warmup"])
-
-    host = timing.host_return_samples(step, repeats=p["host_return_repeats"], sync=ctx.sync)
-    ctx.summary(host.returned_ms, variant=HOST_RETURN, metric="step_latency",
-                window="one step from an empty queue, warmed",
-                sync_boundary="clock read when the call returns to Python (no sync)")
-    ctx.summary(host.completed_ms, variant=HOST_RETURN_COMPLETED, metric="step_latency",
-                window="the same calls as host_return, to their completion",
-                sync_boundary="clock read after a sync that follows the call at once")
+    _host_return_rows(ctx, hosts)
 
     # a scale's repeats (the CPU's 200: a median of a 20-30 ms step) or timing's
     repeats = t["repeats"] if p.get("repeats") is None else p["repeats"]
@@ -73,6 +73,25 @@ def measure(ctx):
     s = ctx.summary(synced, variant=SYNCHRONIZED_WARMED, metric="step_latency",
                     window=f"steady state after warmup {t['warmup']}", sync_boundary=SYNCED)
     ctx.log(f"synchronized + warmed median of {len(synced)}: {s['median']:.3f} ms")
+
+
+def _host_return_rows(ctx, hosts: list) -> None:
+    """Every round's host-return calls as one series each way, and each round's median."""
+    import numpy as np
+
+    where = f"{len(hosts)} rounds of {len(hosts[0].returned_ms)} calls, after each round's loops"
+    for variant, attr, window, boundary in (
+        (HOST_RETURN, "returned_ms", "one step from an empty queue, warmed",
+         "clock read when the call returns to Python (no sync)"),
+        (HOST_RETURN_COMPLETED, "completed_ms", "the same calls as host_return, to their "
+         "completion", "clock read after a sync that follows the call at once"),
+    ):
+        calls = [getattr(h, attr) for h in hosts]
+        ctx.summary([x for c in calls for x in c], variant=variant, metric="step_latency",
+                    window=f"{window} ({where})", sync_boundary=boundary)
+        ctx.summary([float(np.median(c)) for c in calls], variant=variant,
+                    metric=ROUND_MEDIAN, window=f"each round's median ({where})",
+                    sync_boundary=boundary, statistics=("median", "min", "max"))
 
 
 def _loop_rows(ctx, n: int, loops: list, warmup: int) -> None:

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from cases_c01_c22 import (
     e01_loops,
+    e01_rounds,
     e01_sampled,
     e04_sampled,
     e05_rows,
@@ -188,6 +189,19 @@ def test_c04_sets_each_call_against_its_own_completion():
     assert verdict("C04", rows_).verdict == claims.DIFFERS
     old = verdict("C04", e01_sampled(host=4.866, paired=False))
     assert old.verdict == claims.REPRODUCED and "synchronized (30%)" in old.measured
+
+
+def test_c04_judges_the_ratio_over_the_rounds():
+    """With the host-return calls spread over E01's rounds, the ratio is judged round by
+    round: a host whose speed drifts through the job (one H200 run's calls returned at 95%
+    of completion, the next run's at 76%) is not decided however tight each round is, and
+    the verdict names the rounds; rounds that agree decide it."""
+    v = verdict("C04", e01_rounds((0.76, 0.99, 0.80, 0.97, 0.85, 0.95)))
+    assert v.verdict == claims.INCONCLUSIVE and "median of 6 rounds" in v.measured, v
+    assert verdict("C04", e01_rounds((0.75, 0.76, 0.77, 0.76, 0.75, 0.77))).verdict == \
+        claims.REPRODUCED
+    assert verdict("C04", e01_rounds((0.95, 0.94, 0.96, 0.95, 0.95, 0.96))).verdict == \
+        claims.DIFFERS
 
 
 def test_c11_resamples_the_interleaved_series_together():

@@ -25,7 +25,11 @@ def e20(pipeline_run, tiny_cfg):
 
 def test_outputs_hold_both_phases(e20):
     rows, samples, d, _ = e20
-    assert (rows.status == "ok").all(), rows[rows.status != "ok"].reason.tolist()
+    # at the test's tiny scale the compiled chain may not beat eager: its break-even is then
+    # an honest `unsupported` row (test_break_even_and_correctness); nothing else may fail
+    never_pays = (rows.metric == "break_even_calls") & (rows.status == "unsupported")
+    bad = rows[(rows.status != "ok") & ~never_pays]
+    assert bad.empty, bad.reason.tolist()
     assert (rows.experiment == "E20").all()
     for phase in ("cold", "warm"):
         assert ((rows.variant == f"{phase}/compiled") & (rows.metric == "first_call")).any()

@@ -50,6 +50,9 @@ UNWARMED = "unwarmed"
 HOST_RETURN = "host_return"
 #: the same calls as HOST_RETURN, each timed on to its completion (a sync right after it)
 HOST_RETURN_COMPLETED = "host_return_completed"
+#: HOST_RETURN's and HOST_RETURN_COMPLETED's calls are spread over the loop rounds; this
+#: metric is each round's median of them (one sample a round), what C04 judges by
+ROUND_MEDIAN = "round_median_latency"
 SYNCHRONIZED_WARMED = "synchronized_warmed"
 #: an unsynchronized loop of N steps is the variant ``naive_loop_<N>``
 NAIVE_LOOP = "naive_loop_"
@@ -272,11 +275,25 @@ def _first_step_cold(ev):
 @claim("C04", EID, "one step timed at its host-visible return under-reports the step",
        chapter="4.866 ms vs 16.430 ms",
        tolerance=f"host-return median < {UNDER_REPORT_PCT}% of the median of the same calls "
-       "timed to completion, decided by the 95% interval of their ratio (block bootstrap of "
-       "the paired calls; a run without them: of the synchronized series, resampled apart)")
+       "timed to completion, decided by the 95% interval of the ratio's median over the rounds "
+       "of E01 (each round's calls a sample; block bootstrap); a run without rounds: of the "
+       "paired calls, or of the synchronized series, resampled apart")
 def _host_return_lies(ev):
     host = ev.value(EID, HOST_RETURN, "step_latency")
     same = ev.maybe(EID, HOST_RETURN_COMPLETED, "step_latency")
+    rounds = [ev.series(EID, v, ROUND_MEDIAN) for v in (HOST_RETURN, HOST_RETURN_COMPLETED)]
+    if same is not None and all(r is not None for r in rounds) and len(rounds[0]) >= 2:
+        # the host's speed drifts through the job (the H200's host returned at 95% in one run
+        # and 76% in the next, each tight over 200 consecutive calls): spread over the rounds,
+        # the calls say how far the ratio moves within the job
+        ratio = 100 * float(np.median(rounds[0] / rounds[1]))
+        return judge_parts(interval_part(
+            ev, ratio, f"{host:.3f} ms at return vs {same:.3f} ms when the same calls "
+            f"completed ({100 * host / same:.0f}%; median of {len(rounds[0])} rounds "
+            f"{ratio:.0f}%)", [[(EID, HOST_RETURN, ROUND_MEDIAN),
+                                (EID, HOST_RETURN_COMPLETED, ROUND_MEDIAN)]],
+            _median_ratio, (-math.inf, UNDER_REPORT_PCT),
+            mechanism=_no_backlog(ev, naive_loop(CHAPTER_SHORT_LOOP), same)))
     if same is None:  # a run from before each call was timed to its completion as well
         against, what = SYNCHRONIZED_WARMED, "synchronized"
         groups = [[(EID, HOST_RETURN, "step_latency")],
