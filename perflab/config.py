@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from perflab import affinity
 from perflab.catalogue import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -544,6 +545,9 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
             if cfg["flush_denormal"] == "auto"
             else bool(cfg["flush_denormal"])
         ),
+        "host_cores": affinity.policy_for(
+            cfg.get("host_cores", "auto"),
+            "cuda" if str(cfg["resolved_device"]).startswith("cuda") else "cpu"),
         "timing": dict(cfg["timing"]),
         "workload": cfg["workload"],
         "workloads": {n: dict(zip(("target", "params"), workload_spec(cfg, n))) for n in sorted(names)},

@@ -138,6 +138,8 @@ def _workload_rows(run: _Run, add) -> None:
     add("workload", "scale", contract.get("scale", ""), source="provenance")
     add("workload", "threads", envr.get("torch_num_threads"), source="provenance")
     add("workload", "flush_denormal", contract.get("flush_denormal"), source="provenance")
+    # fast: each job ran on the cores within 10% of its fastest (its provenance says which)
+    add("workload", "host_cores", contract.get("host_cores"), source="provenance")
 
 
 def _benchmark_rows(frame: pd.DataFrame, run: _Run, add) -> bool:
@@ -356,7 +358,8 @@ def render_markdown(ledger: pd.DataFrame) -> str:
         f"workload    train step | batch {val('workload', 'input_shape')} | "
         f"{val('workload', 'dtype')} | {val('workload', 'device')} | eager | "
         f"scale {val('workload', 'scale')} | threads {val('workload', 'threads')}"
-        + (" | denormals flushed" if val("workload", "flush_denormal") == "True" else ""),
+        + (" | denormals flushed" if val("workload", "flush_denormal") == "True" else "")
+        + (" | fastest host cores" if val("workload", "host_cores") == "fast" else ""),
     ]
     med = val("benchmark", "step_latency_median")
     if med:

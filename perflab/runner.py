@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from perflab import ab, devicelock, env, forkserver, io, stats, steps, timing, workloads
+from perflab import ab, affinity, devicelock, env, forkserver, io, stats, steps, timing, workloads
 from perflab import config as cfgmod
 from perflab.catalogue import EXPERIMENTS
 from perflab.io import log_to  # noqa: F401  (scripts import it from here too)
@@ -353,8 +353,13 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
     with _logging(log_path), _private_compile_cache(contract) as cache_dir, \
             devicelock.held(contract["device"], what, log) as lock:
         torch.manual_seed(contract["seed"])
+        # the cores first: every thread and worker started from here on inherits them
+        cores = affinity.choose(contract.get("host_cores", "all"),
+                                "cuda" if str(contract["device"]).startswith("cuda") else "cpu")
         if contract["threads"] != "auto":
             torch.set_num_threads(int(contract["threads"]))
+        elif cores["pinned"]:  # no more intra-op threads than the cores they may run on
+            torch.set_num_threads(min(torch.get_num_threads(), len(cores["kept"])))
         # subnormal floats take a slow path on x86 cores: the step time drifts upward as
         # training produces them, unless the contract says to flush them (CPU default)
         torch.set_flush_denormal(bool(contract.get("flush_denormal", False)))
@@ -367,6 +372,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         log(f"{EXPERIMENTS[eid].title} on {ctx.device} ({ctx.device_name}), "
             f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
             f"flush denormals {bool(contract.get('flush_denormal', False))}")
+        log(affinity.describe(cores))
         try:
             measure(ctx)
         except workloads.NotApplicable as exc:  # the rows so far stand; the rest cannot run
@@ -393,6 +399,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "gpu_validity": env.judge_gpu_state({"gpu_state_before": gpu_before,
                                                  "gpu_state_after": gpu_after}),
             "host_cpu": host_cpu,
+            "host_cores": cores,
             "inductor_cache_dir": env.portable_path(cache_dir),
             "workloads": ctx.workloads_built,
             "argv": [env.portable_path(a) for a in sys.argv],

@@ -154,7 +154,7 @@ def test_user_workload_target_resolves(base_config):
 def test_contract_slices(tiny_cfg):
     c = config.contract(tiny_cfg, "E01")
     assert set(c) == {"experiment", "device", "dtype", "scale", "tag", "seed", "threads",
-                      "flush_denormal",
+                      "flush_denormal", "host_cores",
                       "timing", "workload", "workloads", "params"}
     assert c["experiment"] == "E01"
     assert c["device"] == "cpu"

@@ -75,6 +75,36 @@ def test_execute_writes_three_valid_outputs(tmp_path, tiny_contract):
     assert "wrote 9 rows" in log.read_text()
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="one core (or an OS that cannot pin): nothing to choose between")
+def test_the_job_measures_on_the_cores_it_kept(tmp_path, tiny_contract, monkeypatch):
+    """host_cores fast: the measure runs on the cores within 10% of the fastest (a planted
+    slow core is left out), the provenance records each core's time and the kept ones, and
+    the process's cores are the job's own business (restored here for the other tests)."""
+    from perflab import affinity
+
+    before = sorted(os.sched_getaffinity(0))
+    slow = before[-1]
+    monkeypatch.setattr(affinity, "core_speeds",
+                        lambda cores, **kw: {c: (5.0 if c == slow else 2.0) for c in cores})
+    contract = {**tiny_contract("E01"), "host_cores": "fast"}
+    out = _outputs(tmp_path / "res")
+    seen = []
+
+    def measure(ctx):
+        seen.append(sorted(os.sched_getaffinity(0)))
+        _tiny_measure(ctx)
+
+    try:
+        runner.execute("E01", measure, contract, out)
+    finally:
+        os.sched_setaffinity(0, set(before))
+    assert seen == [before[:-1]]
+    cores = json.loads(Path(out["provenance"]).read_text())["host_cores"]
+    assert cores["pinned"] and cores["kept"] == before[:-1] and cores["allowed"] == before
+    assert cores["work_ms"][str(slow)] == 5.0
+
+
 def test_measure_that_raises_leaves_no_files(tmp_path, tiny_contract):
     out_dir = tmp_path / "res"
 
