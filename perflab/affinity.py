@@ -96,19 +96,26 @@ def choose(policy: str, device_type: str, *,
                               "kept": allowed, "pinned": False}
     if resolved == "all" or len(allowed) < 2:
         return record
-    speeds = (speeds_of or core_speeds)(allowed)
-    kept = fast_cores(speeds)
+    try:
+        speeds = (speeds_of or core_speeds)(allowed)
+        kept = fast_cores(speeds)
+        if kept and kept != allowed:
+            os.sched_setaffinity(0, set(kept))
+            record["pinned"] = True
+    except OSError as exc:  # a container that refuses a core: measure on all, and say so
+        os.sched_setaffinity(0, set(allowed))
+        record.update(error=f"could not pin ({exc}): every allowed core kept")
+        return record
     record.update(work_ms={str(c): round(ms, 4) for c, ms in speeds.items()}, kept=kept,
                   within_pct=FAST_WITHIN_PCT)
-    if kept and kept != allowed:
-        os.sched_setaffinity(0, set(kept))
-        record["pinned"] = True
     return record
 
 
 def describe(record: dict[str, Any]) -> str:
     """One line for the job's log."""
     allowed, kept = record["allowed"], record["kept"]
+    if "error" in record:
+        return f"host cores: {len(allowed)} ({record['error']})"
     if not record["pinned"]:
         why = ("every core kept" if record["resolved"] == "all" or len(allowed) < 2
                else f"all {len(allowed)} within {FAST_WITHIN_PCT:g}% of the fastest")

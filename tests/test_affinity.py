@@ -75,3 +75,21 @@ def test_core_speeds_measures_each_core_and_restores_the_mask(restore_cores):
     assert sorted(os.sched_getaffinity(0)) == allowed
     real = affinity.core_speeds(allowed, tries=1)
     assert set(real) == set(allowed) and all(0 < ms < 1e3 for ms in real.values())
+
+
+def test_a_core_the_os_refuses_keeps_every_core_and_says_so(restore_cores, monkeypatch):
+    allowed = restore_cores
+    if len(allowed) < 2:
+        pytest.skip("one core: nothing to choose between")
+    real = os.sched_setaffinity
+
+    def refuse(pid, cores):
+        if len(cores) == 1:
+            raise OSError(22, "Invalid argument")
+        real(pid, cores)
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    rec = affinity.choose("fast", "cuda")
+    assert not rec["pinned"] and rec["kept"] == allowed and "could not pin" in rec["error"]
+    assert sorted(os.sched_getaffinity(0)) == allowed
+    assert "could not pin" in affinity.describe(rec)
