@@ -73,16 +73,16 @@ def fast_cores(speeds: dict[int, float], within_pct: float = FAST_WITHIN_PCT) ->
     return sorted(c for c, ms in speeds.items() if ms <= fastest * (1 + within_pct / 100))
 
 
-def policy_for(policy: str, device_type: str) -> str:
-    """``fast`` or ``all``: what ``auto`` means on this device."""
+def policy_for(policy: str, device: str) -> str:
+    """``fast`` or ``all``: what ``auto`` means on ``device`` (``cuda``, ``cuda:1``, ``cpu``)."""
     if policy not in POLICIES:
         raise ValueError(f"host_cores must be one of {', '.join(POLICIES)}, not {policy!r}")
     if policy == "auto":
-        return "fast" if device_type == "cuda" else "all"
+        return "fast" if str(device).startswith("cuda") else "all"
     return policy
 
 
-def choose(policy: str, device_type: str, *,
+def choose(policy: str, device: str, *,
            speeds_of: Callable[[list[int]], dict[int, float]] | None = None) -> dict[str, Any]:
     """Pin this process to the cores ``policy`` keeps; what was measured and kept.
 
@@ -90,7 +90,7 @@ def choose(policy: str, device_type: str, *,
     only), the cores kept, and whether the affinity changed. One allowed core, or an OS
     that cannot pin: nothing to choose, the record says so.
     """
-    resolved = policy_for(policy, device_type)
+    resolved = policy_for(policy, device)
     allowed = allowed_cores()
     record: dict[str, Any] = {"policy": policy, "resolved": resolved, "allowed": allowed,
                               "kept": allowed, "pinned": False}

@@ -545,9 +545,7 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
             if cfg["flush_denormal"] == "auto"
             else bool(cfg["flush_denormal"])
         ),
-        "host_cores": affinity.policy_for(
-            cfg.get("host_cores", "auto"),
-            "cuda" if str(cfg["resolved_device"]).startswith("cuda") else "cpu"),
+        "host_cores": affinity.policy_for(cfg.get("host_cores", "auto"), cfg["resolved_device"]),
         "timing": dict(cfg["timing"]),
         "workload": cfg["workload"],
         "workloads": {n: dict(zip(("target", "params"), workload_spec(cfg, n))) for n in sorted(names)},

@@ -354,8 +354,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             devicelock.held(contract["device"], what, log) as lock:
         torch.manual_seed(contract["seed"])
         # the cores first: every thread and worker started from here on inherits them
-        cores = affinity.choose(contract.get("host_cores", "all"),
-                                "cuda" if str(contract["device"]).startswith("cuda") else "cpu")
+        cores = affinity.choose(contract.get("host_cores", "all"), contract["device"])
         if contract["threads"] != "auto":
             torch.set_num_threads(int(contract["threads"]))
         elif cores["pinned"]:  # no more intra-op threads than the cores they may run on

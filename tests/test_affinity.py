@@ -27,7 +27,7 @@ def test_fast_cores_keeps_those_near_the_fastest():
 
 
 def test_auto_is_fast_on_cuda_and_all_on_the_cpu():
-    assert affinity.policy_for("auto", "cuda") == "fast"
+    assert affinity.policy_for("auto", "cuda") == affinity.policy_for("auto", "cuda:1") == "fast"
     assert affinity.policy_for("auto", "cpu") == "all"
     assert affinity.policy_for("fast", "cpu") == "fast"
     with pytest.raises(ValueError, match="host_cores must be one of"):

@@ -203,6 +203,7 @@ def test_experiment_outputs(tiny_cfg):
 #  extra text the message must contain)
 BAD = [
     ("flush_denormal_word", {"flush_denormal": "yes"}, "flush_denormal", "not valid"),
+    ("host_cores_word", {"host_cores": "fastest"}, "host_cores", ""),
     ("unknown-top-level", {"bogus": 1}, "bogus", "unknown key"),
     ("unknown-nested", {"timing": {"warmpu": 3}}, "timing.warmpu", "unknown key"),
     ("unknown-experiment-section", {"experiments": {"E99": {}}}, "experiments.E99", "unknown key"),
