@@ -121,7 +121,8 @@ def test_floor_rejects_bad_input():
 
 def test_the_floor_pools_the_run_jobs_that_time_the_controlled_step():
     """The peers and E08's jobs of the same step are the processes; a job of another shape
-    (another batch size), a non-ok row and another statistic are not."""
+    (another batch size), a non-ok row, another statistic and E14's unprofiled calls (they
+    follow profiling sessions in their process) are not."""
     from claims_rows import rows
 
     from perflab.experiments import e08_batch_sweep as e08
@@ -131,6 +132,7 @@ def test_the_floor_pools_the_run_jobs_that_time_the_controlled_step():
                  ("E03", "spread", "step_latency", "median", 2.9),
                  ("E04", "helper", "step_latency", "median", 3.0, "error", "boom"),
                  ("E14", "unprofiled", "step_latency", "mean", 9.0),
+                 ("E14", "unprofiled", "step_latency", "median", 3.6),
                  ("E08", "batch_4", "step_latency", "median", 3.05),
                  ("E08", "replicate_1/batch_4", "step_latency", "median", 2.95),
                  ("E08", "batch_8", "step_latency", "median", 6.0))
