@@ -5,8 +5,8 @@ in one fresh process: ``--before`` blocks of synchronized calls (``perflab.timin
 before any profiling, then ``--sessions`` profiling sessions (``perflab.profiling
 .profile_steps``, CPU + CUDA activities on a GPU), each followed by ``--after`` blocks.
 One row per block: its median (ms), the sessions that had ended before it, and the
-``TEARDOWN_CUPTI`` setting of the process (Kineto finalizes CUPTI after a session only when
-it is 1). Run it once per setting, each in its own process:
+``TEARDOWN_CUPTI`` setting of the process (whether Kineto finalizes CUPTI when a session
+ends). Run it once per setting, each in its own process:
 
     python scripts/probe_profiler_aftereffect.py --out a.csv
     TEARDOWN_CUPTI=1 python scripts/probe_profiler_aftereffect.py --out b.csv
@@ -52,7 +52,11 @@ def probe(device: str, *, batch: int, calls: int, before: int, after: int, sessi
         "block": range(len(out)), "sessions_ended": [s for s, _ in out],
         "value": [m for _, m in out], "unit": "ms", "statistic": "median",
         "metric": "step_latency", "calls_per_block": calls, "batch": batch,
+        "workload": "mlp", "dtype": "float32", "mode": "train", "execution": "eager",
         "device": str(dev), "teardown_cupti": os.environ.get("TEARDOWN_CUPTI", "unset"),
+        "window": f"{calls} calls after warmup {warmup}; sessions schedule(wait=5, "
+                  "warmup=5, active=10, repeat=1)",
+        "instrument": "perflab.timing.time_calls",
         "sync_boundary": "device synchronized at both ends of every call"})
 
 
@@ -72,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("batch", "calls", "before", "after", "sessions"):
         if getattr(a, name) < 1:
             ap.error(f"--{name} must be >= 1")
+    if a.warmup < 0:
+        ap.error("--warmup must be >= 0")
     rows = probe(a.device, batch=a.batch, calls=a.calls, before=a.before, after=a.after,
                  sessions=a.sessions, warmup=a.warmup)
     if a.out:

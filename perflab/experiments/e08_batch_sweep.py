@@ -153,11 +153,12 @@ def process_floor_of(frame: pd.DataFrame, metric: str = "step_latency",
 #: own: (experiment, variant of its step_latency median). With E08's own job of the same
 #: batch (and its replicates, if any) they are the between-process A/A the run already
 #: pays for. E06 is left out (its calls also record events), E25 too (its medians are of
-#: A/B blocks interleaved with another optimizer), and E14: its unprofiled calls follow
-#: profiling sessions in the same process, and Kineto leaves CUPTI attached after one (its
-#: teardown is off by default), so they time another process state: on the H200 its
-#: unprofiled blocks ran 3.68 -> 4.2-4.6 ms and 4.18 -> 5.1-5.4 ms after the first sessions,
-#: the slowest peer in four runs of four and alone a 98% floor where the others gave 66%.
+#: A/B blocks interleaved with another optimizer), and E14: its unprofiled calls carry phase
+#: ranges and follow profiling sessions in the same process, and an ended session leaves
+#: the step slower there (scripts/probe_profiler_aftereffect.py: +20-25% on the H200 by
+#: default, as with TEARDOWN_CUPTI=0), so they time another process state: E14's unprofiled
+#: blocks ran 3.68 -> 4.2-4.6 ms and 4.18 -> 5.1-5.4 ms after its first sessions, the
+#: slowest peer in four H200 runs of four, alone a 98% floor where the others gave 66%.
 PROCESS_PEERS = (("C00", "peer/helper"), ("E01", "synchronized_warmed"), ("E03", "spread"),
                  ("E04", "helper"))
 #: the columns two rows must share to be the same step's contract
