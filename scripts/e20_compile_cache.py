@@ -61,31 +61,46 @@ def _cache_ready(ctx, phase: str) -> str | None:
     return None
 
 
-def _first_compiled_call(ctx, phase: str, model, x, where: str):
-    """Compile ``model`` and time its first call with the compiler's counters around it;
-    (the compiled forward, first call ms), or None when compiling failed (an error row)."""
-    kw = dict(mode="inference")
-    compiled_v = side_variant(phase, COMPILED)
+def _timed_first_call(ctx, make, variant: str, phase: str, what: str, window: str,
+                      counters_window: str):
+    """Build a compiled forward with ``make()`` and time its first call, the compiler's
+    counters around it; (the forward, first call ms, the counters' deltas), or None when
+    compiling failed (an error row under ``variant``, logged under ``phase``). ``window``
+    and ``counters_window`` say what the first call's and the counters' rows cover.
+
+    One recipe for both of E20's compiles: the first compile of a phase and the cold
+    job's second compile, whose rows differ only in their variant and windows.
+    """
+    kw = dict(mode="inference", execution="compiled")
     before = compiling.counters()
     try:
-        fn = compiling.no_grad_forward(torch.compile(model), x)
+        fn = make()
         first = timing.time_first_call(fn, ctx.sync)
     except Exception as exc:
-        msg = f"torch.compile failed: {compiling.failure(exc)}"
+        msg = f"{what} failed: {compiling.failure(exc)}"
         ctx.log(f"{phase}: {msg}")
-        ctx.unsupported(variant=compiled_v, metric=FIRST_CALL, unit="s",
-                        execution="compiled", status="error", reason=msg, **kw)
+        ctx.unsupported(variant=variant, metric=FIRST_CALL, unit="s", status="error",
+                        reason=msg, **kw)
         return None
     after = compiling.counters()
-    ctx.row(variant=compiled_v, metric=FIRST_CALL, value=first / 1e3, unit="s",
-            execution="compiled", sync_boundary=SYNCED,
-            window=f"first compiled call of the process, eager already warmed ({where})", **kw)
-    for key in e20.COMPILER_COUNTERS:
-        ctx.row(variant=compiled_v, metric=e20.counter_metric(key),
-                value=compiling.delta(before, after, key), unit="count", execution="compiled",
-                window="torch._dynamo.utils.counters during the first compiled call",
-                sync_boundary="n/a", **kw)
-    return fn, first
+    ctx.row(variant=variant, metric=FIRST_CALL, value=first / 1e3, unit="s",
+            sync_boundary=SYNCED, window=window, **kw)
+    deltas = {key: compiling.delta(before, after, key) for key in e20.COMPILER_COUNTERS}
+    for key, n in deltas.items():
+        ctx.row(variant=variant, metric=e20.counter_metric(key), value=n, unit="count",
+                window=counters_window, sync_boundary="n/a", **kw)
+    return fn, first, deltas
+
+
+def _first_compiled_call(ctx, phase: str, model, x, where: str):
+    """Compile ``model`` and time its first call; (the compiled forward, first call ms), or
+    None when compiling failed (an error row)."""
+    got = _timed_first_call(
+        ctx, lambda: compiling.no_grad_forward(torch.compile(model), x),
+        side_variant(phase, COMPILED), phase, "torch.compile",
+        f"first compiled call of the process, eager already warmed ({where})",
+        "torch._dynamo.utils.counters during the first compiled call")
+    return None if got is None else got[:2]
 
 
 def _break_even(ctx, phase: str, first: float, d: dict) -> int | None:
@@ -111,25 +126,15 @@ def _cached_artifact_pair(ctx, model, x, fresh) -> None:
     interleaved pair in this one process: C41's steady state, like with like."""
     p, t = ctx.params, ctx.timing
     kw = dict(mode="inference", execution="compiled")
-    before = compiling.counters()
-    try:
-        loaded = compiling.compile_again(model, x)
-        first = timing.time_first_call(loaded, ctx.sync)
-    except Exception as exc:
-        msg = f"the second torch.compile failed: {compiling.failure(exc)}"
-        ctx.log(f"cold: {msg}")
-        ctx.unsupported(variant=e20.CACHED_V, metric=FIRST_CALL, unit="s", status="error",
-                        reason=msg, **kw)
+    got = _timed_first_call(
+        ctx, lambda: compiling.compile_again(model, x), e20.CACHED_V, "cold",
+        "the second torch.compile",
+        "first call of a second compile (a copy of the model, a code object Dynamo had not "
+        "seen), after the cold compile filled the cache",
+        "torch._dynamo.utils.counters during the second compile's first call")
+    if got is None:
         return
-    after = compiling.counters()
-    ctx.row(variant=e20.CACHED_V, metric=FIRST_CALL, value=first / 1e3, unit="s",
-            sync_boundary=SYNCED, window="first call of a second compile (a copy of the model, "
-            "a code object Dynamo had not seen), after the cold compile filled the cache", **kw)
-    for key in e20.COMPILER_COUNTERS:
-        ctx.row(variant=e20.CACHED_V, metric=e20.counter_metric(key),
-                value=compiling.delta(before, after, key), unit="count", sync_boundary="n/a",
-                window="torch._dynamo.utils.counters during the second compile's first call",
-                **kw)
+    loaded, first, deltas = got
     ctx.row(variant=e20.ARTIFACT_DIFF, metric=e20.MAX_ABS_DIFF,
             value=compiling.max_abs_diff(loaded(), fresh()), unit="abs", n=1,
             window="one forward of each on the same input and state",
@@ -143,7 +148,7 @@ def _cached_artifact_pair(ctx, model, x, fresh) -> None:
     for v in (e20.FRESH_V, e20.CACHED_V, e20.ARTIFACT_DIFF):
         compiling.mark_execution(ctx, v, "compiled")
     ctx.log(f"cold: second compile {first / 1e3:.2f} s (fxgraph cache hits "
-            f"{compiling.delta(before, after, 'inductor.fxgraph_cache_hit')}), steady fresh "
+            f"{deltas.get('inductor.fxgraph_cache_hit')}), steady fresh "
             f"{d['a']:.3f} ms vs cache-loaded {d['b']:.3f} ms")
 
 
