@@ -140,11 +140,11 @@ def test_the_planted_pair_takes_planted_blocks(c00):
         assert samples[samples.variant == variant].block.nunique() == blocks, variant
     planted = rows[rows.variant == "planted_2x_minus_planted_a"]
     assert planted.window.str.contains(f"{PLANTED_BLOCKS} blocks per side").all()
-    # the CPU scale's 6 beneath the user's value; the chapter's 12, fewer than its A/A's 36
+    # the CPU scale's 6 beneath the user's value; the chapter's 12, fewer than its A/A's 48
     # pairs (a 2x effect needs fewer than the floor it is told from)
     assert config.load([], {"device": "cpu"})["experiments"]["C00"]["planted_blocks"] == 6
     chapter = config.load([], {"device": "cpu", "scale": "chapter"})["experiments"]["C00"]
-    assert (chapter["planted_blocks"], chapter["aa_blocks"]) == (12, 36)
+    assert (chapter["planted_blocks"], chapter["aa_blocks"]) == (12, 48)
     mine = config.load([], {"device": "cpu", "experiments": {"C00": {"planted_blocks": 8}}})
     assert mine["experiments"]["C00"]["planted_blocks"] == 8
 

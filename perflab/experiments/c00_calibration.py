@@ -70,7 +70,7 @@ FLOOR_REFERENCE_PAIRS = 12
 #: the pair counts C00 also writes the floor for, up to its A/A's own (variant
 #: FLOOR_PAIRS_VARIANT.format(m), metric AA_FLOOR[1]): an A/B of n block pairs is judged
 #: against the largest m <= n written
-FLOOR_PAIRS = (4, 6, 8, 12, 16, 24, 32, 48)
+FLOOR_PAIRS = (4, 6, 8, 12, 16, 24, 32, 36, 48)
 FLOOR_PAIRS_VARIANT = "aa/pairs_{}"
 #: the same bound from blocks of the first calls only: does the floor depend on block length?
 AA_FLOOR_SHORT = ("aa/short_blocks", "aa_median_diff_bound")
