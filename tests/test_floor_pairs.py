@@ -63,3 +63,12 @@ def test_the_claims_read_the_floor_of_the_abs_own_pairs(pairs, decided):
     assert claims.resolved(ev, "E13", "small/tax", 0.5)[0] is decided
     ev = claims.Evidence(tax_ab(1.0, pairs), None)
     assert claims.ab_against(ev, "E13", "small/tax", 5.0)[0] is decided
+
+
+def test_e20s_36_pairs_are_held_to_their_own_bound():
+    # C00 bounds 36 pairs too (E20's cache-loaded pair runs 36): an A/B of 36 reads that
+    # bound, not the wider one for 32; one of 48 reads 48's when C00 ran that many
+    bounds = {12: 6.0, 32: 3.0, 36: 2.8, 48: 2.4}
+    assert calibration.noise_floor_pct(rows(*c00(bounds)), 36) == 2.8
+    assert calibration.noise_floor_pct(rows(*c00(bounds)), 47) == 2.8
+    assert calibration.noise_floor_pct(rows(*c00(bounds)), 48) == 2.4
