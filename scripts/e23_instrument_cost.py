@@ -77,12 +77,15 @@ def _profiler(ctx, base, ranged):
     """Profiling sessions, each bracketed by unprofiled series of the plain step."""
     p, t = ctx.params, ctx.timing
     n = p["inner"]
+    # its own count: a session's start and stop cost far more than its steps, and the
+    # profiler's cost is tens of % (the A/Bs' few % are what more pairs are for)
+    sessions = p["sessions"] or p["blocks"]
     timing.warm(base, t["warmup"], ctx.sync)
     res = profiling.bracketed_sessions(base, ranged, device=ctx.device, sync=ctx.sync,
-                                       sessions=p["blocks"], bracket=n, wait=PROFILER_WAIT,
+                                       sessions=sessions, bracket=n, wait=PROFILER_WAIT,
                                        warmup=PROFILER_WARMUP, active=n)
     acts = "CPU + CUDA" if ctx.is_cuda else "CPU"
-    window = (f"{INSTRUMENTS[PROFILER]}: {p['blocks']} sessions of schedule(wait="
+    window = (f"{INSTRUMENTS[PROFILER]}: {sessions} sessions of schedule(wait="
               f"{PROFILER_WAIT}, warmup={PROFILER_WARMUP}, active={n}, repeat=1), activities "
               f"{acts}, profile_memory=True, over the step with record_function ranges; each "
               f"session bracketed by {n} unprofiled steps of the plain step right before and "

@@ -70,14 +70,17 @@ def test_block_counts_match_params(e23):
     for key in ("phase_sync", "item"):
         for side in ("baseline", "instrumented"):
             assert block_medians(f"{key}/{side}").block.tolist() == list(range(blocks))
-    # the profiler: each session bracketed by unprofiled series, blocks in time order
+    # the profiler: its own count of sessions (the tiny config's 3 against 2 blocks), each
+    # bracketed by unprofiled series, blocks in time order
+    sessions = contract["params"]["sessions"]
+    assert sessions != blocks
     base = block_medians("profiler/baseline")
     prof = block_medians("profiler/instrumented")
-    assert base.block.tolist() == list(range(0, 2 * blocks + 1, 2))
-    assert prof.block.tolist() == list(range(1, 2 * blocks, 2))
+    assert base.block.tolist() == list(range(0, 2 * sessions + 1, 2))
+    assert prof.block.tolist() == list(range(1, 2 * sessions, 2))
     each = samples[(samples.variant == "profiler/instrumented")
                    & (samples.metric == "step_latency")]
-    assert len(each) == blocks * contract["params"]["inner"]
+    assert len(each) == sessions * contract["params"]["inner"]
     drift = one_value(rows, "profiler/baseline", "bracket_drift")
     assert drift == pytest.approx(base.value.iloc[-1] - base.value.iloc[0])
 
