@@ -79,7 +79,7 @@ def _profiler(ctx, base, ranged):
     n = p["inner"]
     # its own count: a session's start and stop cost far more than its steps, and the
     # profiler's cost is tens of % (the A/Bs' few % are what more pairs are for)
-    sessions = p["sessions"] or p["blocks"]
+    sessions = p["blocks"] if p["sessions"] is None else p["sessions"]
     timing.warm(base, t["warmup"], ctx.sync)
     res = profiling.bracketed_sessions(base, ranged, device=ctx.device, sync=ctx.sync,
                                        sessions=sessions, bracket=n, wait=PROFILER_WAIT,
