@@ -478,6 +478,14 @@ FREE_RUNNING_THROUGHPUT = ("free-running: examples per step over the median ms p
                            "drained before)")
 
 
+def _peer_timer(fn: Step):
+    from torch.utils.benchmark import Timer
+
+    # the Timer runs its statement on one intra-op thread unless told otherwise: on a CPU
+    # that times another step than the helper's, which runs on the process's threads
+    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+
+
 def timer_blocked_autorange(fn: Step, *, min_run_time: float) -> dict[str, object]:
     """torch.utils.benchmark's Timer on the same callable, as a peer measurement.
 
@@ -485,9 +493,7 @@ def timer_blocked_autorange(fn: Step, *, min_run_time: float) -> dict[str, objec
     (``number_per_run``), the number of blocks (``runs``) and the per-call
     times of each block (ms).
     """
-    from torch.utils.benchmark import Timer
-
-    m = Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time)
+    m = _peer_timer(fn).blocked_autorange(min_run_time=min_run_time)
     return {
         "median_ms": m.median * 1e3,
         "iqr_ms": m.iqr * 1e3,
@@ -496,6 +502,25 @@ def timer_blocked_autorange(fn: Step, *, min_run_time: float) -> dict[str, objec
         "runs": len(m.times),
         "times_ms": [t * 1e3 for t in m.times],
     }
+
+
+def timer_blocks(fn: Step, *, number: int, min_run_time: float) -> list[float]:
+    """Per-call times (ms) of blocks of ``number`` calls, one ``Timer.timeit(number)`` each,
+    until ``min_run_time`` seconds have passed (at least one block).
+
+    blocked_autorange's loop at a block size already chosen: its own choice is redone on
+    every call and swings between 10 and 100 calls on one H200 step with the noise of its
+    overhead estimate, so a run that takes turns with the helper picks it once. Each block
+    starts with the Timer's own warmup of ``max(number // 100, 2)`` calls, untimed.
+    """
+    if number < 1 or min_run_time <= 0:
+        raise ValueError(f"number must be >= 1 and min_run_time > 0, got {number}, "
+                         f"{min_run_time}")
+    timer, times = _peer_timer(fn), []
+    end = _clock() + min_run_time
+    while not times or _clock() < end:
+        times.append(timer.timeit(number).median * 1e3)
+    return times
 
 
 class Unsupported(RuntimeError):

@@ -368,6 +368,25 @@ def test_the_claims_job_hands_the_run_samples_to_the_claims(tmp_path):
     assert "no raw samples" in out["without"].measured
 
 
+def test_c09_gap_near_its_bound_is_judged_by_the_rounds_not_the_series():
+    """The H200's second run: Timer 2.772 vs helper 2.894 ms (-4.2%), each series tight, so
+    the interval of two series measured apart cleared -5%, while the run before read -19%:
+    a flip. As the A/B of the rounds, -4.2% lies 0.8 points from -5% under a 3% A/A floor:
+    INCONCLUSIVE, and the -19% of the other run is DIFFERS."""
+    from cases_c01_c22 import e04_sampled
+
+    near = dict(timer=2.772, helper=2.894, timer_sd=0.013, helper_sd=0.065)
+    apart = verdict("C09", e04_sampled(**near, rounds=False))
+    assert apart.verdict == claims.REPRODUCED, apart.measured
+    frame = e04_sampled(**near)
+    frame.loc[frame.metric == "aa_median_diff_bound", "value"] = 3.0
+    turns = verdict("C09", frame)
+    assert turns.verdict == claims.INCONCLUSIVE, turns.measured
+    assert "A/A floor 3% (C00)" in turns.measured and "Timer - helper -4.2%" in turns.measured
+    frame = e04_sampled(timer=2.996, helper=3.698, timer_sd=0.28, helper_sd=0.34)
+    assert verdict("C09", frame).verdict == claims.DIFFERS
+
+
 def test_c09_orders_the_two_iqrs_by_the_interval_of_their_ratio():
     """The Timer's IQR against the helper's is an estimate against an estimate: a Timer
     spread twice the helper's is decided against the claim, two close spreads are not

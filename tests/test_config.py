@@ -256,6 +256,8 @@ BAD = [
      "experiments.E03.warmups", ""),
     ("E04-min-run-time-0", {"experiments": {"E04": {"min_run_time_s": 0}}},
      "experiments.E04.min_run_time_s", ""),
+    ("E04-one-round", {"experiments": {"E04": {"blocks": 1}}}, "experiments.E04.blocks", ""),
+    ("E04-rounds-float", {"experiments": {"E04": {"blocks": 2.5}}}, "experiments.E04.blocks", ""),
     ("E06-unknown-param", {"experiments": {"E06": {"events": True}}},
      "experiments.E06.events", "unknown key"),
     ("threads-0", {"threads": 0}, "threads", ""),

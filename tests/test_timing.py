@@ -278,6 +278,44 @@ def test_timer_blocked_autorange_on_cheap_callable():
     assert min(r["times_ms"]) <= r["median_ms"] <= max(r["times_ms"])
 
 
+
+def test_timer_blocks_times_per_call_blocks_of_the_given_size():
+    """Blocks of a fixed size until the time is spent: each value is one block's time per
+    call (blocks of 4 read about what blocks of 1 read, not 4x), the Timer's warmup untimed."""
+    import statistics
+    import time
+
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.002)
+
+    times = timing.timer_blocks(fn, number=4, min_run_time=0.05)
+    assert len(times) >= 2 and all(t >= 2.0 for t in times)
+    assert len(calls) == len(times) * (4 + 2)  # each block: its 2 warmup calls, then 4
+    ones = timing.timer_blocks(fn, number=1, min_run_time=0.05)
+    assert 0.5 < statistics.median(times) / statistics.median(ones) < 2.0
+    assert len(timing.timer_blocks(fn, number=1, min_run_time=1e-9)) == 1
+    with pytest.raises(ValueError):
+        timing.timer_blocks(fn, number=0, min_run_time=0.01)
+
+
+def test_timer_blocked_autorange_runs_on_the_process_threads():
+    """torch.utils.benchmark's Timer defaults to one intra-op thread; the peer must time the
+    step the helper times, on the process's threads (on a 2-core CPU the one-thread Timer
+    read +35% over the helper, interleaved with it)."""
+    import torch
+
+    seen, before = [], torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        timing.timer_blocked_autorange(lambda: seen.append(torch.get_num_threads()),
+                                       min_run_time=0.01)
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {2}
+
 # ---------------------------------------------------------------- device time (fake CUDA events)
 
 GAP_S, KERNEL_S = 0.004, 0.001  # host time between launches, device time of each launch
