@@ -234,6 +234,16 @@ def test_c14_names_a_host_bound_step():
     assert "2.673 ms" in v.mechanism and "16%" in v.mechanism
 
 
+def test_a_tax_of_zero_is_small_but_not_real():
+    """A tax inside the noise (+0.08%, p 0.28: the H200's small step in one run, any CPU):
+    C31 claims only that it is small, decided 4.9 points below 5%; C30 claims it real too,
+    which the noise leaves open."""
+    v = verdict("C31", e13_rows(e13.SMALL, 0.08, floor_pct=2.8, p=0.28))
+    assert v.verdict == claims.REPRODUCED, v.measured
+    v = verdict("C30", e13_rows(e13.CONTROLLED, 0.08, floor_pct=2.8, p=0.28))
+    assert v.verdict == claims.INCONCLUSIVE and "the tax is real" in v.mechanism
+
+
 def test_c22_never_compares_a_peak_with_itself():
     """Three batch sizes: the second-smallest is the second-largest, so the smallest is read."""
     frame = e08_rows(peaks=(600.0, 800.0, 810.0), latency=(3.3, 3.4, 10.0),

@@ -224,36 +224,42 @@ def _pair_title(r: pd.DataFrame, prefix: str, label: str) -> str:
 
 # ------------------------------------------------------------------ claims
 
-#: C30, C31: the tax is positive and below this share of the step
+#: C30, C31: the tax is below this share of the step (C30: and positive)
 TAX_MAX_PCT = 5
-TAX_TOLERANCE = f"0 < tax < {TAX_MAX_PCT}%, outside the block-to-block noise"
 
 
-def _tax_claim(ev: Evidence, prefix: str) -> Verdict:
-    # two parts, each with its own noise test: a tax inside the noise never hides one that
-    # is decided above the bound, nor the reverse
+def _tax_claim(ev: Evidence, prefix: str, *, real: bool) -> Verdict:
+    # each part with its own noise test: a tax inside the noise never hides one that is
+    # decided above the bound, nor the reverse
     v = tax_variant(prefix)
     tax, rel = ev.value("E13", v, TAX, "value"), ev.value("E13", v, TAX_REL, "value")
-    real = Part(rel > 0, f"{tax:+.3f} ms ({pct(rel)})",
-                resolved(ev, "E13", v, tax), name="the tax is real",
-                mechanism=".item() was not slower here")
+    measured = f"{tax:+.3f} ms ({pct(rel)})"
     small = Part(rel < TAX_MAX_PCT, f"against the {TAX_MAX_PCT}% bound",
                  ab_against(ev, "E13", v, TAX_MAX_PCT), name=f"the tax is below {TAX_MAX_PCT}%",
                  mechanism=f"a per-step host read costs more than {TAX_MAX_PCT}% here: the "
                            "host could run ahead of the device")
-    return judge_parts(real, small)
+    if not real:
+        return judge_parts(Part(True, measured), small)
+    return judge_parts(Part(rel > 0, measured, resolved(ev, "E13", v, tax),
+                            name="the tax is real", mechanism=".item() was not slower here"),
+                       small)
 
 
 @claim("C30", "E13", "a per-step .item() costs a small but real amount on the device-bound step",
-       chapter="+0.432 ms (+2.7%), resolved only by interleaving", tolerance=TAX_TOLERANCE)
+       chapter="+0.432 ms (+2.7%), resolved only by interleaving",
+       tolerance=f"0 < tax < {TAX_MAX_PCT}%, each outside the block-to-block noise")
 def _tax_controlled(ev):
-    return _tax_claim(ev, CONTROLLED)
+    return _tax_claim(ev, CONTROLLED, real=True)
 
 
+# "small" is the finding here, not "real": the chapter reads it as small because the step
+# is device-bound; a tax of zero (a CPU, with no queue to run ahead of) is small too
 @claim("C31", "E13", "the .item() tax is also small on a small fast step",
-       chapter="2.262 -> 2.314 ms (97.8% throughput)", tolerance=TAX_TOLERANCE)
+       chapter="2.262 -> 2.314 ms (97.8% throughput)",
+       tolerance=f"tax < {TAX_MAX_PCT}%, its distance from {TAX_MAX_PCT}% outside the "
+                 "block-to-block noise")
 def _tax_small(ev):
-    return _tax_claim(ev, SMALL)
+    return _tax_claim(ev, SMALL, real=False)
 
 
 @claim("C32", "E13",
