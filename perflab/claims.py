@@ -498,20 +498,75 @@ def registry() -> dict[str, Claim]:
     return dict(sorted(CLAIMS.items(), key=lambda kv: int(kv[0].lstrip("C"))))
 
 
+#: one further process of an experiment: its rows and its raw samples (None: none)
+Process = tuple[pd.DataFrame, "pd.DataFrame | None"]
+
+
 def evaluate(rows: pd.DataFrame, claims: dict[str, Claim] | None = None,
-             samples: pd.DataFrame | None = None) -> pd.DataFrame:
+             samples: pd.DataFrame | None = None,
+             processes: dict[str, list[Process]] | None = None) -> pd.DataFrame:
     """claims.csv: one line per claim, in the order of their ids. ``samples``: the run's raw
     samples (:func:`perflab.io.read_samples`), which the claims judged by a statistic's own
-    interval (:func:`own_interval`) need; without them those claims are not resolved."""
+    interval (:func:`own_interval`) need; without them those claims are not resolved.
+    ``processes``: for an experiment, the further fresh processes of it the run made
+    (``claim_processes``); its claims are judged in each and combined by :func:`agree`."""
     ev = Evidence(rows, samples)
+    further = processes or {}
     out = []
     for c in (claims or registry()).values():
-        v = c.evaluate(ev)
+        v, tolerance = c.evaluate(ev), c.tolerance
+        if further.get(c.eid):
+            v = agree([v, *(c.evaluate(in_process(ev, c.eid, *p)) for p in further[c.eid])])
+            tolerance += (f"; decided only where all {len(further[c.eid]) + 1} fresh processes "
+                          f"of {c.eid} decide it alike (claim_processes)")
         out.append({"claim": c.cid, "experiment": c.eid, "statement": c.statement,
-                    "chapter": c.chapter, "tolerance": c.tolerance, "verdict": v.verdict,
+                    "chapter": c.chapter, "tolerance": tolerance, "verdict": v.verdict,
                     "measured": v.measured, "mechanism": v.mechanism,
                     "evidence": f"#{c.eid.lower()}", "command": c.command})
     return pd.DataFrame(out, columns=CLAIM_COLUMNS)
+
+
+def in_process(ev: Evidence, eid: str, rows: pd.DataFrame,
+               samples: pd.DataFrame | None) -> Evidence:
+    """``ev`` with experiment ``eid``'s rows and samples those of another process of it (the
+    rest of the run, C00's floor among it, as they are)."""
+    frames = [f for f in (ev.samples, samples) if f is not None and not f.empty]
+    rest = [f[f.experiment != eid] if f is ev.samples else f for f in frames]
+    return Evidence(pd.concat([ev.rows[ev.rows.experiment != eid], rows], ignore_index=True),
+                    pd.concat(rest, ignore_index=True) if rest else None)
+
+
+def agree(verdicts: list[Verdict]) -> Verdict:
+    """One claim judged in each fresh process of its experiment -> the run's verdict; the
+    first is the experiment's own job's.
+
+    A verdict one process decides can rest on that process's host: which core it found, how
+    fast that core ran (a host-bound step's sync costs, its launch gaps). Every interval is
+    drawn inside one process and cannot see that, so the run decides a claim only where every
+    process decides it the same way. The first not run or unsupported: its verdict (nothing
+    was measured here). Any instrument error: ERROR. Otherwise a process that decides it the
+    other way, or not at all, or did not run, leaves it INCONCLUSIVE, with each process's
+    reading.
+    """
+    first = verdicts[0]
+    if first.verdict in (NOT_RUN, UNSUPPORTED) or len(verdicts) == 1:
+        return first
+    tested = any(v.noise_tested for v in verdicts)
+    readings = "; ".join(f"process {k}: {v.verdict} ({v.measured})"
+                         for k, v in enumerate(verdicts, start=1))
+    errors = [k for k, v in enumerate(verdicts, start=1) if v.verdict == ERROR]
+    if errors:
+        return Verdict(ERROR, readings, f"an instrument failed in process {errors[0]}", tested)
+    said = [v.verdict for v in verdicts]
+    if said[0] in DECIDED and len(set(said)) == 1:
+        others = "; ".join(f"process {k}: {v.measured}"
+                           for k, v in enumerate(verdicts[1:], start=2))
+        return Verdict(first.verdict, f"{first.measured} (the same in {len(verdicts) - 1} "
+                                      f"further process(es): {others})", first.mechanism,
+                       tested)
+    why = ("the processes decide it differently: the verdict moves with the process"
+           if len(set(said) & set(DECIDED)) > 1 else "not every process decides it")
+    return Verdict(INCONCLUSIVE, readings, f"undecided: {why} ({', '.join(said)})", tested)
 
 
 def pct(x: float) -> str:

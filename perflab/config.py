@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from perflab import affinity
+from perflab import affinity, io
 from perflab.catalogue import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -456,6 +456,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
     _check_accumulation(cfg)
     _check_compare_to(cfg)
     _check_whatif(cfg, device)
+    _check_claim_processes(cfg)
     experiments = selected_experiments(cfg["run"], _devices(device, check_device))
 
     from perflab.env import device_tag
@@ -558,6 +559,47 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
     if kept:
         out["scale_kept"] = kept
     return canonical(out)
+
+
+#: experiments of more than one job (their rules in multi_job.smk and data_parallel.smk):
+#: E08 (a job per batch size, then the aggregation; its own replicates), E20 (a cold job,
+#: then a warm one), W01 (a plan, a job per intervention, the aggregation), D01 (one job of
+#: N ranks); ``claim_processes`` does not apply to them
+OWN_JOBS = ("E08", "E20", "W01", "D01")
+#: where the further processes of ``claim_processes`` write, under the result directory:
+#: apart from the experiments' own files, which the tables, figures and ledger read
+PROCESSES_DIR = io.PROCESSES_DIR
+
+
+def _check_claim_processes(cfg: dict) -> None:
+    """``claim_processes`` names experiments of one job each, by their ids; its counts become
+    numbers (``--config`` passes them as text)."""
+    cfg["claim_processes"] = {k: int(v) for k, v in (cfg.get("claim_processes") or {}).items()}
+    for eid in cfg["claim_processes"]:
+        if eid not in EXPERIMENTS:
+            raise ConfigError(f"config error at 'claim_processes.{eid}': unknown experiment "
+                              f"(available: {', '.join(e for e in EXPERIMENTS if e not in OWN_JOBS)})")
+        if eid in OWN_JOBS:
+            raise ConfigError(f"config error at 'claim_processes.{eid}': {eid} runs as jobs of "
+                              "its own shape (E08's further processes are experiments.E08."
+                              "replicates); name an experiment of one job")
+
+
+def process_jobs(cfg: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(experiment, process number) of each further process the run makes: 2..N of each
+    selected experiment ``claim_processes`` names (process 1 is the experiment's own job)."""
+    want = cfg.get("claim_processes") or {}
+    return [(eid, k) for eid in cfg["resolved_experiments"] if eid in want
+            for k in range(2, want[eid] + 1)]
+
+
+def process_outputs(cfg: Mapping[str, Any], eid: str, k: int) -> dict[str, str]:
+    """The files further process ``k`` of ``eid`` writes: rows, raw samples, provenance (and
+    any extras), named as its own job's with ``_p<k>``, under :data:`PROCESSES_DIR`."""
+    d = result_dir(cfg) / PROCESSES_DIR
+    return {name: str(d / Path(path).name.replace(EXPERIMENTS[eid].slug,
+                                                  f"{EXPERIMENTS[eid].slug}_p{k}", 1))
+            for name, path in experiment_outputs(cfg, eid).items()}
 
 
 def result_dir(cfg: Mapping[str, Any]) -> Path:

@@ -431,6 +431,36 @@ def _check_count(path: Path, n: int, key: str) -> None:
                             f"in {prov.name}: the file was cut short or changed since")
 
 
+#: the folder of a result directory the further processes of ``claim_processes`` write to:
+#: apart from the experiments' own files, which the tables, figures and ledger read
+PROCESSES_DIR = "processes"
+
+
+def read_processes(csvs: Iterable[str | Path], samples: Iterable[str | Path] = ()
+                   ) -> dict[str, list[tuple[pd.DataFrame, pd.DataFrame | None]]]:
+    """{experiment: [(rows, samples), ...]}: the further processes of ``claim_processes``,
+    each one's result CSV and (where given, in the same order) its samples CSV."""
+    csvs, samples = list(csvs), list(samples)
+    if samples and len(samples) != len(csvs):
+        raise ContractError(f"{len(csvs)} process CSVs but {len(samples)} samples CSVs: "
+                            "one samples CSV per process, in the same order")
+    out: dict[str, list] = {}
+    for i, path in enumerate(csvs):
+        rows = read_results([path])
+        smp = read_samples(samples[i]) if samples else None
+        for eid in rows.experiment.unique():
+            out.setdefault(eid, []).append((rows[rows.experiment == eid], smp))
+    return out
+
+
+def process_files(result_dir: str | Path) -> tuple[list[Path], list[Path]]:
+    """The further processes' result CSVs under ``result_dir`` (:data:`PROCESSES_DIR`), and their samples CSVs where every one has them (else none)."""
+    d = Path(result_dir) / PROCESSES_DIR
+    csvs = sorted(p for p in d.glob("*.csv") if not p.name.endswith("_samples.csv"))
+    samples = [p.with_name(p.stem + "_samples.csv") for p in csvs]
+    return csvs, (samples if all(p.is_file() for p in samples) else [])
+
+
 def read_samples(path: str | Path) -> pd.DataFrame:
     """One raw-samples CSV (:data:`SAMPLE_COLUMNS`), old metric names replaced; checked as
     :func:`read_csv_checked` checks (its count against the provenance's ``samples``),

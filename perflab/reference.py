@@ -102,7 +102,8 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
     ``run.json`` from the provenance (tag, device, scale, commit, environment).
     Samples and traces are left out (size), except the samples of the experiments
     whose claims judge a statistic by its own interval over them
-    (``claims_read_samples``): everything needed to redraw every table and claim is kept.
+    (``claims_read_samples``): everything needed to redraw every table and claim is kept,
+    the further processes of ``claim_processes`` among it (``results/processes/``).
     """
     results, dest = Path(results), Path(dest)
     csvs = result_csvs(results)
@@ -123,6 +124,18 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
         samples = results / f"{e.slug}_samples.csv"
         if e.claims_read_samples and samples.is_file():
             shutil.copy2(samples, dest / "results" / samples.name)
+    # the further processes of claim_processes, whose claims must agree with their own job's:
+    # rows, provenance and samples, so the claims are judged again from what is shipped
+    csvs, samples = io.process_files(results)
+    if csvs:
+        io.read_processes(csvs, samples)
+        (dest / "results" / io.PROCESSES_DIR).mkdir(exist_ok=True)
+    for f in [*csvs, *samples, *(p.with_suffix(".json") for p in csvs)]:
+        if f.suffix == ".json" and f.is_file():
+            io.atomic_write_json(dest / "results" / io.PROCESSES_DIR / f.name,
+                                 env.scrub_paths(io.read_json(f)))
+        elif f.is_file():
+            shutil.copy2(f, dest / "results" / io.PROCESSES_DIR / f.name)
     for name in ("ledger.md", "ledger.csv", "claims.csv", "diagnosis.md", "diagnosis.csv",
                  "report.html"):
         if (results / name).is_file():

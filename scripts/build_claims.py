@@ -1,7 +1,9 @@
 """Evaluate the chapter's claims (perflab/claims.py) on one run's result CSVs -> claims.csv.
 
 The run's raw samples CSVs go with them: a claim judged by its statistic's own interval
-(perflab.claims.own_interval) resamples them, and without them is not resolved.
+(perflab.claims.own_interval) resamples them, and without them is not resolved. So do the
+further processes `claim_processes` makes (their rows, and samples, in the same order): a
+claim of such an experiment is decided only where every process decides it alike.
 """
 
 import sys
@@ -11,11 +13,12 @@ import pandas as pd
 from perflab import claims, io
 
 
-def main(csvs, out, samples=()):
+def main(csvs, out, samples=(), processes=(), process_samples=()):
     rows = io.read_results(csvs)
     frames = [f for f in (io.read_samples(p) for p in samples) if not f.empty]
     frame = claims.evaluate(rows, samples=pd.concat(frames, ignore_index=True)
-                            if frames else None)
+                            if frames else None,
+                            processes=io.read_processes(processes, process_samples))
     io.atomic_write_csv(out, frame)
     counts = ", ".join(f"{k} {v}" for k, v in claims.verdict_counts(frame).items() if v)
     print(f"{len(frame)} claims: {counts}", file=sys.stderr)
@@ -27,7 +30,8 @@ if __name__ == "__main__":
     smk = globals().get("snakemake")
     if smk is not None:
         with io.log_to(smk.log[0]):
-            main(list(smk.input.csv), smk.output[0], list(smk.input.samples))
+            main(list(smk.input.csv), smk.output[0], list(smk.input.samples),
+                 list(smk.input.processes), list(smk.input.process_samples))
     else:
         import argparse
 
@@ -36,5 +40,9 @@ if __name__ == "__main__":
         p.add_argument("--out", "--out-csv", dest="out", required=True, help="claims.csv to write")
         p.add_argument("--samples", nargs="*", default=[],
                        help="the run's raw samples CSVs (<slug>_samples.csv)")
+        p.add_argument("--processes", nargs="*", default=[],
+                       help="result CSVs of further processes of an experiment (claim_processes)")
+        p.add_argument("--process-samples", nargs="*", default=[],
+                       help="their samples CSVs, in the same order")
         a = p.parse_args()
-        main(a.csv, a.out, a.samples)
+        main(a.csv, a.out, a.samples, a.processes, a.process_samples)

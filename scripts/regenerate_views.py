@@ -52,7 +52,8 @@ def regenerate(run: Path, out: Path, compare_to: Path | None = None) -> list[Pat
         written.append(out / name)
 
     # the raw samples beside the CSVs, where the run has them (the shipped ones carry none)
-    save("claims.csv", claims.evaluate(rows, samples=compare.load_samples(csv_dir)))
+    save("claims.csv", claims.evaluate(rows, samples=compare.load_samples(csv_dir),
+                                       processes=io.read_processes(*io.process_files(csv_dir))))
     led, md = ledger.build(csvs)[:2]
     save("ledger.csv", led)
     save_text("ledger.md", md)

@@ -141,6 +141,16 @@ def test_compare_target_against_the_same_run(run_dir):
 # ---------------------------------------------------------------- claims and the report in a browser
 
 
+def test_a_further_process_of_e05_decides_its_claims_with_it(run_dir):
+    """The default claim_processes runs E05 twice; its claims say both processes judged them."""
+    results = run_dir / "results" / TAG
+    assert (results / "processes" / "e05_phases_p2.csv").is_file()
+    frame = pd.read_csv(results / "claims.csv")
+    c11 = frame[frame.claim == "C11"].iloc[0]
+    assert "all 2 fresh processes of E05" in c11.tolerance
+    assert "process 2" in c11.measured, c11.measured
+
+
 def test_claims_table_is_written_and_shown_first(run_dir):
     from perflab import claims
 

@@ -55,8 +55,18 @@ def exp_outputs(eid):
     return perflab_config.experiment_outputs(RUN, eid)
 
 
-def exp_log(eid):
-    return f"{LOGS}/{EXPERIMENTS[eid].slug}.log"
+def exp_log(eid, k=1):
+    return f"{LOGS}/{EXPERIMENTS[eid].slug}" + (f"_p{k}" if k > 1 else "") + ".log"
+
+
+def process_outputs(eid, k):
+    """csv, samples and provenance of further process `k` of `eid` (claim_processes)."""
+    return perflab_config.process_outputs(RUN, eid, k)
+
+
+def selected_process_files(kind):
+    """The further processes' files (`kind`: csv or samples) the claims job reads."""
+    return [process_outputs(e, k)[kind] for e, k in perflab_config.process_jobs(RUN)]
 
 
 def exp_contract(eid):

@@ -3,23 +3,25 @@
 # params are its contract (the config slice it depends on: a change reruns it). Every
 # timing job takes all of --cores (timing_threads), so two never overlap, and one GPU.
 # The loop below makes one such rule per experiment module of perflab/experiments/, so
-# a new experiment (its module and its script) needs nothing written here. Experiments
+# a new experiment (its module and its script) needs nothing written here; a second loop
+# makes the further processes claim_processes asks for. Experiments
 # of more than one job have their rules in multi_job.smk.
 
 
-def experiment_rule(eid):
-    """The rule of experiment `eid`, named after it (e05_phases, ...).
+def experiment_rule(eid, k=1):
+    """The rule of experiment `eid`, named after it (e05_phases, ...); `k` >= 2: its further
+    process k of `claim_processes` (e05_phases_p2), the same job writing its own files.
 
     A function, not the loop's body: `script:` is evaluated again when the job runs,
     and must then see this call's `eid`, not the loop variable's last value.
     """
     rule:
         name:
-            EXPERIMENTS[eid].slug
+            EXPERIMENTS[eid].slug + (f"_p{k}" if k > 1 else "")
         output:
-            **exp_outputs(eid),
+            **(exp_outputs(eid) if k == 1 else process_outputs(eid, k)),
         log:
-            exp_log(eid),
+            exp_log(eid, k),
         params:
             contract=exp_contract(eid),
         threads: timing_threads()
@@ -33,12 +35,12 @@ def experiment_rule(eid):
             exp_script(eid)
 
 
-#: experiments of more than one job, in multi_job.smk: E08 (a job per batch size, then
-#: the aggregation), E20 (a cold job, then a warm one), W01 (a plan, a job per intervention
-#: that applies, then the aggregation); and D01, one job of N ranks (data_parallel.smk: its
-#: launch, threads and SLURM tasks are its own)
-OWN_SHAPE = ("E08", "E20", "W01", "D01")
-
+# experiments of more than one job (perflab_config.OWN_JOBS), in multi_job.smk: E08 (a job
+# per batch size, then the aggregation), E20 (a cold job, then a warm one), W01 (a plan, a
+# job per intervention that applies, then the aggregation); and D01, one job of N ranks
+# (data_parallel.smk: its launch, threads and SLURM tasks are its own)
 for eid in EXPERIMENTS:
-    if eid not in OWN_SHAPE:
+    if eid not in perflab_config.OWN_JOBS:
         experiment_rule(eid)
+for eid, k in perflab_config.process_jobs(RUN):
+    experiment_rule(eid, k)

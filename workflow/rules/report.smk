@@ -39,6 +39,9 @@ rule claims:
         csv=selected_csvs(),
         # a share or a ratio of medians is judged by its own interval over the raw samples
         samples=selected_samples(),
+        # further processes of the experiments claim_processes names: their claims must agree
+        processes=selected_process_files("csv"),
+        process_samples=selected_process_files("samples"),
     output:
         report(
             f"{RESULTS}/claims.csv",
