@@ -291,6 +291,14 @@ BAD = [
      "figures_dir", "which is a file"),
     ("tag-empty", {"tag": ""}, "tag", ""),
     ("seed-float", {"seed": 1.5}, "seed", ""),
+    # claim_processes: experiments of one job, by id, 1 to 8 processes
+    ("claim-processes-unknown", {"claim_processes": {"E99": 2}}, "claim_processes.E99",
+     "unknown experiment"),
+    ("claim-processes-own-jobs", {"claim_processes": {"E08": 2}}, "claim_processes.E08",
+     "jobs of its own shape"),
+    ("claim-processes-zero", {"claim_processes": {"E05": 0}}, "claim_processes.E05",
+     "1 to 8"),
+    ("claim-processes-lowercase", {"claim_processes": {"e05": 2}}, "claim_processes", ""),
 ]
 
 

@@ -9,8 +9,8 @@
 
 
 def experiment_rule(eid, k=1):
-    """The rule of experiment `eid`, named after it (e05_phases, ...); `k` >= 2: its further
-    process k of `claim_processes` (e05_phases_p2), the same job writing its own files.
+    """The rule of experiment `eid`, named after it (e05_phases, ...); with `k` >= 2, its
+    further process k of `claim_processes` (e05_phases_p2), the same job writing its own files.
 
     A function, not the loop's body: `script:` is evaluated again when the job runs,
     and must then see this call's `eid`, not the loop variable's last value.
