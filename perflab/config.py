@@ -566,9 +566,6 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
 #: then a warm one), W01 (a plan, a job per intervention, the aggregation), D01 (one job of
 #: N ranks); ``claim_processes`` does not apply to them
 OWN_JOBS = ("E08", "E20", "W01", "D01")
-#: where the further processes of ``claim_processes`` write, under the result directory:
-#: apart from the experiments' own files, which the tables, figures and ledger read
-PROCESSES_DIR = io.PROCESSES_DIR
 
 
 def _check_claim_processes(cfg: dict) -> None:
@@ -595,8 +592,8 @@ def process_jobs(cfg: Mapping[str, Any]) -> list[tuple[str, int]]:
 
 def process_outputs(cfg: Mapping[str, Any], eid: str, k: int) -> dict[str, str]:
     """The files further process ``k`` of ``eid`` writes: rows, raw samples, provenance (and
-    any extras), named as its own job's with ``_p<k>``, under :data:`PROCESSES_DIR`."""
-    d = result_dir(cfg) / PROCESSES_DIR
+    any extras), named as its own job's with ``_p<k>``, under :data:`perflab.io.PROCESSES_DIR`."""
+    d = result_dir(cfg) / io.PROCESSES_DIR
     return {name: str(d / Path(path).name.replace(EXPERIMENTS[eid].slug,
                                                   f"{EXPERIMENTS[eid].slug}_p{k}", 1))
             for name, path in experiment_outputs(cfg, eid).items()}

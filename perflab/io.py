@@ -454,7 +454,8 @@ def read_processes(csvs: Iterable[str | Path], samples: Iterable[str | Path] = (
 
 
 def process_files(result_dir: str | Path) -> tuple[list[Path], list[Path]]:
-    """The further processes' result CSVs under ``result_dir`` (:data:`PROCESSES_DIR`), and their samples CSVs where every one has them (else none)."""
+    """The further processes' result CSVs under ``result_dir`` (:data:`PROCESSES_DIR`), and
+    their samples CSVs where every one has them (else none)."""
     d = Path(result_dir) / PROCESSES_DIR
     csvs = sorted(p for p in d.glob("*.csv") if not p.name.endswith("_samples.csv"))
     samples = [p.with_name(p.stem + "_samples.csv") for p in csvs]

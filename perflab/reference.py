@@ -128,14 +128,13 @@ def ship(results: str | Path, dest: str | Path, *, commit: str | None = None) ->
     # rows, provenance and samples, so the claims are judged again from what is shipped
     csvs, samples = io.process_files(results)
     if csvs:
-        io.read_processes(csvs, samples)
-        (dest / "results" / io.PROCESSES_DIR).mkdir(exist_ok=True)
-    for f in [*csvs, *samples, *(p.with_suffix(".json") for p in csvs)]:
-        if f.suffix == ".json" and f.is_file():
-            io.atomic_write_json(dest / "results" / io.PROCESSES_DIR / f.name,
-                                 env.scrub_paths(io.read_json(f)))
-        elif f.is_file():
-            shutil.copy2(f, dest / "results" / io.PROCESSES_DIR / f.name)
+        io.read_processes(csvs, samples)  # refuse, as above
+        out = dest / "results" / io.PROCESSES_DIR
+        out.mkdir(exist_ok=True)
+        for f in [*csvs, *samples]:
+            shutil.copy2(f, out / f.name)
+        for js in (p.with_suffix(".json") for p in csvs if p.with_suffix(".json").is_file()):
+            io.atomic_write_json(out / js.name, env.scrub_paths(io.read_json(js)))
     for name in ("ledger.md", "ledger.csv", "claims.csv", "diagnosis.md", "diagnosis.csv",
                  "report.html"):
         if (results / name).is_file():
