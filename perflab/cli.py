@@ -32,11 +32,13 @@ import sys
 import time
 from pathlib import Path
 
-from perflab import config as cfgmod
-from perflab import partial, preflight, workloads
+from perflab.instruments import workloads
+from perflab.pipeline import config as cfgmod
+from perflab.pipeline import preflight
+from perflab.views import partial
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the experiments whose rows the verdict reads (perflab/diagnose.py), by device: C00 first
+#: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device: C00 first
 #: (the A/A floor a near-threshold verdict is judged by), E05's phases, R01's roofline and
 #: R02's trace (the step's syncs and the device's idle time); on CUDA also E06 (device time
 #: with the device kept ahead: host-exposed time beside R02's launch wait). E01, E07 and E13
@@ -99,7 +101,7 @@ def _check_interventions(cfg: dict, w: workloads.Workload, names: list[str]) -> 
     """Each named intervention applies to the built workload, or one error naming it."""
     import torch
 
-    from perflab import transforms, whatif
+    from perflab.experiments.w01_whatif import transforms, whatif
 
     params = cfg["experiments"][WHATIF]
     reasons = whatif.plan(transforms.probe(w, torch.device(cfg["resolved_device"]), params))
@@ -273,9 +275,9 @@ def _partial_diagnosis(cfg: dict, workdir: Path, started: float) -> None:
 
 
 def bench_pipeline(args, snakemake_args: list[str]) -> int:
-    """Print where one invocation's time went (``perflab.bench_pipeline``); with
+    """Print where one invocation's time went (``perflab.views.bench_pipeline``); with
     ``--run``, run the pipeline first (``--cores 1`` and the arguments after ``--``)."""
-    from perflab import bench_pipeline as bench
+    from perflab.views import bench_pipeline as bench
 
     workdir = Path(args.directory).resolve()
     if args.run:

@@ -5,7 +5,7 @@ clock, an idle synchronize, an empty call through the helper, CUDA events, a fre
 process), the profiler's overhead, the A/A noise floor beside a planted 2x slowdown, and
 the helper against peer timers. This module names those rows and reads them back: the
 table, the figure, and :func:`floors`, the numbers the ledger and
-:mod:`perflab.calibration` (the floor every A/B is judged against) read.
+:mod:`perflab.experiments.floors` (the floor every A/B is judged against) read.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -61,7 +62,7 @@ PROFILER_OVERHEAD, OVERHEAD_REL = "profiler/overhead", "overhead_rel"
 AA_A, AA_B = "aa_a", "aa_b"
 PLANTED_A, PLANTED_2X = "planted_a", "planted_2x"
 #: the A/A floor's rows (variant, metric): the 95% upper bound of |median paired block
-#: difference| / median(A) in %, the statistic every A/B is judged by (perflab.stats.aa_floor_pct),
+#: difference| / median(A) in %, the statistic every A/B is judged by (perflab.instruments.stats.aa_floor_pct),
 #: for a median of FLOOR_REFERENCE_PAIRS pairs (or the A/A's own, if fewer): the run's floor,
 #: for every statistic that is not an A/B of its own pair count
 AA_FLOOR = ("aa", "aa_median_diff_bound")
@@ -105,8 +106,8 @@ LINES = (
      "process_import_torch_ms"),
     ("fresh process: + device init", PROCESS_DEVICE_INIT, PROCESS_WALL, "median",
      "process_device_init_ms"),
-    ("reference step, unprofiled", PROFILER_UNPROFILED, "step_latency", "median", None),
-    ("reference step, profiled", PROFILER_PROFILED, "step_latency", "median", None),
+    ("reference step, unprofiled", PROFILER_UNPROFILED, STEP_LATENCY, "median", None),
+    ("reference step, profiled", PROFILER_PROFILED, STEP_LATENCY, "median", None),
     ("profiler overhead", PROFILER_OVERHEAD, OVERHEAD_REL, "value", "profiler_overhead_pct"),
     ("A/A: B - A", AA_DIFFERENCE, "ab_effect", "value", None),
     ("A/A floor: 95% bound of |median paired block difference|", *AA_FLOOR, "value",
@@ -115,9 +116,9 @@ LINES = (
     ("A/A block duration", *AA_BLOCK, "value", "aa_block_ms"),
     ("planted 2x: B - A", PLANTED_DIFFERENCE, "ab_effect", "value", None),
     ("planted 2x: relative", PLANTED_DIFFERENCE, "ab_effect_rel", "value", None),
-    ("step: project helper", PEER_HELPER, "step_latency", "median", None),
-    ("step: torch.utils.benchmark Timer", PEER_TIMER, "step_latency", "median", None),
-    ("step: triton do_bench", PEER_DO_BENCH, "step_latency", "median", None),
+    ("step: project helper", PEER_HELPER, STEP_LATENCY, "median", None),
+    ("step: torch.utils.benchmark Timer", PEER_TIMER, STEP_LATENCY, "median", None),
+    ("step: triton do_bench", PEER_DO_BENCH, STEP_LATENCY, "median", None),
     ("Timer / helper", PEER_TIMER_OVER_HELPER, RATIO, "value", "timer_over_helper"),
     ("do_bench / helper", PEER_DO_BENCH_OVER_HELPER, RATIO, "value", "do_bench_over_helper"),
 )
@@ -187,9 +188,9 @@ PAIR_SIDES = ((AA_A, "A/A: A", "o"), (AA_B, "A/A: B", "s"), (PLANTED_A, "planted
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The harness's own floors (log µs) and the A/A pair beside the planted 2x pair."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
-    fig, (ax1, ax2) = new_figure(EID, rows, ncols=2, width=11)
+    fig, (ax1, ax2) = new_figure(ENTRY, rows, ncols=2, width=11)
     _draw_costs(ax1, rows)
     _draw_pairs(ax2, rows, samples)
     return fig
@@ -200,7 +201,7 @@ def _draw_costs(ax, rows: pd.DataFrame) -> None:
     import seaborn as sns
     from matplotlib.ticker import FuncFormatter
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     labels, values, notes = [], [], []
     for label, variant, metric in COST_BARS:
@@ -224,7 +225,7 @@ def _draw_pairs(ax, rows: pd.DataFrame, samples: pd.DataFrame) -> None:
     """The A/A pair's and the planted pair's block medians, block by block."""
     from matplotlib.ticker import FixedLocator
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     s = samples[(samples.experiment == EID)
                 & samples.variant.isin([variant for variant, _, _ in PAIR_SIDES])]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import (
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.claims import (
     Absent,
     Evidence,
     claim,
@@ -25,8 +26,8 @@ from perflab.claims import (
     judge_parts,
     resolved,
 )
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, numbered_variants, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -117,10 +118,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     warmed median as a horizontal line.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, log_if_wide, new_figure, num
+    from perflab.kit.figures import add_note, log_if_wide, new_figure, num
 
     r = rows[rows.experiment == EID]
-    fig, (ax,) = new_figure(EID, r)
+    fig, (ax,) = new_figure(ENTRY, r)
     loops = sorted(int(v.removeprefix(NAIVE_LOOP)) for v in r.variant.unique()
                    if v.startswith(NAIVE_LOOP))
     reported = [num(pick(r, naive_loop(n), REPORTED_MS_PER_STEP, "value")) for n in loops]
@@ -261,9 +262,9 @@ def _longer_loop_converges(ev):
        chapter="20.890 ms first vs 16.430 ms warmed median",
        tolerance=f"first > {COLD_FIRST_PCT}% of the warmed median, by more than its IQR")
 def _first_step_cold(ev):
-    first = ev.value(EID, FIRST_STEP, "step_latency", "value")
-    med = ev.value(EID, SYNCHRONIZED_WARMED, "step_latency")
-    iqr = ev.maybe(EID, SYNCHRONIZED_WARMED, "step_latency", "iqr")
+    first = ev.value(EID, FIRST_STEP, STEP_LATENCY, "value")
+    med = ev.value(EID, SYNCHRONIZED_WARMED, STEP_LATENCY)
+    iqr = ev.maybe(EID, SYNCHRONIZED_WARMED, STEP_LATENCY, "iqr")
     bound = COLD_FIRST_PCT / 100 * med
     # one sample against a bound set on the warmed series: decided beyond that series' IQR
     return judge(first > bound, f"first {first:.3f} ms vs warmed {med:.3f} ms",
@@ -279,8 +280,8 @@ def _first_step_cold(ev):
        "of E01 (each round's calls a sample; block bootstrap); a run without rounds: of the "
        "paired calls, or of the synchronized series, resampled apart")
 def _host_return_lies(ev):
-    host = ev.value(EID, HOST_RETURN, "step_latency")
-    same = ev.maybe(EID, HOST_RETURN_COMPLETED, "step_latency")
+    host = ev.value(EID, HOST_RETURN, STEP_LATENCY)
+    same = ev.maybe(EID, HOST_RETURN_COMPLETED, STEP_LATENCY)
     rounds = [ev.series(EID, v, ROUND_MEDIAN) for v in (HOST_RETURN, HOST_RETURN_COMPLETED)]
     if same is not None and all(r is not None for r in rounds) and len(rounds[0]) >= 2:
         # the host's speed drifts through the job (the H200's host returned at 95% in one run
@@ -296,13 +297,13 @@ def _host_return_lies(ev):
             mechanism=_no_backlog(ev, naive_loop(CHAPTER_SHORT_LOOP), same)))
     if same is None:  # a run from before each call was timed to its completion as well
         against, what = SYNCHRONIZED_WARMED, "synchronized"
-        groups = [[(EID, HOST_RETURN, "step_latency")],
-                  [(EID, SYNCHRONIZED_WARMED, "step_latency")]]
+        groups = [[(EID, HOST_RETURN, STEP_LATENCY)],
+                  [(EID, SYNCHRONIZED_WARMED, STEP_LATENCY)]]
     else:
         against, what = HOST_RETURN_COMPLETED, "when the same calls completed"
-        groups = [[(EID, HOST_RETURN, "step_latency"),
-                   (EID, HOST_RETURN_COMPLETED, "step_latency")]]
-    med = ev.value(EID, against, "step_latency")
+        groups = [[(EID, HOST_RETURN, STEP_LATENCY),
+                   (EID, HOST_RETURN_COMPLETED, STEP_LATENCY)]]
+    med = ev.value(EID, against, STEP_LATENCY)
     # a ratio of two medians: its noise is theirs (the samples' IQR is not a median's noise)
     return judge_parts(interval_part(
         ev, 100 * host / med, f"{host:.3f} ms at return vs {med:.3f} ms {what} "

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import Part, ab_against, claim, interval_part, judge_parts, medians, pct
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.claims import Part, ab_against, claim, interval_part, judge_parts, medians, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -70,10 +71,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     samples of the project's synchronized helper, the two taken in turns over rounds.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, box_strip, new_figure, samples_of
+    from perflab.kit.figures import add_note, box_strip, new_figure, samples_of
 
     r = rows[rows.experiment == EID]
-    fig, (ax,) = new_figure(EID, r, width=7.5)
+    fig, (ax,) = new_figure(ENTRY, r, width=7.5)
     data = samples_of(samples, EID, [TIMER, HELPER])
     per_run = pick(r, TIMER, NUMBER_PER_RUN, "value")
     labels = {
@@ -106,10 +107,10 @@ AGREE_PCT = 5
        "bootstrap of both series); Timer IQR < helper IQR, decided by the 95% interval of "
        "their ratio (block bootstrap of both series); each part judged alone")
 def _timer_agrees(ev):
-    t, h = ev.value(EID, TIMER, "step_latency"), ev.value(EID, HELPER, "step_latency")
-    ti = ev.value(EID, TIMER, "step_latency", "iqr")
-    hi = ev.value(EID, HELPER, "step_latency", "iqr")
-    both = [[(EID, TIMER, "step_latency")], [(EID, HELPER, "step_latency")]]
+    t, h = ev.value(EID, TIMER, STEP_LATENCY), ev.value(EID, HELPER, STEP_LATENCY)
+    ti = ev.value(EID, TIMER, STEP_LATENCY, "iqr")
+    hi = ev.value(EID, HELPER, STEP_LATENCY, "iqr")
+    both = [[(EID, TIMER, STEP_LATENCY)], [(EID, HELPER, STEP_LATENCY)]]
     # two parts, each judged alone: the medians' agreement, and the IQRs' ratio (each
     # instrument's spread as it reports it, the Timer's of block means): an IQR is itself
     # an estimate, and 64 block means against 400 calls leave an ordering of two close IQRs

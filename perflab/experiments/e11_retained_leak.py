@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import BYTES_EXACT, Absent, Evidence, claim, holds
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.claims import BYTES_EXACT, Absent, Evidence, claim, holds
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -116,10 +116,10 @@ LOOP_LABELS = {RETAINED_GRAPH: "kept.append(metric) (graph kept)",
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The leak plot: memory after every iteration, three variants; the retained graph's bytes."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, new_figure, num
+    from perflab.kit.figures import add_note, new_figure, num
 
     r = rows[rows.experiment == "E11"]
-    fig, (ax, ax2) = new_figure("E11", r, ncols=2, width=12.0)
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0)
     s = samples[samples.experiment == "E11"]
     instrument = s.metric.iloc[0] if not s.empty else ALLOCATED
     notes = []

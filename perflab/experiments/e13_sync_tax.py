@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab import ab
-from perflab.claims import (
+from perflab.core.names import STEP_LATENCY
+from perflab.instruments import ab
+from perflab.kit.claims import (
     NUMERICS_EXACT,
     Evidence,
     Part,
@@ -22,8 +23,8 @@ from perflab.claims import (
     pct,
     resolved,
 )
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -46,10 +47,10 @@ PAIRS = ((CONTROLLED, "controlled step"), (SMALL, "small fast step"))
 #: the two sides of each pair: A, no host read; B, loss.item() after every step
 NONE, ITEM_EVERY = "none", "item_every"
 
-STEP_LATENCY = "step_latency"  # each side's ms per step, from free-running stretches
+# each side's ms per step, from free-running stretches: STEP_LATENCY (perflab.core.names)
 #: each side's examples/s, and as % of the side with no host read (100 = no change)
 THROUGHPUT, THROUGHPUT_PCT_OF_NONE = "throughput", "throughput_pct_of_none"
-#: the pair's difference B - A under "<prefix>/tax", in perflab.ab's names: TAX (ms), TAX_REL
+#: the pair's difference B - A under "<prefix>/tax", in perflab.instruments.ab's names: TAX (ms), TAX_REL
 #: (%), ab.BLOCK_SPREAD, ab.RESOLVED
 TAX = "tax"
 TAX_REL = f"{TAX}{ab.REL}"
@@ -157,10 +158,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     zero.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows[rows.experiment == "E13"]
-    fig, axes = new_figure("E13", r, ncols=2, width=12.0)
+    fig, axes = new_figure(ENTRY, r, ncols=2, width=12.0)
     for ax, (prefix, label) in zip(axes, PAIRS):
         _draw_pair(ax, r, samples, prefix, label)
     diff = pick(r, RUNNING_MEAN, MAX_ABS_DIFF, "value")
@@ -179,7 +180,7 @@ def _draw_pair(ax, r: pd.DataFrame, samples: pd.DataFrame, prefix: str, label: s
     import seaborn as sns
     from matplotlib.ticker import FixedLocator, FuncFormatter
 
-    from perflab.figures import add_note, block_series
+    from perflab.kit.figures import add_note, block_series
 
     colours = sns.color_palette(n_colors=2)
     notes, drawn = [], False

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Evidence, Part, against_floor, claim, judge, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
+from perflab.kit.claims import Absent, Evidence, Part, against_floor, claim, judge, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -42,7 +42,7 @@ LOSS_ABS_DIFF, GRAD_NORM_REL_DIFF = "loss_abs_diff", "grad_norm_rel_diff"
 PARAM_MAX_ABS_DIFF, PARAMETER_SCALE = "param_max_abs_diff", "parameter_scale"
 #: training steps from the initial state (finite/<precision>): how many losses were finite
 FINITE_LOSSES, FINAL_LOSS = "finite_losses", "final_loss"
-#: b<batch>/<precision>, beside perflab.interventions' round-robin and peak rows: the
+#: b<batch>/<precision>, beside perflab.instruments.interventions' round-robin and peak rows: the
 #: median step and the peak alone as % of fp32's at that batch
 TIME_PCT_OF_FP32, MEMORY_PCT_OF_FP32 = "time_pct_of_fp32", "memory_pct_of_fp32"
 
@@ -122,13 +122,13 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """AMP bars at each batch size: time and peak memory of fp16 and bf16 as % of fp32."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import pct_panels
+    from perflab.kit.figures import pct_panels
 
     precisions = precisions_run(rows)
     groups = [(f"batch {b}", [batch_variant(b, p) for p in precisions], list(precisions),
                batch_variant(b, FP32))
               for b in prefixed_numbers(rows_of(ENTRY.eid, rows), BATCH_PREFIX)]
-    return pct_panels(ENTRY.eid, rows, groups)
+    return pct_panels(ENTRY, rows, groups)
 
 
 # ------------------------------------------------------------------ claims

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Part, against_floor, claim, judge_parts, pct
-from perflab.experiments import Experiment
-from perflab.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
+from perflab.kit.claims import Absent, Part, against_floor, claim, judge_parts, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,7 +41,7 @@ LOSS, GRAD_NORM = "loss", "grad_norm"
 #: gradient scale (mean |g|) it is set against
 LOSS_ABS_DIFF, GRAD_NORM_ABS_DIFF = "loss_abs_diff", "grad_norm_abs_diff"
 GRAD_MAX_ABS_DIFF, GRAD_SCALE = "grad_max_abs_diff", "grad_scale"
-#: beside perflab.interventions' round-robin and peak rows: the median step as % of
+#: beside perflab.instruments.interventions' round-robin and peak rows: the median step as % of
 #: normal's, and (checkpointed) the peak memory saved and the peak as % of normal's
 TIME_PCT_OF_NORMAL = "time_pct_of_normal"
 MEMORY_SAVED, MEMORY_PCT_OF_NORMAL = "memory_saved", "memory_pct_of_normal"
@@ -100,12 +100,12 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Checkpointing at each batch size: time and peak memory as % of the normal step."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import pct_panels
+    from perflab.kit.figures import pct_panels
 
     groups = [(f"batch {b}", [batch_variant(b, v) for v in VARIANTS], list(VARIANTS),
                batch_variant(b, NORMAL))
               for b in prefixed_numbers(rows_of(ENTRY.eid, rows), BATCH_PREFIX)]
-    return pct_panels(ENTRY.eid, rows, groups, width=10.0)
+    return pct_panels(ENTRY, rows, groups, width=10.0)
 
 
 # ------------------------------------------------------------------ claims

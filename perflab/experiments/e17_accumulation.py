@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Part, claim, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import largest, make_table, numbered_variants, peak_metric, pick, rows_of
+from perflab.kit.claims import Absent, Part, claim, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import largest, make_table, numbered_variants, peak_metric, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -35,7 +35,7 @@ K_PREFIX = "k"
 #: K > 1 against one pass over the full batch, from identical state: the largest gradient
 #: difference beside the gradient's mean |g| and its largest element |g|
 GRAD_MAX_ABS_DIFF, GRAD_SCALE, GRAD_MAX = "grad_max_abs_diff", "grad_scale", "grad_max"
-#: beside perflab.interventions' round-robin and peak rows: each K's micro-batch size, its
+#: beside perflab.instruments.interventions' round-robin and peak rows: each K's micro-batch size, its
 #: median step and its peak alone as % of K=1's
 MICRO_BATCH = "micro_batch"
 TIME_PCT_OF_K1, MEMORY_PCT_OF_K1 = "time_pct_of_k1", "memory_pct_of_k1"
@@ -92,12 +92,12 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Accumulation: time and peak memory against K, as % of K=1, one panel."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import pct_panels
+    from perflab.kit.figures import pct_panels
 
     ks = numbered_variants(rows_of(ENTRY.eid, rows), K_PREFIX)
     groups = [("one optimizer step over the full batch", ks, [f"K={k_of(k)}" for k in ks],
                BASELINE)] if ks else []
-    return pct_panels(ENTRY.eid, rows, groups, width=8.0)
+    return pct_panels(ENTRY, rows, groups, width=8.0)
 
 
 # ------------------------------------------------------------------ claims

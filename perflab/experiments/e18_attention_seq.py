@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import BYTES_EXACT, Absent, Part, claim, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import (
+from perflab.kit.claims import BYTES_EXACT, Absent, Part, claim, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import (
     NOT_RUN,
     Missing,
     largest,
@@ -48,7 +48,7 @@ IMPLS = (MANUAL, SDPA)
 SEQ_PREFIX = "T"
 COMPARISON = f"{SDPA}_vs_{MANUAL}"
 
-#: T<T>/<impl>: forward + backward, synchronized and warmed (and perflab.interventions'
+#: T<T>/<impl>: forward + backward, synchronized and warmed (and perflab.instruments.interventions'
 #: peak rows of the implementation alone)
 FWD_BWD_LATENCY = "fwd_bwd_latency"
 #: T<T>/sdpa_vs_manual: agreement after one forward + backward on identical q/k/v, and the
@@ -128,11 +128,11 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     that T on both panels instead of a point.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows_of(ENTRY.eid, rows)
     title_rows = r[r.variant.str.endswith("/" + MANUAL)]
-    fig, axes = new_figure(ENTRY.eid, title_rows if not title_rows.empty else r, ncols=2,
+    fig, axes = new_figure(ENTRY, title_rows if not title_rows.empty else r, ncols=2,
                            width=12.0)
     seqs = prefixed_numbers(r, SEQ_PREFIX)
     peak = peak_metric(r)
@@ -180,7 +180,7 @@ def _seq_axes(ax: "Axes", seqs: list[int], ylabel: str, drawn: list[float]) -> N
     """Log2 T against a log y axis, with minor labels when ``drawn`` spans under a decade."""
     from matplotlib.ticker import FuncFormatter
 
-    from perflab.figures import log2_x
+    from perflab.kit.figures import log2_x
 
     if seqs:
         log2_x(ax, seqs)

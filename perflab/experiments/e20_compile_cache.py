@@ -13,17 +13,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import (
-    Decision,
-    Part,
-    ab_against,
-    against_process_floor,
-    claim,
-    judge_parts,
-    pct,
-    process_floor,
-)
-from perflab.experiments import Experiment
 from perflab.experiments.e19_compile_ab import (
     COMPILED,
     EAGER,
@@ -33,7 +22,18 @@ from perflab.experiments.e19_compile_ab import (
     comparison_variant,
     side_variant,
 )
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.claims import (
+    Decision,
+    Part,
+    ab_against,
+    against_process_floor,
+    claim,
+    judge_parts,
+    pct,
+    process_floor,
+)
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -163,10 +163,10 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Compile break-even: cumulative time of N calls, eager vs compiled cold and warm."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows_of(ENTRY.eid, rows)
-    fig, (ax, ax2) = new_figure(ENTRY.eid, r, ncols=2, width=12.0)
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0)
     curves, notes = _curves(r)
     _break_even_panel(ax, r, curves, notes)
     if curves:
@@ -177,7 +177,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
 def _curves(r: pd.DataFrame) -> tuple[dict[str, tuple], list[str]]:
     """{phase: (first call s, compiled steady ms, break-even calls or None)}, and a note for
     each phase that cannot be drawn or never breaks even."""
-    from perflab.figures import num
+    from perflab.kit.figures import num
 
     notes, curves = [], {}
     for phase in CACHE_PHASES:
@@ -197,7 +197,7 @@ def _curves(r: pd.DataFrame) -> tuple[dict[str, tuple], list[str]]:
 def _break_even_panel(ax: "Axes", r: pd.DataFrame, curves: dict[str, tuple],
                       notes: list[str]) -> None:
     """Total time of N calls on log axes: each compiled curve, its break-even, and eager."""
-    from perflab.figures import add_note, num
+    from perflab.kit.figures import add_note, num
 
     eager = [num(pick(r, side_variant(ph, EAGER), FORWARD_LATENCY)) for ph in CACHE_PHASES]
     eager = [e for e in eager if e is not None]

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import COUNTS_EXACT, Absent, Part, claim, holds, judge_parts
-from perflab.experiments import Experiment
 from perflab.experiments.e19_compile_ab import FIRST_CALL, FORWARD_LATENCY, MAX_ABS_DIFF
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.claims import COUNTS_EXACT, Absent, Part, claim, holds, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -113,10 +113,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # plotting is imported here, not above: timing jobs import this module
     import seaborn as sns
 
-    from perflab.figures import add_note, log_if_wide, new_figure
+    from perflab.kit.figures import add_note, log_if_wide, new_figure
 
     r = rows_of(ENTRY.eid, rows)
-    fig, (ax,) = new_figure(ENTRY.eid, r, width=10.0)
+    fig, (ax,) = new_figure(ENTRY, r, width=10.0)
     values, labels, graphs = [], [], []
     notes = []
     for v in _cases(r):

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -67,10 +67,10 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The benchmark matrix: ms/step, examples/s and peak allocated for the four cells."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, bar_cell, draw_bars, new_figure
+    from perflab.kit.figures import add_note, bar_cell, draw_bars, new_figure
 
     r = rows_of(ENTRY.eid, rows)
-    fig, axes = new_figure(ENTRY.eid, r, ncols=3, width=14.0)
+    fig, axes = new_figure(ENTRY, r, ncols=3, width=14.0)
     cells = list(CELL_NAMES)
     notes = draw_bars(axes[0], cells, {"ms/step": [bar_cell(r, c) for c in cells]})
     axes[0].set_ylabel("ms per step, median (error bar: p25..p75)")

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab import ab
-from perflab.claims import Part, ab_against, against_floor, claim, judge_parts, pct
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASES, STEP_LATENCY
+from perflab.instruments import ab
+from perflab.kit.claims import Part, ab_against, against_floor, claim, judge_parts, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,8 +37,7 @@ INSTRUMENTS = {
     ITEM: ".item() every step",
     PROFILER: "torch.profiler with a schedule",
 }
-STEP_LATENCY = "step_latency"
-#: the pair's difference under "<instrument>/cost", in perflab.ab's names: COST (ms), COST_REL
+#: the pair's difference under "<instrument>/cost", in perflab.instruments.ab's names: COST (ms), COST_REL
 #: (%), ab.BLOCK_SPREAD, ab.BLOCK_PAIR_DIFF, ab.RESOLVED; each side's blocks: ab.BLOCK_MEDIAN
 COST = "cost"
 COST_REL = f"{COST}{ab.REL}"
@@ -94,10 +93,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # plotting is imported here, not above: timing jobs import this module
     import seaborn as sns
 
-    from perflab.figures import add_note, block_series, new_figure
+    from perflab.kit.figures import add_note, block_series, new_figure
 
     r = rows[rows.experiment == "E23"]
-    fig, (ax,) = new_figure("E23", r, width=8.5)
+    fig, (ax,) = new_figure(ENTRY, r, width=8.5)
     notes, ticks = [], []
     colour = sns.color_palette()[0]
     for x, (key, name) in enumerate(INSTRUMENTS.items()):

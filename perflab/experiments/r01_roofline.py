@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASES
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -34,7 +34,7 @@ NO_CLAIMS = ("the roofline's ceilings and achieved fractions feed the diagnosis,
 
 # ------------------------------------------------------------------ the names its script writes
 
-#: the phases of the step that do device work, in step order: perflab.steps.PHASES without
+#: the phases of the step that do device work, in step order: perflab.instruments.steps.PHASES without
 #: waiting for input and logging (neither does device work to count)
 WORK_PHASES = tuple(ph for ph in PHASES if ph not in ("input_wait", "logging"))
 #: the groups R01 adds, each its members' work and medians summed
@@ -55,12 +55,16 @@ COPY_KINDS = ("host_memcpy", "device_to_device", "host_to_device", "device_to_ho
 CALL_TIME, PEAK_FLOPS, BANDWIDTH = "call_time", "peak_flops", "bandwidth"
 #: per phase/<phase>: its counted work (FLOPs, bytes, ATen ops) and median time
 FLOPS, BYTES, ATEN_OPS, PHASE_TIME = "flops", "bytes", "aten_ops", "phase_time"
-#: per phase (and the ridge point's intensity): perflab.roofline.fractions' rates and
-#: fractions (%) of the ceilings
-ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH = "achieved_flops", "achieved_bandwidth"
-ARITHMETIC_INTENSITY = "arithmetic_intensity"
-FLOPS_FRACTION, BANDWIDTH_FRACTION = "flops_fraction", "bandwidth_fraction"
-ROOFLINE_FRACTION = "roofline_fraction"
+#: per phase (and the ridge point's intensity): perflab.instruments.roofline.fractions' rates and
+#: fractions (%) of the ceilings, named by the instrument
+from perflab.core.names import (  # noqa: E402
+    ACHIEVED_BANDWIDTH,
+    ACHIEVED_FLOPS,
+    ARITHMETIC_INTENSITY,
+    BANDWIDTH_FRACTION,
+    FLOPS_FRACTION,
+    ROOFLINE_FRACTION,
+)
 
 
 def matmul_variant(dtype: str, n: int) -> str:
@@ -165,11 +169,11 @@ def _scaled(cell: Any, unit: float) -> Any:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The measured roofline with the step's phases on it; each phase's fraction of the ceilings."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows_of(ENTRY.eid, rows)
     phase_rows = r[r.variant.str.startswith("phase/")]  # their contract line names the model
-    fig, (ax, ax2) = new_figure(ENTRY.eid, phase_rows if not phase_rows.empty else r, ncols=2,
+    fig, (ax, ax2) = new_figure(ENTRY, phase_rows if not phase_rows.empty else r, ncols=2,
                                 width=12.0)
     # the host-to-device copy does no FLOPs: it has no point on the roofline
     on_roof = [ph for ph in PHASES_AND_GROUPS if ph != "host_to_device"]
@@ -183,7 +187,7 @@ def _roofline_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
     counted FLOPs as points at their intensity."""
     import seaborn as sns
 
-    from perflab.figures import add_note, num
+    from perflab.kit.figures import add_note, num
 
     notes = []
     dtype = r.dtype.iloc[0] if not r.empty else "float32"
@@ -216,7 +220,7 @@ def _roofline_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
 
 def _fractions_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
     """Each phase's achieved % of the FLOP and the bandwidth ceiling, as bars."""
-    from perflab.figures import add_note, draw_bars
+    from perflab.kit.figures import add_note, draw_bars
 
     def bar(phase, metric):
         cell = pick(r, phase_variant(phase), metric)

@@ -5,7 +5,7 @@ training loop runs it: the host-device synchronizations per step, each located (
 operator, the frame that called it) with the host's blocked time; the device's busy time
 and its idle time split into waiting for data, waiting on a sync, waiting for the host to
 launch, and the rest, per phase, in ms per step. Measured by scripts/r02_step_trace.py
-(arithmetic in perflab/trace.py, frames from perflab/syncs.py); the diagnosis reads it.
+(arithmetic in perflab/instruments/trace.py, frames from perflab/instruments/syncs.py); the diagnosis reads it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
-from perflab.trace import BETWEEN, CAUSES, DATA, LAUNCH, OTHER, SYNC
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASES
+from perflab.instruments.trace import BETWEEN, CAUSES, DATA, LAUNCH, OTHER, SYNC
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -190,10 +190,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # plotting is imported here, not above: timing jobs import this module
     import seaborn as sns
 
-    from perflab.figures import add_note, new_figure
+    from perflab.kit.figures import add_note, new_figure
 
     r = rows[rows.experiment == "R02"]
-    fig, (ax,) = new_figure("R02", r, width=10.0)
+    fig, (ax,) = new_figure(ENTRY, r, width=10.0)
     phases = [p for p in (*PHASES, BETWEEN)
               if any(_value(r, p, c) for c in ("busy", *CAUSES))]
     colours = dict(zip(("busy", *CAUSES), sns.color_palette("tab10", 1 + len(CAUSES))))

@@ -12,9 +12,9 @@ from snakemake.exceptions import WorkflowError
 # inherit this environment (locally, in a conda env of --sdm conda, through sbatch
 # on a cluster): they import this checkout's perflab, not another installed copy
 sys.path.insert(0, workflow.basedir)
-from perflab import config as perflab_config  # noqa: E402
-from perflab import reference as perflab_reference  # noqa: E402
-from perflab.catalogue import EXPERIMENTS  # noqa: E402
+from perflab.pipeline import config as perflab_config  # noqa: E402
+from perflab.views import reference as perflab_reference  # noqa: E402
+from perflab.experiments.catalogue import EXPERIMENTS  # noqa: E402
 
 perflab_config.export_import_path(workflow.basedir)
 
@@ -175,8 +175,8 @@ def compare_outputs():
 # E08 batch sweep: one job per batch size (a fresh process each, so no allocator
 # carry-over biases a peak), the replicates of one batch size (further fresh processes
 # of its contract: the between-process A/A), then one job aggregating them
-# (perflab/sweep.py).
-from perflab import sweep as perflab_sweep  # noqa: E402
+# (perflab/experiments/e08_batch_sweep/sweep.py).
+from perflab.experiments.e08_batch_sweep import sweep as perflab_sweep  # noqa: E402
 
 
 def e08_batches():
@@ -242,11 +242,13 @@ def e20_cold_log():
     return f"{LOGS}/{EXPERIMENTS['E20'].slug}/cold.log"
 
 
-# D01 data parallel: one job launching its ranks (perflab.distributed). Its launch (ranks,
+# D01 data parallel: one job launching its ranks (perflab.experiments.d01_data_parallel.distributed). Its launch (ranks,
 # backend, threads per rank) is part of its contract. A launch this machine cannot make
 # stops the run only when D01 is selected: elsewhere the workflow parses all the same, and
 # the job, if asked for by name, says why it cannot run.
-from perflab import distributed as perflab_distributed  # noqa: E402
+from perflab.experiments.d01_data_parallel import (
+    distributed as perflab_distributed,
+)  # noqa: E402
 
 
 def d01_on_cluster():
@@ -295,7 +297,7 @@ def d01_resources():
 
 # A run that failed (with --keep-going: after everything else that could run) still
 # gets its report when the report was asked for: the experiments that have results,
-# and each that has none named failed, with its log's last lines (perflab/partial.py).
+# and each that has none named failed, with its log's last lines (perflab/views/partial.py).
 import time
 
 RUN_STARTED = time.time()
@@ -309,7 +311,7 @@ def partial_report():
         wanted = {str(f) for f in workflow.dag.derived_targetfiles}
     except Exception:
         wanted = set()
-    from perflab import partial
+    from perflab.views import partial
 
     # not asked for: still, an earlier run's report must not outlive its results
     if target not in wanted:
@@ -328,9 +330,9 @@ def partial_report():
 # Before the first job (never in a dry run, nor when nothing is to be done): temps left by
 # jobs killed mid-write are removed, the controlled workload is built and stepped in a
 # child process (`perflab check`'s pre-flight, then a few timed full-batch steps), and the
-# measurement time of the jobs about to run is estimated (perflab/preflight.py). A failure
+# measurement time of the jobs about to run is estimated (perflab/pipeline/preflight.py). A failure
 # is one message, and no job starts.
-from perflab import preflight as perflab_preflight  # noqa: E402
+from perflab.pipeline import preflight as perflab_preflight  # noqa: E402
 
 
 def before_first_job():
@@ -348,9 +350,9 @@ def before_first_job():
 
 
 # A local run's experiment jobs start as forks of one server that has imported torch and
-# nothing else (perflab/forkserver.py): each is still a new process of its own, without the
+# nothing else (perflab/core/forkserver.py): each is still a new process of its own, without the
 # interpreter's import (3.3 s a job on the H200). Stopped when the run ends.
-from perflab import forkserver as perflab_forkserver  # noqa: E402
+from perflab.core import forkserver as perflab_forkserver  # noqa: E402
 
 FORK_SERVER = {}
 
@@ -382,8 +384,8 @@ onsuccess:
 
 
 # W01 what if: a plan job (a checkpoint: which interventions apply), one job per
-# intervention that applies (a fresh process each), then the aggregation (perflab/whatif.py).
-from perflab import whatif as perflab_whatif  # noqa: E402
+# intervention that applies (a fresh process each), then the aggregation (perflab/experiments/w01_whatif/whatif.py).
+from perflab.experiments.w01_whatif import whatif as perflab_whatif  # noqa: E402
 
 
 def w01_job_outputs(job):

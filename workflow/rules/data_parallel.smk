@@ -2,7 +2,7 @@
 # standard launcher (torchrun; gloo on a CPU, NCCL on GPUs) and merges their per-step
 # records. Selected by `run: all` only on a machine with two or more CUDA devices; named
 # (`run: all,D01`), it runs anywhere. On SLURM it is one job of N tasks on one node,
-# a GPU per rank on CUDA (perflab.distributed.job_resources).
+# a GPU per rank on CUDA (perflab.experiments.d01_data_parallel.distributed.job_resources).
 
 
 rule d01_data_parallel:
