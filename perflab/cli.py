@@ -32,18 +32,21 @@ import sys
 import time
 from pathlib import Path
 
+from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.instruments import workloads
 from perflab.pipeline import config as cfgmod
 from perflab.pipeline import preflight
 from perflab.views import partial
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device: C00 first
-#: (the A/A floor a near-threshold verdict is judged by), E05's phases, R01's roofline and
-#: R02's trace (the step's syncs and the device's idle time); on CUDA also E06 (device time
-#: with the device kept ahead: host-exposed time beside R02's launch wait). E01, E07 and E13
-#: are read when a run has them; the verdict does not need them.
-DIAGNOSE_RUN = {"cuda": "C00,E05,E06,R01,R02", "cpu": "C00,E05,R01,R02"}
+#: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device, as each
+#: declares (``Experiment.diagnosis``): C00 (the A/A floor a near-threshold verdict is judged
+#: by), E05's phases, R01's roofline and R02's trace (the step's syncs and the device's idle
+#: time); on CUDA also E06 (device time with the device kept ahead: host-exposed time beside
+#: R02's launch wait). E01, E07 and E13 are read when a run has them; the verdict does not
+#: need them.
+DIAGNOSE_RUN = {kind: ",".join(eid for eid, e in EXPERIMENTS.items() if kind in e.diagnosis)
+                for kind in ("cuda", "cpu")}
 #: the diagnose contract, merged beneath the user's config files
 DIAGNOSE_CONFIG = ROOT / "config" / "diagnose.yaml"
 #: the what-if step of diagnose (off with --no-whatif), and what `perflab whatif` runs

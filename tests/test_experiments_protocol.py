@@ -169,3 +169,69 @@ def test_reading_the_experiments_imports_neither_torch_nor_plotting():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1], check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------ the slice is the unit
+
+
+def _schema_defaults(schema: dict) -> dict:
+    return {k: v.get("default") for k, v in schema.get("properties", {}).items()}
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_the_slice_declares_its_parameters_with_the_chapters_values(eid):
+    """Its parameters are its module's (``SCHEMA``, a JSON-schema fragment): the run's schema
+    holds them under experiments.<id>, and what the chapter runs (the default config on a
+    CUDA machine, scale chapter) is their defaults, nothing else."""
+    import yaml
+
+    own = yaml.safe_load(MODULES[eid].SCHEMA) or {}
+    schema = config.load_schema()["properties"]["experiments"]["properties"][eid]
+    assert schema["properties"] == own
+    chapter = config.load([], {"device": "cpu", "scale": "chapter"})["experiments"][eid]
+    assert chapter == {**_schema_defaults(schema), **chapter} == {
+        k: chapter[k] for k in _schema_defaults(schema)}
+    assert {k: chapter[k] for k in own} == {k: v.get("default") for k, v in own.items()}
+
+
+def test_a_schema_default_unlike_what_the_chapter_runs_is_caught(monkeypatch):
+    """It can fail: a slice whose default differs from the chapter's value set in the config."""
+    chapter = config.load([], {"device": "cpu", "scale": "chapter"})
+    defaults = _schema_defaults(config.load_schema()["properties"]["experiments"]["properties"]["E03"])
+    assert chapter["experiments"]["E03"]["spread_repeats"] == defaults["spread_repeats"]
+    other = config.load([], {"device": "cpu", "scale": "chapter",
+                             "experiments": {"E03": {"spread_repeats": 7}}})
+    assert other["experiments"]["E03"]["spread_repeats"] != defaults["spread_repeats"]
+
+
+@pytest.mark.parametrize("eid", [e for e, m in MODULES.items() if "tiny" in getattr(m, "SCALES", {})])
+def test_the_slice_declares_its_test_sizes(eid):
+    """Its sizes at the test contract (``SCALES['tiny']``) are what config/test.yaml runs."""
+    tiny = config.load([ROOT / "config" / "test.yaml"], {"device": "cpu"})["experiments"][eid]
+    declared = MODULES[eid].SCALES["tiny"]
+    assert declared and config.deep_merge(tiny, declared) == tiny
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_an_experiment_of_several_jobs_keeps_its_rules_beside_its_slug(eid):
+    """own_rules: its rules in workflow/rules/<slug>.smk (included by the Snakefile's glob);
+    one job: made by the loop of experiments.smk, and no such file."""
+    entry = MODULES[eid].ENTRY
+    smk = ROOT / "workflow" / "rules" / f"{entry.slug}.smk"
+    assert smk.is_file() == entry.own_rules
+    if entry.own_rules:
+        assert f"rule {entry.slug}:" in smk.read_text()
+
+
+def test_the_lists_of_experiments_are_read_from_the_slices():
+    """What diagnose runs, the experiments of several jobs and those that build the contract
+    are each slice's own declaration, not a list kept elsewhere."""
+    from perflab import cli
+    from perflab.views import ledger
+
+    assert cli.DIAGNOSE_RUN["cpu"].split(",") == [
+        e for e, m in MODULES.items() if "cpu" in m.ENTRY.diagnosis]
+    assert "E06" in cli.DIAGNOSE_RUN["cuda"] and "E06" not in cli.DIAGNOSE_RUN["cpu"]
+    assert set(config.OWN_JOBS) == {e for e, m in MODULES.items() if m.ENTRY.own_rules}
+    assert set(ledger.BENCHMARK_EXPERIMENTS) == {
+        e for e, m in MODULES.items() if m.ENTRY.builds_the_contract}

@@ -31,7 +31,48 @@ ENTRY = Experiment(
     cpu_behaviour="CUDA-event and do_bench rows unsupported; sync is a no-op, so its "
     "cost is a Python call",
     report_section="0 · Calibration: the harness's own floors",
+    diagnosis=("cpu", "cuda"),
 )
+
+#: its parameters (config key ``experiments.C00``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+floor_repeats: {type: integer, minimum: 1, default: 1000}
+# fresh children of each kind (bare; import torch + device init)
+process_repeats: {type: integer, minimum: 1, default: 3}
+# 48 block pairs (12, then 36 before; ~3 s more on the H200 than 36): the floor is the
+# bound for a median of 12 pairs (and one per pair count up to the A/A's own, for A/Bs
+# of other counts), and from 12 pairs alone that bound read 7.7% and 2.1% in two runs
+# of one H200; with 36, E13's A/Bs of 48 pairs were held to the bound for 32
+aa_blocks: {type: integer, minimum: 2, default: 48}
+aa_inner: {type: integer, minimum: 1, default: 30}
+# blocks per side of the planted 2x; null: aa_blocks
+planted_blocks:
+  description: "blocks per side of the planted 2x (null: aa_blocks)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 2}]
+  default: 12
+profiler_steps: {type: integer, minimum: 2, default: 20}
+# the helper's calls against the peers; null: timing.repeats
+peer_repeats:
+  description: "the helper's calls of the step set against the peer timers (null: timing.repeats)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+peer_min_run_time_s: {type: number, exclusiveMinimum: 0, default: 1.0}
+do_bench_warmup_ms: {type: number, exclusiveMinimum: 0, default: 25}
+do_bench_rep_ms: {type: number, exclusiveMinimum: 0, default: 100}
+# diagnose: [clock, aa]
+parts:
+  description: "which calibrations run (perflab diagnose keeps clock and aa: the verdict reads only the A/A floor)"
+  type: array
+  items: {type: string, enum: [clock, events, process, aa, planted, profiler, peers]}
+  minItems: 1
+  uniqueItems: true
+  default: [clock, events, process, aa, planted, profiler, peers]
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'floor_repeats': 50, 'process_repeats': 1, 'aa_blocks': 6, 'aa_inner': 3, 'profiler_steps': 4, 'peer_min_run_time_s': 0.05, 'do_bench_warmup_ms': 5, 'do_bench_rep_ms': 10}}
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the calibration measures the harness itself (timer, process and profiler floors, "

@@ -30,7 +30,32 @@ ENTRY = Experiment(
     "How fast is the model? Four questions, eager and compiled",
     "hygiene",
     report_section="2 · How fast is the model?",
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E02``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+compile:
+  description: also time the four questions under torch.compile (first call apart)
+  type: boolean
+  default: true
+# round-robin blocks of every question; calls per block = repeats / blocks
+blocks:
+  description: round-robin blocks of every question (calls per block = repeats / blocks)
+  type: integer
+  minimum: 1
+  default: 20
+# calls of each question; null: timing.repeats
+repeats:
+  description: "calls of each question in the round robin (null: timing.repeats)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 3}}
 
 #: the four questions, each a variant (metric ``step_latency``), in the order they are timed
 FORWARD_INFERENCE = "forward_inference"

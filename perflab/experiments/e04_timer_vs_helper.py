@@ -32,7 +32,35 @@ ENTRY = Experiment(
     "hygiene",
     report_section="3 · Benchmark hygiene",
     claims_read_samples=True,
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E04``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 2 s of the Timer in all and timing's 400 helper calls, in 24 rounds taken in turns:
+# the Timer-helper gap moves with the host (on one H200 -4.2% in one run, -19% in the
+# next, each tight over two series measured one after the other), so C09 judges the
+# rounds' paired difference against C00's A/A floor of 24 pairs, as an A/B
+min_run_time_s:
+  description: the Timer's blocked_autorange time in all, split evenly over the rounds
+  type: number
+  exclusiveMinimum: 0
+  default: 2.0
+blocks:
+  description: >-
+    rounds the helper and the Timer take turns in (helper first, then Timer first,
+    ...): each round min_run_time_s / blocks seconds of Timer blocks (the block
+    size blocked_autorange picks in the Timer's first round) and timing.repeats /
+    blocks helper calls; C09 judges their paired difference as an A/B
+  type: integer
+  minimum: 2
+  default: 24
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'min_run_time_s': 0.2, 'blocks': 2}}
 
 #: the two instruments' variants (metric ``step_latency``)
 TIMER = "timer_blocked_autorange"

@@ -50,7 +50,27 @@ ENTRY = Experiment(
     cpu_behaviour="host-to-device is a no-op copy and sync is a no-op: no backlog to absorb",
     report_section="4 · Localize: decompose the step",
     claims_read_samples=True,
+    diagnosis=("cpu", "cuda"),
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E05``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# calls per series; null: timing.repeats (perflab diagnose: 100)
+repeats:
+  description: "calls per series (null: timing.repeats); perflab diagnose takes 100, enough for the phase shares' medians"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+# the phased and the uninstrumented steps in turn, AB|BA: C11 compares them
+blocks:
+  description: >-
+    blocks the phased and the uninstrumented steps alternate in (AB, BA, ...), so a
+    drift of the machine lands on both
+  type: integer
+  minimum: 1
+  default: 10
+"""
 
 #: variant prefixes: each phase timed with the device synchronized at every boundary
 #: (``sync/forward``), and the same brackets with no sync (``nosync/forward``)

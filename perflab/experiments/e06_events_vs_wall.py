@@ -32,8 +32,14 @@ ENTRY = Experiment(
     "localize",
     cpu_behaviour="wall clock only; CUDA events and host submission rows unsupported",
     report_section="5 · Two instruments",
-    claims_read_samples=True,  # C14: the host-exposed share by its own interval
+    claims_read_samples=True,  # C14: the host-exposed share by its own interval,
+    diagnosis=("cuda",),
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E06``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = ""  # none: it measures at the run's own timing and workload
 
 
 #: (variant, metric) of each instrument's per-call series

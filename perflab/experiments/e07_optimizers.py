@@ -42,6 +42,23 @@ ENTRY = Experiment(
     report_section="6 · Intervene, remeasure",
 )
 
+#: its parameters (config key ``experiments.E07``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+optimizers:
+  description: optimizers whose isolated .step() is timed
+  type: array
+  items: {type: string, enum: [sgd, sgd_momentum, adamw_foreach, adamw_fused]}
+  minItems: 1
+  default: [sgd, sgd_momentum, adamw_foreach, adamw_fused]
+pair_blocks: {type: integer, minimum: 2, default: 12}
+pair_inner: {type: integer, minimum: 1, default: 30}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'pair_blocks': 2, 'pair_inner': 5}}
+
 #: the optimizers (names of :func:`perflab.instruments.optim.factory`); each isolated ``.step()`` is the
 #: variant of its name, metric OPTIMIZER_STEP
 SGD, SGD_MOMENTUM, FOREACH, FUSED = "sgd", "sgd_momentum", "adamw_foreach", "adamw_fused"

@@ -28,6 +28,30 @@ ENTRY = Experiment(
     report_section="8 · Where memory goes",
 )
 
+#: its parameters (config key ``experiments.E09``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+steady_step:
+  description: the steady step read beside step 1 (the chapter reads step 3)
+  type: integer
+  minimum: 2
+  default: 3
+# also the escalation job: a memory snapshot rendered to HTML (CUDA)
+snapshot:
+  description: also run the escalation job (a CUDA memory snapshot rendered to HTML)
+  type: boolean
+  default: true
+snapshot_steps:
+  description: training steps recorded by the memory snapshot
+  type: integer
+  minimum: 1
+  default: 3
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'snapshot_steps': 2}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the two steps read: the process's first (cold) and step ``steady_step`` (steady)

@@ -31,6 +31,35 @@ ENTRY = Experiment(
     report_section="9 · OOM decomposition",
 )
 
+#: its parameters (config key ``experiments.E10``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 12 GiB, of which the display held ~2.6 GiB before any experiment ran
+budget_gib:
+  description: the emulated card's free memory (a per-process memory fraction of the GPU; 12 GiB less the ~2.6 GiB the chapter's display held, as E18)
+  type: number
+  exclusiveMinimum: 0
+  default: 9.4
+# evidence: the peak at two batch sizes
+batches:
+  description: the two batch sizes whose peaks are compared (smaller first)
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 2
+  maxItems: 2
+  default: [8, 32]
+# repeated identical steps: flat or climbing allocated
+steps:
+  description: repeated identical steps per batch size (flat or climbing allocated)
+  type: integer
+  minimum: 3
+  default: 4
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batches': [4, 8], 'steps': 3}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 BATCH_PREFIX = "batch_"  # the evidence of one batch size: variant "batch_<N>"

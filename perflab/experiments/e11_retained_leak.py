@@ -26,6 +26,21 @@ ENTRY = Experiment(
     report_section="10 · The accumulating branch",
 )
 
+#: its parameters (config key ``experiments.E11``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+iterations: {type: integer, minimum: 2, default: 60}
+every:
+  description: read the memory every this many iterations
+  type: integer
+  minimum: 1
+  default: 10
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'iterations': 60, 'every': 10}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the three monitoring loops: the tensor kept (graph and all), under no_grad, as .item()

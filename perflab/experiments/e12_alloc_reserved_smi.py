@@ -26,6 +26,20 @@ ENTRY = Experiment(
     report_section="11 · Allocated, reserved and the third number",
 )
 
+#: its parameters (config key ``experiments.E12``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+big_mib:
+  description: size of the large transient tensor
+  type: integer
+  minimum: 1
+  default: 400
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'big_mib': 16}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the four states, in order: steady, after allocating the tensor, after del, after empty_cache

@@ -39,6 +39,26 @@ ENTRY = Experiment(
     report_section="12 · The synchronization tax",
 )
 
+#: its parameters (config key ``experiments.E13``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 48 block pairs (24 before, ~8 s more on the H200): the small step's tax there read
+# +2.7% with a Wilcoxon p of 0.27 over 12 pairs, then +3.7% and +2.2% (p 0.016 and
+# 0.037) over 24, undecided in both runs of each pair
+blocks: {type: integer, minimum: 2, default: 48}
+inner: {type: integer, minimum: 1, default: 30}
+running_mean_steps:
+  description: training steps over which the logged running mean is compared
+  type: integer
+  minimum: 2
+  default: 100
+log_every: {type: integer, minimum: 1, default: 50}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 2, 'inner': 5, 'running_mean_steps': 10, 'log_every': 5}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the two A/B pairs: variant prefix -> label

@@ -40,6 +40,30 @@ ENTRY = Experiment(
     report_section="13 · The profiler localizes",
 )
 
+#: its parameters (config key ``experiments.E14``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+wait: {type: integer, minimum: 0, default: 5}
+warmup: {type: integer, minimum: 0, default: 5}
+active: {type: integer, minimum: 1, default: 10}
+top_ops: {type: integer, minimum: 1, default: 10}
+# sessions, each between two unprofiled blocks: one session's 10 steps against 400
+# unprofiled read -11% and +10% in two runs of one CPU (a session lands in a fast or a
+# slow stretch as a whole); six paired sessions give C33 the A/B judgement
+sessions:
+  description: >-
+    profiling sessions, each bracketed by unprofiled calls (timing.repeats
+    split among the brackets): C33 is their paired difference, judged as an
+    A/B against C00's floor (the Wilcoxon test needs 6 to resolve anything)
+  type: integer
+  minimum: 1
+  default: 6
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'wait': 1, 'warmup': 1, 'active': 2, 'top_ops': 5, 'sessions': 2}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the same step timed unprofiled, then over the profiler's active steps, and the difference

@@ -26,6 +26,41 @@ ENTRY = Experiment(
     report_section="14 · Mixed precision",
 )
 
+#: its parameters (config key ``experiments.E15``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+batches:
+  description: batch sizes at which every precision is timed and its peak measured
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [256, 2048]
+precisions:
+  description: fp32 (no autocast), fp16 (autocast + GradScaler), bf16 (autocast)
+  type: array
+  items: {type: string, enum: [fp32, fp16, bf16]}
+  minItems: 1
+  uniqueItems: true
+  default: [fp32, fp16, bf16]
+# training steps whose losses must all be finite
+finite_steps: {type: integer, minimum: 1, default: 100}
+# round-robin blocks (every precision once per block, rotating order)
+blocks: {type: integer, minimum: 1, default: 6}
+# synchronized calls per variant per block
+inner: {type: integer, minimum: 1, default: 20}
+# untimed calls of each precision before the blocks; null: timing.warmup
+warmup:
+  description: "untimed calls of each precision before the round robin; null: timing.warmup"
+  oneOf: [{type: "null"}, {type: integer, minimum: 0}]
+  default: null
+# steps of one variant alone for its peak memory (optimizer state included)
+peak_calls: {type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batches': [8, 32], 'finite_steps': 10, 'blocks': 2, 'inner': 3, 'peak_calls': 2}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the precisions compared; fp32 (no autocast) is the baseline every % is of

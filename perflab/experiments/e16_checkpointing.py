@@ -25,6 +25,28 @@ ENTRY = Experiment(
     report_section="15 · Activation checkpointing",
 )
 
+#: its parameters (config key ``experiments.E16``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+batches:
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [256, 4096]
+blocks: {type: integer, minimum: 1, default: 6}
+inner: {type: integer, minimum: 1, default: 20}
+# untimed calls of each variant before the blocks; null: timing.warmup
+warmup:
+  description: "untimed calls of each variant before the round robin; null: timing.warmup"
+  oneOf: [{type: "null"}, {type: integer, minimum: 0}]
+  default: null
+peak_calls: {type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batches': [8, 64], 'blocks': 2, 'inner': 3, 'peak_calls': 2}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the two variants of the step; normal is the baseline every % is of

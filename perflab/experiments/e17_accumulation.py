@@ -27,6 +27,31 @@ ENTRY = Experiment(
     report_section="16 · Gradient accumulation",
 )
 
+#: its parameters (config key ``experiments.E17``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# the full batch the accumulated gradient is compared with
+batch: {type: integer, minimum: 1, default: 4096}
+ks:
+  description: micro-batch counts; each must divide the batch
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [1, 2, 4, 8]
+blocks: {type: integer, minimum: 1, default: 6}
+inner: {type: integer, minimum: 1, default: 10}
+# untimed calls of each K before the blocks; null: timing.warmup
+warmup:
+  description: "untimed calls of each K before the round robin; null: timing.warmup"
+  oneOf: [{type: "null"}, {type: integer, minimum: 0}]
+  default: null
+peak_calls: {type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batch': 64, 'blocks': 2, 'inner': 3, 'peak_calls': 2}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: each K's variant is k<K>; K=1 (one pass over the full batch) is the baseline

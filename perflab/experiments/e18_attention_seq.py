@@ -40,6 +40,32 @@ ENTRY = Experiment(
     report_section="17 · Sequence length",
 )
 
+#: its parameters (config key ``experiments.E18``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# the chapter's 256..4096, and one step beyond
+seqs:
+  description: sequence lengths T
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [256, 512, 1024, 2048, 4096, 8192]
+warmup: {type: integer, minimum: 0, default: 5}
+repeats: {type: integer, minimum: 1, default: 20}
+peak_calls: {type: integer, minimum: 1, default: 2}
+# the chapter's card: 12 GiB, of which the display held ~2.6 GiB before any experiment
+# ran; the allocator is capped at what was left (CUDA only, set_per_process_memory_fraction)
+budget_gib:
+  description: CUDA allocator cap emulating the chapter's card (GiB)
+  type: number
+  exclusiveMinimum: 0
+  default: 9.4
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'seqs': [16, 32], 'warmup': 1, 'repeats': 3, 'peak_calls': 1}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the two implementations; each sequence length's variants are T<T>/<impl>

@@ -27,6 +27,35 @@ ENTRY = Experiment(
     report_section="21 · Article: recompilation",
 )
 
+#: its parameters (config key ``experiments.E21``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# the pointwise chain at this depth: short compiles, same lesson
+depth:
+  description: depth of the pointwise chain compiled here (short compiles)
+  type: integer
+  minimum: 1
+  default: 8
+# the first is the base shape, then each new one once
+batches:
+  description: batch sizes called in order; the first is the base shape
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 2
+  default: [256, 512, 128, 384]
+repeats: {type: integer, minimum: 1, default: 50}
+modes:
+  description: torch.compile modes timed at the base shape
+  type: array
+  items: {type: string, enum: [default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs]}
+  minItems: 1
+  default: [default, reduce-overhead, max-autotune]
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'depth': 2, 'batches': [8, 16, 4], 'repeats': 3}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the shape cases: shapes/<dynamic> at the base batch, then shapes/<dynamic>/batch_<B> at

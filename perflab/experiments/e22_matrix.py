@@ -24,6 +24,22 @@ ENTRY = Experiment(
     report_section="22 · Article: the benchmark matrix",
 )
 
+#: its parameters (config key ``experiments.E22``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# autocast dtype; float16 adds a GradScaler on CUDA
+amp_dtype:
+  description: autocast dtype of the AMP cells (float16 adds a GradScaler on CUDA)
+  type: string
+  enum: [bfloat16, float16]
+  default: bfloat16
+repeats: {type: integer, minimum: 1, default: 100}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'repeats': 3}}
+
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the article gives no testable finding for its matrix beyond recording all four "
              "cells (eager/compiled x fp32/AMP) beside one baseline; the table records them")

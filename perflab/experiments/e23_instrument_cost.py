@@ -27,6 +27,33 @@ ENTRY = Experiment(
     report_section="20 · Forensic vs performance mode",
 )
 
+#: its parameters (config key ``experiments.E23``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 24 pairs (8 before; the two A/Bs ~6 s more on the H200): C42's phase-sync cost read
+# +14% there, 4.3 points from its 10% bound, undecided under the floor for 8 pairs (4.4%)
+blocks:
+  description: block pairs of the per-phase sync and .item() A/Bs
+  type: integer
+  minimum: 2
+  default: 24
+inner: {type: integer, minimum: 1, default: 25}
+# the profiler's sessions stay 8 (24 took E23 from about 8 to 27 s on the H200): its
+# cost is tens of %, decided in every run
+sessions:
+  description: >-
+    profiling sessions, each bracketed by unprofiled steps (each costs a
+    profiler start and stop, more than its steps); null: blocks
+  type: [integer, "null"]
+  minimum: 2
+  default: 8
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+# sessions apart from blocks
+SCALES = {"tiny": {'blocks': 2, 'inner': 5, 'sessions': 3}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the instruments (variant prefix -> the chapter's label); per-phase synchronization drains

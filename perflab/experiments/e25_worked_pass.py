@@ -24,7 +24,25 @@ ENTRY = Experiment(
     "A worked pass: measure, localize, intervene (AdamW foreach to fused), remeasure",
     "localize",
     report_section="19 · A worked pass",
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E25``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+blocks: {type: integer, minimum: 2, default: 12}
+inner: {type: integer, minimum: 1, default: 30}
+# calls of the baseline and of the localization; null: timing.repeats
+repeats:
+  description: "calls of the baseline and of the per-phase localization (null: timing.repeats)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+      # E19-E24
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 2, 'inner': 5}}
 
 # ------------------------------------------------------------------ the names its script writes
 

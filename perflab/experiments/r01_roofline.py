@@ -26,7 +26,36 @@ ENTRY = Experiment(
     "diagnose",
     cpu_behaviour="host memcpy is the bandwidth ceiling; host-device copies unsupported",
     report_section="24 · Diagnosis: the roofline and the verdict",
+    diagnosis=("cpu", "cuda"),
 )
+
+#: its parameters (config key ``experiments.R01``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+matmul_sizes:
+  description: square matmul sizes n (n x n @ n x n) whose FLOP/s calibrate the compute ceiling
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [1024, 4096, 8192]
+dtypes:
+  description: matmul dtypes calibrated (the contract's dtype is always added)
+  type: array
+  items: {type: string, enum: [float32, bfloat16, float16]}
+  minItems: 1
+  default: [float32, bfloat16, float16]
+# device to device and pinned host <-> device copies
+copy_mib: {description: buffer size of the device's copy-bandwidth measurements (device to device, pinned host to and from the device), type: number, exclusiveMinimum: 0, default: 1024}
+# host memcpy: source + destination 512 MiB, beyond any cache
+host_copy_mib: {description: buffer size of the host memcpy (source and destination each; far above any last-level cache), type: number, exclusiveMinimum: 0, default: 256}
+# each timed sample repeats the op until it lasts about this long
+target_ms: {description: each timed sample repeats the op until it lasts about this long, type: number, exclusiveMinimum: 0, default: 5.0}
+repeats: {type: integer, minimum: 2, default: 30}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'matmul_sizes': [32, 64], 'dtypes': ['float32'], 'copy_mib': 1, 'host_copy_mib': 1, 'target_ms': 0.5, 'repeats': 5}}
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the roofline's ceilings and achieved fractions feed the diagnosis, whose verdict "

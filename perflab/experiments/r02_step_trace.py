@@ -32,7 +32,23 @@ ENTRY = Experiment(
                   "unsupported: a CPU has no device queue",
     extra_outputs=(("trace", "_trace.json.gz"),),
     report_section="24 · Diagnosis: the roofline and the verdict",
+    diagnosis=("cpu", "cuda"),
 )
+
+#: its parameters (config key ``experiments.R02``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# profiler warmup steps (traced and discarded), then the window
+warmup: {description: "profiler warmup steps before the window (traced, discarded)", type: integer, minimum: 0, default: 3}
+# steps in the window (ms per step = its totals / active)
+active: {description: free-running steps in the profiled window, type: integer, minimum: 1, default: 10}
+# steps under torch.cuda.set_sync_debug_mode("warn") (CUDA only)
+sync_steps: {description: "steps run under torch.cuda.set_sync_debug_mode('warn') to locate the syncs (CUDA)", type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'warmup': 1, 'active': 3, 'sync_steps': 2}}
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the step's syncs and idle split are not findings of the chapter: they feed the "

@@ -24,7 +24,13 @@ import torch
 
 from perflab.core.names import PHASES, STEP_PHASES  # noqa: F401 (re-exported)
 from perflab.instruments.phases import read_loss
-from perflab.instruments.workloads import Workload, WorkloadError, default_train_step, one_pass
+from perflab.instruments.workloads import (
+    Workload,
+    WorkloadError,
+    chapter_step,
+    default_train_step,
+    one_pass,
+)
 
 
 def forward_inference(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], object]:
@@ -64,14 +70,12 @@ def train_step(
     x: torch.Tensor,
     y: torch.Tensor | None,
 ) -> Callable[[], torch.Tensor]:
-    """zero_grad(set_to_none) -> forward -> loss -> backward -> optimizer step."""
+    """zero_grad(set_to_none) -> forward -> loss -> backward -> optimizer step
+    (:func:`perflab.instruments.workloads.chapter_step`) on ``(x, y)``."""
+    loss_fn = w.loss_fn
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        loss = w.loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
+        return chapter_step(model, loss_fn, opt, x, y)
 
     return step
 

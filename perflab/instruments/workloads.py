@@ -158,6 +158,19 @@ def first_tensor(batch: Any) -> Tensor | None:
     return next((t for t in tensors_in(batch) if isinstance(t, Tensor)), None)
 
 
+def chapter_step(model: nn.Module, loss_fn: Callable[..., Tensor],
+                 optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor | None) -> Tensor:
+    """The chapter's training step on a batch already where the model is: zero_grad
+    (set_to_none), forward, loss, backward, optimizer step; returns the loss. Written once:
+    the step every experiment times (:func:`perflab.instruments.steps.train_step`) and the
+    default ``train_step`` of a workload (:func:`default_train_step`) are this."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
 def default_train_step(w: Workload, device: torch.device | str):
     """The chapter's step as a ``train_step``: copy ``(x, y)`` to the device (non_blocking),
     zero_grad(set_to_none), loss_fn(model(x), y), backward, optimizer step; returns the loss.
@@ -171,11 +184,7 @@ def default_train_step(w: Workload, device: torch.device | str):
         x, y = batch
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True) if y is not None else None
-        optimizer.zero_grad(set_to_none=True)
-        loss = w.loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
+        return chapter_step(model, w.loss_fn, optimizer, x, y)
 
     return train_step
 

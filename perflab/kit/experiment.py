@@ -34,6 +34,15 @@ class Experiment:
     #: when named (``run: all,W01``, its rule as a target) or by the command that owns it
     #: (W01: ``perflab whatif``, the last step of ``perflab diagnose``)
     in_all: bool = True
+    #: True: several jobs, whose rules it keeps in workflow/rules/<slug>.smk (the
+    #: Snakefile includes each); False: one job, made by workflow/rules/experiments.smk
+    own_rules: bool = False
+    #: the device kinds ("cpu", "cuda") on which ``perflab diagnose`` runs it: the verdict
+    #: reads its rows (perflab/views/diagnose.py)
+    diagnosis: tuple[str, ...] = ()
+    #: True: it builds the controlled workload at the contract's own sizes, so its
+    #: provenance names the run's workload as built (the ledger's header reads it)
+    builds_the_contract: bool = False
     #: True: a claim of its judges a statistic by its own interval over the raw samples
     #: (:func:`perflab.kit.claims.own_interval`), so a shipped reference run keeps its samples
     claims_read_samples: bool = False

@@ -49,8 +49,26 @@ _Validator = _with_defaults(jsonschema.Draft7Validator)
 
 
 def load_schema() -> dict:
+    """The run's schema: the workflow's (every key but the experiments') with each
+    experiment's parameters, declared by its module (``SCHEMA``), under
+    ``experiments.<id>``."""
+    from perflab.experiments import modules
+
     with open(SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
+        schema = yaml.safe_load(fh)
+    own = schema["properties"]["experiments"]["properties"]
+    for eid, mod in modules().items():
+        own[eid] = {"type": "object", "additionalProperties": False, "default": {},
+                    "properties": yaml.safe_load(mod.SCHEMA) or {}}
+    return schema
+
+
+def declared_scale(scale: str) -> dict:
+    """The experiments' own sizes at ``scale`` (each module's ``SCALES``), as a config patch."""
+    from perflab.experiments import modules
+
+    return {"experiments": {eid: mod.SCALES[scale] for eid, mod in modules().items()
+                            if scale in getattr(mod, "SCALES", {})}}
 
 
 def _key(path) -> str:
@@ -365,6 +383,8 @@ def _scale_patch(cfg: dict, schema: dict, scale: str,
     patch = cfg["scales"][scale]
     if "scales" in patch or "scale" in patch:
         raise ConfigError(f"config error at 'scales.{scale}': a scale cannot set scale(s)")
+    # the experiments' own sizes at this scale, beneath what the config's scale sets
+    patch = deep_merge(declared_scale(scale), patch)
     out = deep_merge(cfg, patch)
     kept = {}
     if user:
@@ -544,11 +564,11 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
     return canonical(out)
 
 
-#: experiments of more than one job (their rules in multi_job.smk and data_parallel.smk):
+#: experiments of more than one job (``own_rules``: their rules in workflow/rules/<slug>.smk):
 #: E08 (a job per batch size, then the aggregation; its own replicates), E20 (a cold job,
 #: then a warm one), W01 (a plan, a job per intervention, the aggregation), D01 (one job of
 #: N ranks); ``claim_processes`` does not apply to them
-OWN_JOBS = ("E08", "E20", "W01", "D01")
+OWN_JOBS = tuple(eid for eid, e in EXPERIMENTS.items() if e.own_rules)
 
 
 def _check_claim_processes(cfg: dict) -> None:

@@ -37,6 +37,7 @@ from perflab.experiments import (
     r01_roofline,
     w01_whatif,
 )
+from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.kit import tables
 
 LEDGER_COLUMNS = ["section", "field", "value", "unit", "source"]
@@ -66,8 +67,9 @@ def _fmt(v: float, digits: int = 3) -> str:
 INTERVENTIONS = (e15_amp, e16_checkpointing, e17_accumulation, e18_attention_seq)
 
 
-#: the experiments whose controlled workload is the chapter's contract, in the ledger's order
-BENCHMARK_EXPERIMENTS = ("E03", "E01", "E04", "E06", "E25", "E02", "E05")
+#: the experiments whose controlled workload is the chapter's contract, as each declares
+#: (``Experiment.builds_the_contract``)
+BENCHMARK_EXPERIMENTS = tuple(eid for eid, e in EXPERIMENTS.items() if e.builds_the_contract)
 
 
 def build(csv_paths: list[str | Path]) -> tuple[pd.DataFrame, str]:

@@ -30,7 +30,61 @@ ENTRY = Experiment(
     extra_outputs=(("ranks", "_ranks.json"),),
     report_section="25 · Data parallel: what the step waits for across ranks",
     devices=2,
+    own_rules=True,
 )
+
+#: its parameters (config key ``experiments.D01``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# auto: every visible GPU (NCCL), or 2 ranks on the CPU (gloo)
+ranks:
+  description: processes (one per device on CUDA); auto = every visible GPU from the device on (at least 2), 2 on a CPU
+  oneOf:
+    - {type: string, enum: [auto]}
+    - {type: integer, minimum: 2}
+  default: auto
+# auto: nccl on CUDA, gloo on a CPU
+backend:
+  description: torch.distributed backend; auto = nccl on CUDA, gloo on a CPU
+  type: string
+  enum: [auto, gloo, nccl]
+  default: auto
+warmup: {description: untimed steps of every configuration first, type: integer, minimum: 1, default: 5}
+# interleaved blocks, every configuration once per block (at least 6: a Wilcoxon needs them)
+blocks: {description: "interleaved blocks, each running every configuration (balanced order); at least 6, the fewest paired blocks a Wilcoxon test can resolve (p < 0.05)", type: integer, minimum: 6, default: 6}
+# timed steps per configuration per block
+inner: {description: timed steps per configuration per block, type: integer, minimum: 1, default: 8}
+# beside DDP's default 25; 1000 holds the whole MLP: one bucket
+bucket_cap_mb:
+  description: DDP bucket sizes (MiB) timed beside DDP's default (25, first bucket 1 MiB); one at least the model's size gives a single bucket
+  type: array
+  items: {type: number, exclusiveMinimum: 0}
+  default: [1, 5, 100, 1000]
+# K micro-batches per optimizer step, no_sync() on the first K-1
+accumulation:
+  description: micro-batches K per optimizer step under no_sync() (the all-reduce once per K)
+  type: array
+  items: {type: integer, minimum: 2}
+  default: [4]
+# planted: rank 1 sleeps 10 ms in forward
+straggler:
+  description: the planted straggler - one rank sleeps a known time in one phase of every step
+  type: object
+  additionalProperties: false
+  default: {phase: forward, rank: 1, sleep_ms: 10}
+  properties:
+    rank: {type: integer, minimum: 0, default: 1}
+    phase: {type: string, enum: [input, forward, backward, optimizer], default: forward}
+    sleep_ms: {type: number, exclusiveMinimum: 0, default: 10}
+compress_fp16: {description: also time DDP's fp16_compress_hook, type: boolean, default: true}
+timeout_min: {description: the ranks are ended (and the job fails) past this many minutes, type: number, exclusiveMinimum: 0, default: 15}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+# a 100 ms straggler, not 30: a loaded 2-core CI machine stalled one of the A/A's 6 block
+# pairs by ~30 ms, which set D01's lateness floor at the planted sleep (C50 INCONCLUSIVE)
+SCALES = {"tiny": {'bucket_cap_mb': [0.01, 100], 'warmup': 2, 'blocks': 6, 'inner': 2, 'straggler': {'sleep_ms': 100}}}
 
 # ------------------------------------------------------------------ the names its rows use
 

@@ -63,7 +63,71 @@ ENTRY = Experiment(
     "allocator counters; a scaled batch range",
     report_section="7 · Latency, throughput and peak memory",
     claims_read_samples=True,
+    own_rules=True,
 )
+
+#: its parameters (config key ``experiments.E08``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+batches:
+  description: batch sizes swept, each in its own fresh process
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [32, 64, 128, 256, 512, 1024, 2048]
+repeats:
+  description: synchronized repeats per batch size
+  type: integer
+  minimum: 2
+  default: 200
+# further fresh processes of each replicated batch (~7 s each on the H200), for E08's own
+# between-process floor; which: the N largest swept (replicate_largest; 0: the controlled
+# batch). They decided C19's top step before the interleaved job, which now does, so
+# none by default: the run's floor still comes from its jobs that time the controlled
+# step (C00, E01, E03, E04, E14 and this sweep's batch of it), at no extra job
+replicates:
+  description: >-
+    further fresh processes of each replicated batch size's contract
+    (replicate_largest); the controlled batch's are pooled with the run's other
+    jobs that time the controlled step into the between-process A/A that
+    comparisons of separate processes are judged against, the largest batches'
+    give their own floor to comparisons between them; 0 = none beyond those jobs
+  type: integer
+  minimum: 0
+  default: 0
+replicate_largest:
+  description: >-
+    the batch sizes replicated: the N largest swept; 0 = the controlled batch
+    when swept, else the smallest
+  type: integer
+  minimum: 0
+  default: 2
+# one more job: every batch size in one process, 10 round-robin blocks of 10 synchronized
+# calls and a free-running stretch of 10 steps each (~10 s on the H200): C19-C21 compare
+# sizes by these series, measured together, not by separate processes (whose medians of
+# one step moved 2.95-3.45 ms across one H200 run's jobs: an 84% floor in another)
+interleaved_blocks:
+  description: >-
+    one more job times every batch size in one process, in this many
+    round-robin blocks (balanced order): C19-C21 compare batch sizes by these
+    series, measured together; 0 = no such job (the claims then judge the
+    separate processes against the between-process floor), and fewer than 3
+    blocks give no interval (the same fallback)
+  type: integer
+  minimum: 0
+  default: 10
+interleaved_inner:
+  description: >-
+    per block and batch size, this many synchronized calls, then a
+    free-running stretch of as many steps
+  type: integer
+  minimum: 1
+  default: 10
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batches': [4, 8], 'repeats': 5, 'replicates': 1, 'replicate_largest': 0, 'interleaved_blocks': 3, 'interleaved_inner': 2}}
 
 #: batch size B is the variant ``batch_<B>``: ``step_latency``, ``throughput`` (examples/s,
 #: from FREE_RUNNING_STEP) and LATENCY_PER_EXAMPLE, with the peak memory of its process (MiB)

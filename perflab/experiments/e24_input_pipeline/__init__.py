@@ -40,6 +40,51 @@ ENTRY = Experiment(
     claims_read_samples=True,  # C46: the input-wait share by its own interval
 )
 
+#: its parameters (config key ``experiments.E24``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# num_workers tried; counts above the job's cores are skipped
+workers:
+  description: DataLoader num_workers values; counts above the job's cores are skipped
+  type: array
+  items: {type: integer, minimum: 0}
+  minItems: 1
+  default: [0, 1, 2, 4, 8]
+# num_workers of the pinned-memory run (CUDA)
+pin_workers: {type: integer, minimum: 0, default: 4}
+# CPU preparation passes per example (the stand-in for decoding)
+item_ops:
+  description: CPU preparation passes per example (the stand-in for decoding)
+  type: integer
+  minimum: 0
+  default: 20
+# configurations interleaved in blocks (balanced order), each a fresh loader
+blocks:
+  description: interleaved blocks; each runs every configuration once (balanced order)
+  type: integer
+  minimum: 1
+  default: 6
+# untimed steps per block after its first batch (worker start-up)
+warmup:
+  description: untimed steps per block after the first batch (worker start-up)
+  type: integer
+  minimum: 0
+  default: 2
+# timed steps per block per configuration
+steps:
+  description: timed steps per block per configuration
+  type: integer
+  minimum: 1
+  default: 8
+# pageable vs pinned copy, interleaved
+copy_blocks: {type: integer, minimum: 2, default: 12}
+copy_inner: {type: integer, minimum: 1, default: 30}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'workers': [0, 1, 2], 'pin_workers': 1, 'item_ops': 2, 'blocks': 2, 'warmup': 1, 'steps': 2, 'copy_blocks': 2, 'copy_inner': 3}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: each loader configuration is workers_<N> (pageable host memory) or workers_<N>/pinned

@@ -48,8 +48,57 @@ ENTRY = Experiment(
                   "per side",
     extra_outputs=(("md", ".md"),),
     report_section="25 · What if: each intervention measured",
-    in_all=False,  # up to 3 min on the H200: perflab whatif / diagnose, or run=all,W01
+    in_all=False,  # up to 3 min on the H200: perflab whatif / diagnose, or run=all,W01,
+    own_rules=True,
 )
+
+#: its parameters (config key ``experiments.W01``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# or a list, e.g. [fused_optimizer, compile_default]; each must apply
+interventions:
+  description: all, or a list of intervention names (perflab.experiments.w01_whatif.whatif.NAMES; checked in perflab/pipeline/config.py, each must apply)
+  oneOf:
+    - {type: string, enum: [all]}
+    - {type: array, minItems: 1, items: {type: string}}
+  default: all
+# interleaved blocks per side (AB/BA), judged by perflab.instruments.stats.judge
+blocks: {type: integer, minimum: 2, default: 12}
+# steps per block, timed as free-running stretches of up to 10
+inner: {type: integer, minimum: 1, default: 30}
+# the baseline loop reads the loss on the host every step (E05's logging)
+read_every:
+  description: the baseline loop reads the loss on the host every N steps (0 never)
+  type: integer
+  minimum: 0
+  default: 1
+# device_accumulator: the loss summed on the device, read every 50 steps
+log_every:
+  description: the device accumulator's host read, every N steps
+  type: integer
+  minimum: 2
+  default: 50
+# larger_batch: this many times the workload's batch
+batch_factor: {type: integer, minimum: 2, default: 2}
+# loader_workers: the rebuilt DataLoader's workers; 0 = the job's cores
+loader_workers:
+  description: DataLoader workers of the rebuilt loader; 0 = the job's cores
+  type: integer
+  minimum: 0
+  default: 0
+# steps of each side alone for its peak memory (0: not measured)
+peak_calls:
+  description: steps of each side alone for its peak memory; 0 = not measured
+  type: integer
+  minimum: 0
+  default: 3
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+# no compile and no peak processes at the tiny contract: they would dominate the test run
+# (tests/test_w01_whatif.py measures both)
+SCALES = {"tiny": {'interventions': ['fused_optimizer', 'autocast_bf16', 'device_accumulator', 'larger_batch'], 'blocks': 6, 'inner': 4, 'log_every': 4, 'peak_calls': 0}}
 NO_CLAIMS = ("W01 measures the interventions that apply to the workload at hand; the "
              "chapter's one worked intervention is E25's claim C43")
 
