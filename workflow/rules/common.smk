@@ -138,7 +138,7 @@ def figure_reports():
         EXPERIMENTS[e].slug: report(
             f["png"],
             caption=os.path.abspath(f["caption"]),
-            category=perflab_reference.section(e),
+            category=perflab_reference.report_category(perflab_reference.section(e)),
             labels={"experiment": e, "title": EXPERIMENTS[e].title},
         )
         for e in selected()
@@ -373,12 +373,24 @@ def stop_fork_server():
         os.environ.pop(perflab_forkserver.ENV_SOCKET, None)
 
 
+# when the run started: the summary marks a file older than it as an earlier run's
+from perflab import summary as perflab_summary  # noqa: E402
+
+RUN_STARTED = time.time()
+
+
 onstart:
     before_first_job()
 
 
+# every run ends with its verdict, claims tally and report path (plain snakemake too),
+# on stderr beside Snakemake's own lines; not on a dry run, which makes nothing
 onsuccess:
     stop_fork_server()
+    if not workflow.dryrun and not workflow.remote_exec:
+        print(
+            "\n".join(perflab_summary.lines(RESULTS, RUN_STARTED)), file=sys.stderr
+        )
 
 
 # W01 what if: a plan job (a checkpoint: which interventions apply), one job per
