@@ -530,7 +530,8 @@ INJECTION = _cases(BAD_INPUTS, [
 REPORT_TAGS = {"a", "body", "code", "details", "div", "em", "h1", "h2", "h3", "h4", "h5", "h6",
                "head", "html", "img", "li", "main", "meta", "p", "pre", "strong", "style",
                "summary", "table", "tbody", "td", "th", "thead", "title", "tr", "ul", "ol",
-               "blockquote", "hr", "br", "del"}
+               "blockquote", "hr", "br", "del",
+               "nav", "span"}  # the first screen's sidebar and the time bar's key
 
 
 class LiveParts(HTMLParser):
