@@ -113,3 +113,48 @@ def test_readme_has_no_commit_hashes_or_dead_links():
 def test_config_readme_for_the_catalog():
     text = (ROOT / "config" / "README.md").read_text()
     assert "snakemake --cores 1" in text and "config.yaml" in text
+
+
+# ---------------------------------------------------------------- ARTIFACT.md
+
+
+def test_artifact_is_short_and_its_tables_current():
+    from perflab import artifact_table
+
+    text = (ROOT / "ARTIFACT.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert artifact_table.render(text) == text, "run: python -m perflab.artifact_table"
+    # every claim has its row, with a command and the two machines' costs
+    from perflab.claims import registry
+
+    table = text.split(artifact_table.CLAIMS_BEGIN)[1].split(artifact_table.CLAIMS_END)[0]
+    rows = [r for r in table.splitlines() if r.startswith("| C")]
+    listed = set()
+    for r in rows:
+        for part in r.split("|")[1].split(","):
+            a, _, b = part.strip().partition("–")
+            listed |= {f"C{n:02d}" for n in range(int(a[1:]), int((b or a)[1:]) + 1)}
+        assert "`snakemake --cores" in r
+    assert listed == set(registry())
+
+
+def test_a_stale_artifact_table_is_caught():
+    from perflab import artifact_table
+
+    text = (ROOT / "ARTIFACT.md").read_text().replace("| C10–C13 |", "| C10–C12 |")
+    assert artifact_table.render(text) != text
+
+
+def test_claims_needing_the_floor_run_c00_beside():
+    from perflab import artifact_table
+
+    assert artifact_table.needs_floor(["... each beyond the A/A floor (C00)"])
+    assert not artifact_table.needs_floor(["decided by its own 95% interval"])
+    assert artifact_table._ids(["C10", "C11", "C12", "C14"]) == "C10–C12, C14"
+
+
+def test_each_shipped_run_has_its_story_beside_it():
+    ref = ROOT / "report" / "reference"
+    for run in ("cpu-2c", "h200"):
+        assert (ref / run / "NOTES.md").is_file() and (ref / run / "run.json").is_file()
+    assert (ref / "reproducibility" / "NOTES.md").is_file()
