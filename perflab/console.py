@@ -19,6 +19,7 @@ from typing import TextIO
 
 _RULE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\S+):$")
 _JOBID = re.compile(r"^\s+jobid: (\d+)$")
+_WILDCARDS = re.compile(r"^\s+wildcards: (.+)$")
 _FINISHED = re.compile(r"^Finished jobid: (\d+)(?: \(Rule: (\S+)\))?")
 _STEPS = re.compile(r"^(\d+) of (\d+) steps \([\d.]+%\) done$")
 #: the timestamp Snakemake prints before each job's start and end: the progress line's time
@@ -48,6 +49,7 @@ class Compact:
         self.out, self.clock = out, clock
         self.started: dict[str, tuple[str, float]] = {}  # jobid -> (rule, start)
         self.rule: str | None = None
+        self.last: str | None = None  # the jobid whose rule block is being read
         self.in_error = False
         self.log: str | None = None
         self.finished: tuple[str, float] | None = None  # awaiting its "k of n steps" line
@@ -64,17 +66,23 @@ class Compact:
             self.rule, self.in_error = m.group(1), False
             return
         if (m := _JOBID.match(line)) and self.rule and not self.in_error:
-            self.started[m.group(1)] = (self.rule, now)
-            self.rule = None
+            self.started[m.group(1)] = (label(self.rule), now)
+            self.rule, self.last = None, m.group(1)
+            return
+        if (m := _WILDCARDS.match(line)) and self.last in self.started:
+            # one rule, several jobs (W01's interventions, E08's sizes): name the job
+            rule, start = self.started[self.last]
+            values = ",".join(v.split("=", 1)[-1] for v in m.group(1).split(", "))
+            self.started[self.last] = (f"{rule} {values}", start)
             return
         if m := _FINISHED.match(line):
-            rule, start = self.started.pop(m.group(1), (m.group(2) or "?", now))
-            self.finished = (m.group(2) or rule, now - start)
+            rule, start = self.started.pop(m.group(1), (label(m.group(2) or "?"), now))
+            self.finished = (rule, now - start)
             return
         if (m := _STEPS.match(line)) and self.finished:
             rule, took = self.finished
             self.finished = None
-            self.out.write(f"[{m.group(1)}/{m.group(2)}] {label(rule):<28} {took:6.0f} s\n")
+            self.out.write(f"[{m.group(1)}/{m.group(2)}] {rule:<36} {took:6.0f} s\n")
             self.out.flush()
             return
         if m := _LOG.match(line):

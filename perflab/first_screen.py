@@ -102,6 +102,9 @@ def time_html(rows: pd.DataFrame) -> str:
     if not out:
         return ("<p>Where the step's time goes: not measured in this run (E05 did not run; "
                 "<code>--config run=E05</code> measures it).</p>")
+    if not rows.empty and (rows.experiment == "R01").any():
+        out.append('<p>Each phase against this device\'s ceilings: <a href="#r01">R01, the '
+                   "roofline</a>.</p>")
     return "".join(out)
 
 

@@ -147,6 +147,16 @@ def test_compact_view_keeps_progress_perflab_and_errors():
     assert view.log == "/w/.snakemake/log/x.snakemake.log"
 
 
+def test_compact_progress_names_a_job_by_its_wildcards():
+    out = io.StringIO()
+    view = console.Compact(out, clock=lambda: 0.0)
+    for line in ["rule w01_intervention:", "    jobid: 4", "    reason: Missing output files",
+                 "    wildcards: intervention=fused_optimizer",
+                 "Finished jobid: 4 (Rule: w01_intervention)", "3 of 9 steps (33%) done"]:
+        view.feed(line)
+    assert out.getvalue().split()[:4] == ["[3/9]", "W01", "intervention", "fused_optimizer"]
+
+
 def test_compact_progress_times_each_job_from_its_start():
     clock = iter([0.0, 10.0, 22.0, 22.0])  # rule line, jobid line, finished, steps
     out = io.StringIO()
