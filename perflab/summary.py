@@ -55,9 +55,10 @@ def best_whatif(result_dir: Path) -> str | None:
     return None
 
 
-def lines(result_dir: Path, since: float | None = None) -> list[str]:
+def lines(result_dir: Path, since: float | None = None, claims: bool = True) -> list[str]:
     """The summary's lines, each "perflab: <what>: <it>"; ``since`` (a time.time()): files
-    older than it are marked as from an earlier run."""
+    older than it are marked as from an earlier run; ``claims``: False leaves the chapter's
+    claims out (a user's workload: perflab.first_screen.show_claims)."""
     d = Path(result_dir)
 
     def old(name: str) -> str:
@@ -67,7 +68,7 @@ def lines(result_dir: Path, since: float | None = None) -> list[str]:
 
     out = []
     for name, label, value in (("diagnosis.csv", "verdict", verdict(d)),
-                               ("claims.csv", "claims", tally(d)),
+                               ("claims.csv", "claims", tally(d) if claims else None),
                                ("w01_whatif.md", "what-if", best_whatif(d))):
         if value:
             out.append(f"perflab: {label}: {value}{old(name)}")

@@ -179,6 +179,7 @@ def test_summary_names_the_verdict_claims_and_report(tmp_path):
     n = sum(1 for _ in (REFERENCE / "claims.csv").open()) - 1
     assert f"{n} claims" in lines[1]
     assert lines[2] == f"perflab: report: {tmp_path / 'report.html'}"
+    assert not any("claims" in s for s in summary.lines(tmp_path, claims=False))
     # a file older than the run is said to be so
     assert "(from an earlier run)" in summary.lines(tmp_path, since=2e10)[0]
 

@@ -374,6 +374,7 @@ def stop_fork_server():
 
 
 # when the run started: the summary marks a file older than it as an earlier run's
+from perflab import first_screen as perflab_first_screen  # noqa: E402
 from perflab import summary as perflab_summary  # noqa: E402
 
 RUN_STARTED = time.time()
@@ -388,8 +389,12 @@ onstart:
 onsuccess:
     stop_fork_server()
     if not workflow.dryrun and not workflow.remote_exec:
+        chapter = perflab_config.load_yaml(perflab_config.DEFAULT_CONFIG)["workload"]
+        claims = perflab_first_screen.show_claims(
+            RUN["report_claims"], RUN["workload"], chapter
+        )
         print(
-            "\n".join(perflab_summary.lines(RESULTS, RUN_STARTED)), file=sys.stderr
+            "\n".join(perflab_summary.lines(RESULTS, RUN_STARTED, claims)), file=sys.stderr
         )
 
 
