@@ -54,6 +54,9 @@ class Compact:
         self.log: str | None = None
         self.finished: tuple[str, float] | None = None  # awaiting its "k of n steps" line
         self.stamp: float | None = None  # Snakemake's last timestamp line
+        #: the lines hidden since the last progress line: shown when the run fails, so an
+        #: error Snakemake words unusually is never hidden
+        self.tail: list[str] = []
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\n")
@@ -84,6 +87,7 @@ class Compact:
             self.finished = None
             self.out.write(f"[{m.group(1)}/{m.group(2)}] {rule:<36} {took:6.0f} s\n")
             self.out.flush()
+            self.tail = []
             return
         if m := _LOG.match(line):
             self.log = (m.group(1) or m.group(2)).strip()
@@ -95,6 +99,14 @@ class Compact:
         if self.in_error or (_KEEP.search(line) and not _NOISE.match(line)):
             self.out.write(line + "\n")
             self.out.flush()
+        elif line.strip():
+            self.tail.append(line)
+
+    def failed(self, last: int = 30) -> None:
+        """The run failed: show the lines hidden since the last finished job."""
+        if self.tail:
+            self.out.write("perflab: Snakemake's last lines before it stopped:\n"
+                           + "\n".join(self.tail[-last:]) + "\n")
 
 
 def run(cmd: list[str], env: dict | None = None, verbose: bool = False,
@@ -111,6 +123,8 @@ def run(cmd: list[str], env: dict | None = None, verbose: bool = False,
         assert p.stdout is not None
         for line in p.stdout:
             view.feed(line)
+    if p.returncode != 0:
+        view.failed()
     if view.log:
         out.write(f"perflab: Snakemake's full output: {view.log} (-v shows it here)\n")
     return p.returncode

@@ -147,6 +147,20 @@ def test_compact_view_keeps_progress_perflab_and_errors():
     assert view.log == "/w/.snakemake/log/x.snakemake.log"
 
 
+def test_a_failed_run_shows_what_was_hidden_since_the_last_job(tmp_path):
+    """An error worded in no way the filter knows is still shown when the run fails."""
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nprint('Building DAG of jobs...')\n"
+                      "print('something odd went wrong here')\nsys.exit(1)\n")
+    out = io.StringIO()
+    assert console.run([sys.executable, str(script)], out=out) == 1
+    assert "something odd went wrong here" in out.getvalue()
+    out = io.StringIO()  # the same lines, exit 0: hidden
+    script.write_text("print('something odd went wrong here')\n")
+    assert console.run([sys.executable, str(script)], out=out) == 0
+    assert out.getvalue() == ""
+
+
 def test_compact_progress_names_a_job_by_its_wildcards():
     out = io.StringIO()
     view = console.Compact(out, clock=lambda: 0.0)
