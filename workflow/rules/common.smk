@@ -380,22 +380,26 @@ from perflab import summary as perflab_summary  # noqa: E402
 RUN_STARTED = time.time()
 
 
+def print_summary():
+    """The verdict, the claims' tally (the chapter's workload only, as in the report) and
+    the report's path, on stderr beside Snakemake's own lines."""
+    chapter = perflab_config.load_yaml(perflab_config.DEFAULT_CONFIG)["workload"]
+    claims = perflab_first_screen.show_claims(
+        RUN["report_claims"], RUN["workload"], chapter
+    )
+    lines = perflab_summary.lines(RESULTS, RUN_STARTED, claims)
+    print("\n".join(lines), file=sys.stderr)
+
+
 onstart:
     before_first_job()
 
 
-# every run ends with its verdict, claims tally and report path (plain snakemake too),
-# on stderr beside Snakemake's own lines; not on a dry run, which makes nothing
+# every run ends with its summary (plain snakemake too); not a dry run, which makes nothing
 onsuccess:
     stop_fork_server()
     if not workflow.dryrun and not workflow.remote_exec:
-        chapter = perflab_config.load_yaml(perflab_config.DEFAULT_CONFIG)["workload"]
-        claims = perflab_first_screen.show_claims(
-            RUN["report_claims"], RUN["workload"], chapter
-        )
-        print(
-            "\n".join(perflab_summary.lines(RESULTS, RUN_STARTED, claims)), file=sys.stderr
-        )
+        print_summary()
 
 
 # W01 what if: a plan job (a checkpoint: which interventions apply), one job per
