@@ -13,13 +13,16 @@ Everything is read from the run's files; every text is escaped; nothing is fetch
 from __future__ import annotations
 
 import html
+import math
 import re
 from pathlib import Path
 
 import pandas as pd
 
 from perflab import summary
-from perflab.experiments import e05_phases, r02_step_trace
+from perflab.experiments import e05_phases, r01_roofline, r02_step_trace
+from perflab.tables import Missing, pick, rows_of
+from perflab.vocabulary import PHASES
 
 #: the page's own style: the sidebar, tables that scroll inside their cell of the page
 #: instead of widening it, left-aligned text (nbconvert's lab template right-aligns every
@@ -64,7 +67,8 @@ def _stack(parts: dict[str, float], title: str) -> str:
     """One stacked bar of ``parts`` (label -> %, summing to about 100) with its key."""
     esc = html.escape
     cells, keys = [], []
-    for (name, pct), colour in zip(parts.items(), COLOURS):
+    for k, (name, pct) in enumerate(parts.items()):
+        colour = _colour(name) if name in PHASES else COLOURS[k % len(COLOURS)]
         if pct <= 0:
             continue
         label = f"{name} {pct:.0f}%" if pct >= 7 else ""
@@ -88,6 +92,76 @@ def device_idle(rows: pd.DataFrame) -> dict[str, float]:
             float(x) for v, x in zip(keep.variant, keep.value)}
 
 
+def _colour(phase: str) -> str:
+    """A phase's colour, the same in the bar and on the roofline."""
+    return COLOURS[PHASES.index(phase) % len(COLOURS)] if phase in PHASES else "#333"
+
+
+def _flops(x: float) -> str:
+    return f"{x / 1e12:.3g} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.3g} GFLOP/s"
+
+
+def _num(cell) -> float | None:
+    return None if isinstance(cell, Missing) else float(cell)
+
+
+def roofline_svg(rows: pd.DataFrame, width: int = 380, height: int = 210) -> str:
+    """R01's roofline as an inline SVG: the roof of the run's dtype (its measured matmul
+    ceiling over the measured memory bandwidth) and each phase with counted FLOPs as a point
+    at its arithmetic intensity and achieved FLOP/s (log-log). "" where R01 measured no
+    ceiling or no phase did work."""
+    r = rows_of(r01_roofline.ENTRY.eid, rows)
+    if r.empty:
+        return ""
+    dtype = str(r.dtype.iloc[0])
+    peaks = {k: v for k, v in r01_roofline.peak_flops(r).items() if v}
+    peak = peaks.get(dtype) or max(peaks.values(), default=None)
+    bw = _num(pick(r, r01_roofline.MEMORY_BANDWIDTH, r01_roofline.BANDWIDTH, "value"))
+    points = {}
+    for ph in r01_roofline.WORK_PHASES:
+        v = r01_roofline.phase_variant(ph)
+        x = _num(pick(r, v, r01_roofline.ARITHMETIC_INTENSITY))
+        y = _num(pick(r, v, r01_roofline.ACHIEVED_FLOPS))
+        if x and y and x > 0 and y > 0:
+            points[ph] = (x, y)
+    if not (peak and bw and points):
+        return ""
+    ridge = peak / bw
+    xs = [x for x, _ in points.values()] + [ridge]
+    x0, x1 = math.log10(min(xs) / 4), math.log10(max(xs) * 4)
+    y0, y1 = math.log10(min(y for _, y in points.values()) / 4), math.log10(peak * 2)
+    pad = 34
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return (pad + (math.log10(x) - x0) / (x1 - x0) * (width - pad - 6),
+                height - pad + 10 - (math.log10(y) - y0) / (y1 - y0) * (height - pad - 4))
+
+    roof = [at(10 ** x0, min(peak, bw * 10 ** x0)), at(ridge, peak), at(10 ** x1, peak)]
+    esc = html.escape
+    dots = "".join(
+        f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{c}"><title>{esc(ph)}: '
+        f"{x:.3g} FLOP/B, {y / 1e9:.3g} GFLOP/s ({100 * y / min(peak, bw * x):.1f}% of the "
+        f"roof)</title></circle>"
+        for ph, (x, y) in points.items()
+        for cx, cy, c in [(*at(x, y), _colour(ph))])
+    key = "".join(f'<span class="key"><span class="swatch" style="background:{c}"></span>'
+                  f"{esc(ph)}</span>" for ph in points for c in [_colour(ph)])
+    return (f"<p><strong>The roofline (R01, {esc(dtype)}): each phase against this device's "
+            "ceilings</strong></p>"
+            f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+            'role="img" style="max-width:100%;background:#fff;border:1px solid #ccc">'
+            f'<polyline fill="none" stroke="#333" stroke-width="2" points="'
+            + " ".join(f"{a:.1f},{b:.1f}" for a, b in roof) + '"/>'
+            + dots
+            + f'<text x="{width / 2:.0f}" y="{height - 4}" font-size="11" text-anchor="middle">'
+            "arithmetic intensity (FLOP/byte, log)</text>"
+            + f'<text x="10" y="{height / 2:.0f}" font-size="11" text-anchor="middle" '
+            f'transform="rotate(-90 10 {height / 2:.0f})">FLOP/s (log)</text>'
+            + f"<text x=\"{roof[2][0] - 4:.0f}\" y=\"{roof[2][1] - 5:.0f}\" font-size=\"10\" "
+            f'text-anchor="end">peak {_flops(peak)}</text></svg>'
+            f"<div>{key}</div>")
+
+
 def time_html(rows: pd.DataFrame) -> str:
     """Where the step's time goes: E05's synchronized phase shares, R02's device idle."""
     out = []
@@ -100,12 +174,17 @@ def time_html(rows: pd.DataFrame) -> str:
         out.append(_stack(idle, "The device during free-running steps (R02, % of its "
                           "profiled window)"))
     if not out:
-        return ("<p>Where the step's time goes: not measured in this run (E05 did not run; "
-                "<code>--config run=E05</code> measures it).</p>")
-    if not rows.empty and (rows.experiment == "R01").any():
-        out.append('<p>Each phase against this device\'s ceilings: <a href="#r01">R01, the '
-                   "roofline</a>.</p>")
-    return "".join(out)
+        out.append("<p>Where the step's time goes: not measured in this run (E05 did not run; "
+                   "<code>--config run=E05</code> measures it).</p>")
+    roof = roofline_svg(rows)
+    if not roof:
+        return "".join(out)
+    # the bars and the roofline side by side: the first screen keeps its height
+    return ('<div style="display:flex;gap:18px;align-items:flex-start;flex-wrap:wrap">'
+            f'<div style="flex:1 1 480px;min-width:0">{"".join(out)}</div>'
+            f'<div style="flex:0 1 390px;min-width:0">{roof} <a href="#r01">R01\'s table and '
+            "figure</a></div>"
+            "</div>")
 
 
 def verdict_html(results: Path, title: str, workload: str) -> str:

@@ -3,6 +3,7 @@ and `snakemake --report`'s sections in the chapter's numeric order."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -24,9 +25,19 @@ def rows():
 def test_time_bar_is_e05s_phase_shares(rows):
     text = first_screen.time_html(rows)
     assert "Where the step&#x27;s time goes" in text and "optimizer 44%" in text
-    widths = [float(w) for w in __import__("re").findall(r"width:([\d.]+)%", text)]
+    widths = [float(w) for w in re.findall(r'<div style="width:([\d.]+)%', text)]
     assert 99 <= sum(widths) <= 101  # the phases' shares of their sum
     assert first_screen.device_idle(rows) == {}  # a CPU: R02 measured no device queue
+
+
+def test_roofline_draws_the_phases_that_did_work(rows):
+    svg = first_screen.roofline_svg(rows)
+    assert svg.count("<circle") >= 2 and "forward" in svg and "backward" in svg
+    assert "% of the roof" in svg and "peak " in svg
+    # without R01's ceilings there is no roof to draw: nothing, not a guess
+    assert first_screen.roofline_svg(rows[rows.experiment != "R01"]) == ""
+    no_ceiling = rows[~((rows.experiment == "R01") & rows.variant.str.startswith("ceiling/"))]
+    assert first_screen.roofline_svg(no_ceiling) == ""
 
 
 def test_time_bar_says_when_e05_did_not_run(rows):

@@ -531,7 +531,8 @@ REPORT_TAGS = {"a", "body", "code", "details", "div", "em", "h1", "h2", "h3", "h
                "head", "html", "img", "li", "main", "meta", "p", "pre", "strong", "style",
                "summary", "table", "tbody", "td", "th", "thead", "title", "tr", "ul", "ol",
                "blockquote", "hr", "br", "del",
-               "nav", "span"}  # the first screen's sidebar and the time bar's key
+               "nav", "span",  # the first screen's sidebar and the time bar's key
+               "svg", "polyline", "circle", "text"}  # and its roofline, drawn inline
 
 
 class LiveParts(HTMLParser):
