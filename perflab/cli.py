@@ -36,7 +36,7 @@ from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.instruments import workloads
 from perflab.pipeline import config as cfgmod
 from perflab.pipeline import preflight
-from perflab.views import partial
+from perflab.views import console, partial
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device, as each
@@ -200,9 +200,22 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
         cmd.append(f"scale={args.scale}")
     if _only(args):
         cmd.append("experiments={%s: {interventions: [%s]}}" % (WHATIF, ", ".join(_only(args))))
-    cmd += snakemake_args
-    print("perflab: " + " ".join(cmd), file=sys.stderr)
-    return subprocess.call(cmd, env=env), workdir
+    cmd += snakemake_args + (["-n"] if getattr(args, "dry_run", False) else [])
+    return _call_snakemake(args, cmd, env), workdir
+
+
+def _dry(args, snakemake_args: list[str]) -> bool:
+    return getattr(args, "dry_run", False) or "-n" in snakemake_args \
+        or "--dry-run" in snakemake_args
+
+
+def _call_snakemake(args, cmd: list[str], env: dict) -> int:
+    """Snakemake's console compact (one line per finished job), whole with -v or a dry run
+    (``perflab.views.console``); the command itself is printed with -v."""
+    verbose = getattr(args, "verbose", False) or _dry(args, cmd)
+    if getattr(args, "verbose", False):
+        print("perflab: " + " ".join(cmd), file=sys.stderr)
+    return console.run(cmd, env=env, verbose=verbose)
 
 
 def diagnose(args, snakemake_args: list[str]) -> int:
@@ -212,8 +225,7 @@ def diagnose(args, snakemake_args: list[str]) -> int:
     run = args.run
     # `all` leaves W01 out (it runs only when asked), so all,W01 is how it joins
     whatif_after = not args.no_whatif and WHATIF not in run.upper().replace(" ", "").split(",")
-    dry = "-n" in snakemake_args or "--dry-run" in snakemake_args
-    if not whatif_after or dry:
+    if not whatif_after or _dry(args, snakemake_args):
         return _diagnose_run(args, cfg, f"{run},{WHATIF}" if whatif_after else run,
                              snakemake_args)
     _read_passed_configfiles(snakemake_args)
@@ -241,14 +253,15 @@ def _diagnose_run(args, cfg: dict, run: str, snakemake_args: list[str],
     rc, workdir = _snakemake(args, cfg, run, [] if args.report else [str(md_rel)],
                              snakemake_args, env)
     md = workdir / md_rel
-    if rc != 0 and "-n" not in snakemake_args and "--dry-run" not in snakemake_args \
+    if rc != 0 and not _dry(args, snakemake_args) \
             and not (md.is_file() and md.stat().st_mtime >= started):
         # a job failed, so the diagnosis rule never ran: draw the verdict from what did
         _partial_diagnosis(cfg, workdir, started)
     if md.is_file() and (rc == 0 or md.stat().st_mtime >= started):
         print(md.read_text())
+        report = md.parent / "report.html"
         print(f"evidence rows: {md.with_suffix('.csv')}"
-              + (f"; ledger and report: {md.parent}" if args.report else
+              + (f"\nreport: {report}" if args.report and report.is_file() else
                  " (--report for the ledger, figures and report)"))
     return rc
 
@@ -287,8 +300,7 @@ def bench_pipeline(args, snakemake_args: list[str]) -> int:
         _read_passed_configfiles(snakemake_args)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
                "--directory", str(workdir), "--cores", "1", *snakemake_args]
-        print("perflab: " + " ".join(cmd), file=sys.stderr)
-        rc = subprocess.call(cmd, env=_env())
+        rc = _call_snakemake(args, cmd, _env())
         if rc != 0:
             return rc
     try:
@@ -304,9 +316,41 @@ def bench_pipeline(args, snakemake_args: list[str]) -> int:
     return 0
 
 
-def _bench_parser(sub) -> None:
-    s = sub.add_parser("bench-pipeline", help="split a pipeline run's wall time into "
-                       "measurement and overhead (process floor, figures, report, scheduling)")
+def _workload_args(s, name: str) -> None:
+    """check, diagnose and whatif: a workload and the contract it is measured under."""
+    s.add_argument("target", help="a name under `workloads` in the config, a registered "
+                   "builder, or package.module:function (the current directory is importable)")
+    s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    s.add_argument("--scale", help="a name under `scales` (default: auto)")
+    s.add_argument("--configfile", action="append", default=[],
+                   help="YAML merged over config/config.yaml (repeatable)")
+    s.add_argument("--only", help="interventions of W01, comma-separated (default: all "
+                   "that apply); each must apply to the workload")
+    if name == "diagnose":
+        s.add_argument("--run", help="experiments to run (default: "
+                       f"{DIAGNOSE_RUN['cuda']} on CUDA, {DIAGNOSE_RUN['cpu']} on a CPU, "
+                       f"then {WHATIF}; 'all' for every one)")
+        s.add_argument("--report", action="store_true",
+                       help="also build the ledger, claims, figures and HTML report")
+        s.add_argument("--no-whatif", action="store_true",
+                       help=f"skip the what-if step ({WHATIF}: each intervention measured)")
+    if name != "check":
+        _snakemake_args(s)
+
+
+def _snakemake_args(s) -> None:
+    """The options of a subcommand that runs Snakemake."""
+    s.add_argument("--cores", type=int, default=1, help="cores Snakemake may use (default: 1)")
+    s.add_argument("--directory", default=".",
+                   help="where results/, figures/ and logs/ go (default: here)")
+    s.add_argument("-n", "--dry-run", action="store_true",
+                   help="show the jobs Snakemake would run, run none")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="show Snakemake's own output (default: one line per finished job; "
+                   "the rest is in .snakemake/log/)")
+
+
+def _bench_args(s) -> None:
     s.add_argument("--directory", default=".",
                    help="the run's working directory, holding .snakemake/ (default: here)")
     s.add_argument("--log", help="one .snakemake/log/*.snakemake.log (default: the newest "
@@ -314,50 +358,111 @@ def _bench_parser(sub) -> None:
     s.add_argument("--run", action="store_true", help="run `snakemake --cores 1` there first "
                    "(arguments after -- are passed on)")
     s.add_argument("--jobs-csv", help="also write one row per job to this CSV")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="with --run: show Snakemake's own output")
+
+
+#: the subcommands, in the order help lists them: name -> (handler, one-line help, description,
+#: its arguments). A new subcommand is one more entry (its handler takes (args, extra), extra
+#: being the arguments after `--`, which go to Snakemake).
+SUBCOMMANDS = {
+    "check": (lambda args, extra: check(args),
+              "build a workload and run one training step",
+              "Build the workload and run one training step on the device: a clear error naming "
+              "the field or the phase that failed, or one line saying OK with its size.",
+              lambda s: _workload_args(s, "check")),
+    "diagnose": (diagnose,
+                 "what is the machine waiting for: run the evidence, print the verdict",
+                 "Check the workload, run the experiments the verdict reads (C00, E05, R01, R02; "
+                 "E06 on CUDA), print the verdict with its evidence, then measure each "
+                 f"intervention that applies ({WHATIF}) and print the verdict again beside them. "
+                 "Arguments after -- go to Snakemake.",
+                 lambda s: _workload_args(s, "diagnose")),
+    "whatif": (whatif,
+               "measure each intervention that applies (W01)",
+               "Measure every intervention that applies to the workload (fused optimizer, "
+               "autocast, torch.compile, loader workers, pinned memory, ...), each in a fresh "
+               "process against the baseline, and print them ranked by measured gain with "
+               "their 95% intervals. Arguments after -- go to Snakemake.",
+               lambda s: _workload_args(s, "whatif")),
+    "bench-pipeline": (bench_pipeline,
+                       "split a pipeline run's wall time into measurement and overhead",
+                       "Split one pipeline invocation's wall time into measurement (the jobs' "
+                       "own wall) and overhead: process floor, figures, report, other jobs, "
+                       "scheduling.",
+                       _bench_args),
+}
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    try:
+        return _v("perflab")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with "did you mean" on a mistyped subcommand or option."""
+
+    def error(self, message: str):
+        import difflib
+        import re
+
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            near = difflib.get_close_matches(m.group(1), choices, n=1)
+            if near:
+                message += f"; did you mean {near[0]!r}?"
+        m = re.search(r"unrecognized arguments: (.*)", message)
+        if m:
+            options = {o for a in _all_actions(self) for o in a.option_strings}
+            for word in m.group(1).split():
+                near = difflib.get_close_matches(word, options, n=1)
+                if word.startswith("-") and near:
+                    message += f"; did you mean {near[0]!r} (for {word!r})?"
+        super().error(message)
+
+
+def _all_actions(p: argparse.ArgumentParser):
+    for a in p._actions:
+        yield a
+        if isinstance(a, argparse._SubParsersAction):
+            for sp in a.choices.values():
+                yield from _all_actions(sp)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="perflab", description="\n\n".join(__doc__.split("\n\n")[:2]),
+                epilog="Each COMMAND has its own --help. The documentation: docs/ "
+                "(getting-started.md, own-training.md, diagnosis.md).",
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"perflab {version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (_, helptext, description, add_args) in SUBCOMMANDS.items():
+        add_args(sub.add_parser(name, help=helptext, description=description))
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # the console script's sys.path starts at its own bin directory, not here (as
+    # `python -m perflab`'s does): a workload in the current directory must import
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="perflab", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    for name, helptext in (("check", "build a workload and run one training step"),
-                           ("diagnose", "run the evidence experiments and print the verdict"),
-                           ("whatif", "measure each intervention that applies (W01)")):
-        s = sub.add_parser(name, help=helptext)
-        s.add_argument("target", help="a name under `workloads` in the config, a registered "
-                       "builder, or package.module:function")
-        s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-        s.add_argument("--scale", help="a name under `scales` (default: auto)")
-        s.add_argument("--configfile", action="append", default=[],
-                       help="YAML merged over config/config.yaml (repeatable)")
-        s.add_argument("--only", help="interventions of W01, comma-separated (default: all "
-                       "that apply); each must apply to the workload")
-        if name == "diagnose":
-            s.add_argument("--run", help="experiments to run (default: "
-                           f"{DIAGNOSE_RUN['cuda']} on CUDA, {DIAGNOSE_RUN['cpu']} on a CPU, "
-                           f"then {WHATIF}; 'all' for every one)")
-            s.add_argument("--report", action="store_true",
-                           help="also build the ledger, claims, figures and HTML report")
-            s.add_argument("--no-whatif", action="store_true",
-                           help=f"skip the what-if step ({WHATIF}: each intervention measured)")
-        if name != "check":
-            s.add_argument("--cores", type=int, default=1)
-            s.add_argument("--directory", default=".",
-                           help="where results/, figures/ and logs/ go (default: here)")
-    _bench_parser(sub)
+    p = parser()
     args = p.parse_args(argv)
-    if args.command == "bench-pipeline":
-        return bench_pipeline(args, extra)
-    if args.command == "check":
-        return check(args)
-    if args.command == "whatif":
-        return whatif(args, extra)
-    return diagnose(args, extra)
+    if args.command is None:  # `perflab` alone: what it can do, not an error
+        p.print_help()
+        return 0
+    return SUBCOMMANDS[args.command][0](args, extra)
 
 
 if __name__ == "__main__":

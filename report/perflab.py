@@ -8,13 +8,6 @@
 #     name: python3
 # ---
 
-# %% [markdown]
-# # perflab report
-#
-# The measurements of *Performance: What Is the Machine Waiting For?*, repeated on
-# this machine. Every number below is read from this run's result files; a
-# measurement this device cannot make is shown with its reason, never invented.
-
 # %%
 # Setup: where the results and figures are (set by scripts/render_report.py).
 import base64
@@ -82,6 +75,50 @@ def key_value(pairs: dict) -> HTML:
 
 
 # %%
+# The first screen: the answer (verdict, where the time goes, the claims' tally), then the
+# evidence. A run of the user's own workload leads with it and leaves the chapter's claims
+# out unless asked (`report_claims: all`): they would judge the chapter's model, not theirs.
+from perflab.pipeline import config as perflab_config  # noqa: E402
+from perflab.views import first_screen  # noqa: E402
+
+FIRST_CONTRACT = next(iter(PROVENANCE.values()), {}).get("contract", {})
+FIRST_ENV = next(iter(PROVENANCE.values()), {}).get("environment", {})
+WORKLOAD = str(FIRST_CONTRACT.get("workload", ""))
+CHAPTER_WORKLOAD = perflab_config.load_yaml(perflab_config.DEFAULT_CONFIG)["workload"]
+CLAIMS_MODE = os.environ.get("PERFLAB_REPORT_CLAIMS", "auto")
+SHOW_CLAIMS = first_screen.show_claims(CLAIMS_MODE, WORKLOAD, CHAPTER_WORKLOAD)
+DEVICE = FIRST_ENV.get("device_name") or FIRST_CONTRACT.get("device", "") or RESULTS.name
+SECTIONS = list(dict.fromkeys(reference.section(eid) for eid in EXPERIMENTS))
+
+
+section_id = first_screen.section_id
+NAV = ([("answer", "The answer", False)]
+       + ([("Claims", "Claims", False)] if SHOW_CLAIMS else [])
+       + [("Run-and-environment", "Run and environment", False),
+          ("PERFORMANCE-LEDGER", "Ledger", False),
+          ("Reference-numbers", "Reference numbers", False),
+          ("Experiments,-by-chapter-section", "Experiments", False)]
+       + [(section_id(s), s, True) for s in SECTIONS]
+       + [("Noise-floor,-A/B-verdicts-and-GPU-state-validity", "Noise floor and validity",
+           False),
+          ("Escalation:-a-memory-snapshot", "Memory snapshot", False),
+          ("Diagnosis:-what-is-the-machine-waiting-for?", "Diagnosis in full", False)])
+REFERENCE_SAME_KIND = first_screen.same_kind(RESULTS.name, RUNS)
+display(HTML(
+    first_screen.STYLE + first_screen.nav_html(NAV)
+    + first_screen.verdict_html(RESULTS, f"What is the machine waiting for? "
+                                f"{WORKLOAD or 'this run'} on {DEVICE}", WORKLOAD)
+    + first_screen.time_html(ROWS)
+    + (first_screen.tally_html(CLAIMS, tuple(claims.VERDICTS), REFERENCE_SAME_KIND)
+       if SHOW_CLAIMS else
+       f"<p>The chapter's claims are left out: this run measured "
+       f"<code>{html.escape(WORKLOAD)}</code>, not the chapter's model, and they would judge "
+       "the chapter's. <code>--config report_claims=all</code> shows them.</p>")
+    + "<p><em>Every number in this report is read from this run's result files; a "
+      "measurement this device cannot make is shown with its reason, never invented."
+      "</em></p>"))
+
+# %%
 if FAILED:
     display(Markdown(
         "## This run did not finish\n\n"
@@ -125,7 +162,8 @@ def claims_html(frame: pd.DataFrame) -> HTML:
         colour = VERDICT_STYLE.get(r["verdict"], "#000")
         anchor = eid.lower() if eid.lower().isalnum() else ""
         body.append(
-            f"<tr><td>{esc(str(r['claim']))}</td><td>{esc(str(r['statement']))}</td>"
+            f"<tr id=\"claim-{esc(str(r['claim']).lower())}\"><td>{esc(str(r['claim']))}</td>"
+            f"<td>{esc(str(r['statement']))}</td>"
             f"<td>{esc(str(r['chapter']))}</td><td>{esc(str(r['tolerance']))}</td>"
             f"<td style=\"color:{colour};font-weight:bold\">{esc(str(r['verdict']))}</td>"
             f"<td>{esc(str(r['measured']))}</td><td>{esc(str(r['mechanism']))}</td>"
@@ -140,14 +178,18 @@ def claims_html(frame: pd.DataFrame) -> HTML:
 
 
 counts = {v: int((CLAIMS.verdict == v).sum()) for v in claims.VERDICTS}
-display(Markdown("**This run:** " + " · ".join(f"{v} {n}" for v, n in counts.items())))
-display(claims_html(CLAIMS))
 # the shipped reference runs' verdict counts, after this run's table
 summary = {f"reference: {run.label}": {v: int((run.claims.verdict == v).sum())
                                        for v in claims.VERDICTS}
            for run in RUNS if run.claims is not None}
-if summary:
-    display(html_table(pd.DataFrame(summary).T.rename_axis("claims of").reset_index()))
+if not SHOW_CLAIMS:
+    display(Markdown(f"Left out: this run measured `{WORKLOAD}`, not the chapter's model "
+                     "(`--config report_claims=all` shows them)."))
+else:
+    display(Markdown("**This run:** " + " · ".join(f"{v} {n}" for v, n in counts.items())))
+    display(claims_html(CLAIMS))
+    if summary:
+        display(html_table(pd.DataFrame(summary).T.rename_axis("claims of").reset_index()))
 
 # %% [markdown]
 # ## Run and environment
@@ -292,7 +334,7 @@ for eid in ORDER:
     experiment = EXPERIMENTS.get(eid)
     if reference.section(eid) != current:
         current = reference.section(eid)
-        display(HTML(f"<h3>{html.escape(current)}</h3>"))
+        display(HTML(f'<h3 id="{section_id(current)}">{html.escape(current)}</h3>'))
     title = experiment.title if experiment else "(not in this workflow yet)"
     display(HTML(f'<h4 id="{eid.lower()}">{eid} · {html.escape(title, quote=False)}</h4>'))
     if eid in FAILED:
@@ -370,8 +412,9 @@ if (compare_dir / "summary.md").is_file():
 snapshot = RESULTS / "memory_snapshot.html"
 if snapshot.is_file():
     display(HTML(f'<p><a href="{snapshot.name}">{snapshot.name}</a>: the allocation timeline '
-                 "of the controlled step (the page beside this report; opening it loads "
-                 "PyTorch's MemoryViz viewer over the network). Written by the "
+                 "of the controlled step (the page beside this report; it works offline: "
+                 "the timeline, the peak and who held it, with the snapshot to download). "
+                 "Written by the "
                  "<code>memory_snapshot</code> rule; on a machine without CUDA it says why "
                  "there is none.</p>"))
 else:

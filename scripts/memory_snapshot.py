@@ -4,10 +4,12 @@ When the aggregate counters (E09) stop being enough — a hidden peak whose
 owner matters — record the allocator's history over a few steps with
 ``torch.cuda.memory._record_memory_history`` and take a
 ``torch.cuda.memory._snapshot()``, rendered to an HTML timeline by PyTorch's
-own ``torch.cuda._memory_viz.trace_plot`` (every allocation, with its stack
-trace). These are underscore-prefixed, less stable interfaces: an escalation
-tool, not a metric. The page embeds the snapshot; opening it loads PyTorch's
-MemoryViz.js viewer over the network.
+own snapshot format, drawn by ``perflab.views.memory_viz`` into one page that needs no
+network (PyTorch's ``trace_plot`` page imports its viewer from a CDN): allocated
+and reserved bytes over the events, the peak and who held it, each allocation's
+stack, and the snapshot itself as a download for PyTorch's interactive viewer.
+These are underscore-prefixed, less stable interfaces: an escalation tool, not a
+metric.
 
 On a machine without CUDA there is no allocator history: the page says so
 and why, instead of showing anything.
@@ -52,8 +54,6 @@ def snapshot_html(contract: dict, log=print) -> tuple[str, str]:
         return PAGE.format(reason="The workload has no optimizer: no training step."), \
             "unsupported"
     steps = int(contract["params"].get("snapshot_steps", 3))
-    from torch.cuda import _memory_viz
-
     torch.cuda.memory._record_memory_history(max_entries=100_000)
     try:
         for _ in range(steps):
@@ -64,7 +64,9 @@ def snapshot_html(contract: dict, log=print) -> tuple[str, str]:
         torch.cuda.memory._record_memory_history(enabled=None)
     log(f"snapshot of {steps} controlled steps: "
         f"{sum(len(t) for t in snap.get('device_traces', []))} trace events")
-    return _memory_viz.trace_plot(snap), "ok"
+    from perflab.views import memory_viz
+
+    return memory_viz.page(snap, f"Memory snapshot: {steps} controlled steps"), "ok"
 
 
 def write(contract: dict, out: str, log=print) -> str:

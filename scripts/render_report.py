@@ -128,6 +128,8 @@ if __name__ == "__main__":
                    else Path(smk.config.get("figures_dir", "figures")) / out.parent.name)
         # the script runs from a copy under .snakemake/; the repo is its original dir's parent
         repo = Path(smk.scriptdir).parent
+        # whether the chapter's claims are shown (perflab.views.first_screen.show_claims)
+        os.environ["PERFLAB_REPORT_CLAIMS"] = str(smk.config.get("report_claims", "auto"))
         with io.log_to(smk.log[0]):
             main(smk.input.notebook, out.parent, fig_dir, out, repo)
     else:
@@ -140,5 +142,9 @@ if __name__ == "__main__":
         p.add_argument("--figures", required=True, help="figure directory of the same run")
         p.add_argument("--out", required=True, help="HTML file to write")
         p.add_argument("--notebook", default=str(here / "report" / "perflab.py"))
+        p.add_argument("--claims", choices=["auto", "all", "none"], default="auto",
+                       help="the chapter's claims table: auto (for the chapter's workload "
+                       "only), all, none")
         a = p.parse_args()
+        os.environ["PERFLAB_REPORT_CLAIMS"] = a.claims
         main(a.notebook, a.results, a.figures, a.out, here)

@@ -28,8 +28,20 @@ SUMMARY_JS = """JSON.stringify({
   images_decoded: Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0).length,
   ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
   scripts_external: Array.from(document.scripts).filter(s => s.src).map(s => s.src),
-  text: document.body ? document.body.innerText : ''
+  text: document.body ? document.body.innerText : '',
+  page_width: document.documentElement.scrollWidth,
+  view_width: window.innerWidth,
+  view_height: window.innerHeight,
+  // tables whose box runs past the window's right edge: cut off (or widening the page)
+  // rather than scrolling inside it
+  tables_past_edge: Array.from(document.querySelectorAll('table'))
+    .filter(t => t.getBoundingClientRect().right > window.innerWidth + 1).length,
+  answer_box: (() => { const e = document.getElementById('answer');
+                       if (!e) return null;
+                       const r = e.getBoundingClientRect(); return [r.top, r.bottom]; })()
 })"""
+#: the reader's window: the issue's 1400 px wide screen (a laptop's usual height)
+VIEWPORT = {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False}
 
 
 def find_browser() -> str | None:
@@ -73,6 +85,7 @@ async def _inspect(ws_url: str, page_url: str, timeout: float) -> dict:
     try:
         for domain in ("Page", "Runtime", "Log", "Network"):
             await send(f"{domain}.enable")
+        await send("Emulation.setDeviceMetricsOverride", VIEWPORT)
         await send("Page.navigate", {"url": page_url})
         await asyncio.wait_for(loaded.wait(), timeout)
         await asyncio.sleep(0.5)  # late console messages and image decodes

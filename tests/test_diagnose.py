@@ -422,6 +422,9 @@ def test_diagnose_keeps_going_and_prints_the_verdict_of_what_ran(tmp_path, monke
         return 0  # the pre-flight
 
     monkeypatch.setattr(cli.subprocess, "call", fake_call)
+    # Snakemake itself runs through perflab.views.console (its compact view)
+    monkeypatch.setattr(cli.console, "run", lambda cmd, env=None, verbose=False:
+                        fake_call(cmd, env))
     rc = cli.main(["diagnose", "mlp", "--device", "cpu", "--run", "E01,E05,E07,E13,R01",
                    "--configfile", "config/test.yaml", "--directory", str(tmp_path)])
     assert rc == 1  # a job failed, and the exit status says so
@@ -452,6 +455,9 @@ def test_the_verdict_is_printed_before_the_what_if_measures(monkeypatch, tmp_pat
     preflights = []
     monkeypatch.setattr(preflight, "run_child", lambda *a, **k: preflights.append(1) or answer)
     monkeypatch.setattr(cli.subprocess, "call", fake_call)
+    # Snakemake itself runs through perflab.views.console (its compact view)
+    monkeypatch.setattr(cli.console, "run", lambda cmd, env=None, verbose=False:
+                        fake_call(cmd, env))
     argv = ["diagnose", "mlp", "--device", "cpu", "--run", "C00,E05", "--configfile",
             "config/test.yaml", "--directory", str(tmp_path)]
     assert cli.main(argv) == 0

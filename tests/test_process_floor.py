@@ -81,7 +81,7 @@ def test_power_at_twice_the_floor_is_at_least_80_percent():
 
 def test_heavy_tailed_offsets_cost_a_few_points_of_false_positives():
     """Laplace offsets (a process now and then far off) break the normal model the bound is
-    exact for: the rate rises above 5%, but stays below 10% at R = 4. Said in the README."""
+    exact for: the rate rises above 5%, but stays below 10% at R = 4. Said in docs/experiments/index.md."""
     rng = np.random.default_rng(13)
     floor = floors(processes(rng, 4, tails="laplace"))
     a, b = processes(rng, 2, tails="laplace").T

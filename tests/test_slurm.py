@@ -126,7 +126,7 @@ def cluster(tmp_path_factory):
 def submitted(cluster, tmp_path_factory):
     """One workflow run through SLURM; (work dir, combined output, wall seconds)."""
     work = tmp_path_factory.mktemp("slurm-run")
-    # the site's partition, set as the README says: in a copy of the profile
+    # the site's partition, set as docs/cluster.md says: in a copy of the profile
     profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     profile["default-resources"]["slurm_partition"] = slurm_cluster.GPU_PARTITION
     profile_dir = tmp_path_factory.mktemp("profile")

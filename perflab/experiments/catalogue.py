@@ -3,7 +3,7 @@
 ``EXPERIMENTS`` maps each id to its :class:`~perflab.experiments.Experiment`, in the
 chapter's order. Nothing is registered here: every module of :mod:`perflab.experiments`
 contributes its ``ENTRY``, so an experiment is added by its read-side module, its script
-(``scripts/<slug>.py``) and its test (README, "Adding an experiment").
+(``scripts/<slug>.py``) and its test (docs/developing.md, "Adding an experiment").
 """
 
 from __future__ import annotations

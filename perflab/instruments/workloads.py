@@ -58,7 +58,7 @@ def _absent(field_name: str, why: str) -> Callable[..., Any]:
 
 @dataclass
 class Workload:
-    """One training step's ingredients (the fields are documented in the README).
+    """One training step's ingredients (the fields are documented in docs/own-training.md).
 
     ``make_batch(batch_size)`` returns host (CPU) tensors ``(x, y)`` drawn from a
     fixed-seed generator; ``loss_fn(output, y)`` returns a scalar;

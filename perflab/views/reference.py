@@ -268,6 +268,13 @@ def section(eid: str) -> str:
     return e.report_section if e is not None and e.report_section else f"Other · {eid.upper()}"
 
 
+def report_category(title: str) -> str:
+    """A section's name as a `snakemake --report` category: its number zero-padded, since
+    Snakemake sorts categories as text (0, 1, 10, 11, ..., 2 otherwise)."""
+    head, sep, rest = title.partition(" ")
+    return f"{int(head):02d}{sep}{rest}" if head.isdigit() else title
+
+
 def section_key(eid: str) -> tuple[int, str]:
     """Sort key: the chapter's section order, then the experiment id."""
     head = section(eid).split(" ", 1)[0]

@@ -138,7 +138,7 @@ def figure_reports():
         EXPERIMENTS[e].slug: report(
             f["png"],
             caption=os.path.abspath(f["caption"]),
-            category=perflab_reference.section(e),
+            category=perflab_reference.report_category(perflab_reference.section(e)),
             labels={"experiment": e, "title": EXPERIMENTS[e].title},
         )
         for e in selected()
@@ -264,9 +264,30 @@ def stop_fork_server():
         os.environ.pop(perflab_forkserver.ENV_SOCKET, None)
 
 
+# when the run started: the summary marks a file older than it as an earlier run's
+from perflab.views import first_screen as perflab_first_screen  # noqa: E402
+from perflab.views import summary as perflab_summary  # noqa: E402
+
+RUN_STARTED = time.time()
+
+
+def print_summary():
+    """The verdict, the claims' tally (the chapter's workload only, as in the report) and
+    the report's path, on stderr beside Snakemake's own lines."""
+    chapter = perflab_config.load_yaml(perflab_config.DEFAULT_CONFIG)["workload"]
+    claims = perflab_first_screen.show_claims(
+        RUN["report_claims"], RUN["workload"], chapter
+    )
+    lines = perflab_summary.lines(RESULTS, RUN_STARTED, claims)
+    print("\n".join(lines), file=sys.stderr)
+
+
 onstart:
     before_first_job()
 
 
+# every run ends with its summary (plain snakemake too); not a dry run, which makes nothing
 onsuccess:
     stop_fork_server()
+    if not workflow.dryrun and not workflow.remote_exec:
+        print_summary()

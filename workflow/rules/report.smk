@@ -23,7 +23,7 @@ rule ledger:
         md=report(
             f"{RESULTS}/ledger.md",
             caption="../../report/captions/ledger.rst",
-            category="0 · Ledger",
+            category="00 · Ledger",
         ),
         csv=f"{RESULTS}/ledger.csv",
     log:
@@ -46,7 +46,7 @@ rule claims:
         report(
             f"{RESULTS}/claims.csv",
             caption="../../report/captions/claims.rst",
-            category="0 · Claims",
+            category="00 · Claims",
         ),
     log:
         f"{LOGS}/claims.log",
@@ -109,7 +109,7 @@ rule report_html:
         report(
             f"{RESULTS}/report.html",
             caption="../../report/captions/report.rst",
-            category="0 · Report",
+            category="00 · Report",
         ),
     log:
         f"{LOGS}/report.log",
