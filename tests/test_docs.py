@@ -71,7 +71,9 @@ def test_a_page_carries_its_slice():
     text = ep.page("E05")
     assert text.startswith("# E05 · ")
     assert "4 · Localize" in text  # its chapter section
-    assert "blocks: 10" in text and "# the phased and the uninstrumented" in text  # config
+    # its parameters as its module declares them: the default and the comment that says why
+    assert "blocks:\n" in text and "default: 10" in text
+    assert "# the phased and the uninstrumented" in text
     assert "E05: {repeats: 200}" in text  # the CPU scale's override
     assert "### C11:" in text and "`snakemake --cores 1 e05_phases`" in text
 

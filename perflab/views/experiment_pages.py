@@ -85,6 +85,12 @@ def _rst_to_md(text: str) -> str:
     return text.replace("``", "`")
 
 
+def _source_path(mod) -> str:
+    """The slice's file, from the repository's root (a sub-package's ``__init__.py``)."""
+    path = mod.__name__.replace(".", "/")
+    return f"{path}/__init__.py" if mod.__file__.endswith("__init__.py") else f"{path}.py"
+
+
 def page(eid: str) -> str:
     """The Markdown page of experiment ``eid``."""
     mod = modules()[eid]
@@ -94,7 +100,7 @@ def page(eid: str) -> str:
     out += [f"**Chapter section:** {e.report_section or '(not in the chapter)'}  ",
             f"**Snakemake rule:** `{e.slug}` (`snakemake --cores 1 {e.slug}` runs it alone)  ",
             f"**Job script:** `scripts/{e.slug}.py` · **read side:** "
-            f"`{Path(mod.__file__).relative_to(ROOT).as_posix()}`  ",
+            f"`{_source_path(mod)}`  ",
             f"**On a machine without CUDA:** {e.cpu_behaviour}  ",
             "**In the default run (`run: all`):** "
             + ("yes" if e.in_all and e.devices == 1 else
