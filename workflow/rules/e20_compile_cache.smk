@@ -1,28 +1,5 @@
-# E20 (compile cache, cold then warm): its own rules, and the helpers only they use (experiments of more
-# than one job keep their rules here, workflow/rules/<slug>.smk, included by the Snakefile).
-
-# E20 compile cache: a cold job (wipes the shared Inductor cache, compiles into it) and
-# a warm job (a later fresh process reusing it) that writes E20's outputs.
-from perflab.experiments import e20_compile_cache as perflab_e20  # noqa: E402
-
-
-def e20_cold_outputs():
-    return perflab_e20.e20_cold_outputs(perflab_config.result_dir(RUN))
-
-
-def e20_cache_dir():
-    return perflab_e20.e20_cache_dir(perflab_config.result_dir(RUN))
-
-
-def e20_contract(phase):
-    """E20's contract with the phase and the shared cache the harness must use."""
-    return perflab_e20.e20_contract(
-        exp_contract("E20"), phase, perflab_config.result_dir(RUN)
-    )
-
-
-def e20_cold_log():
-    return f"{LOGS}/{EXPERIMENTS['E20'].slug}/cold.log"
+# e20_compile_cache: its rules (an experiment of several jobs keeps them here; the helpers they
+# call are in common.smk, with the others)
 
 
 # E20 is two jobs sharing one Inductor cache directory: cold wipes it and compiles
