@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from perflab import config as cfgmod
-from perflab import partial, preflight, workloads
+from perflab import current, partial, preflight, workloads
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/diagnose.py), by device: C00 first
@@ -233,15 +233,26 @@ def _diagnose_run(args, cfg: dict, run: str, snakemake_args: list[str],
     md_rel = cfgmod.result_dir(cfg) / "diagnosis.md"
     # the diagnosis alone by default: no ledger, claims, figures or report notebook
     started = time.time()
-    rc, workdir = _snakemake(args, cfg, run, [] if args.report else [str(md_rel)],
-                             snakemake_args, env)
+    eids = [*cfg["resolved_experiments"], *([WHATIF] if WHATIF in run.split(",") else [])]
+    # each result file a target: a deleted one is measured again (config.result_files)
+    targets = [] if args.report else [str(md_rel), *cfgmod.result_files(cfg, eids)]
+    rc, workdir = _snakemake(args, cfg, run, targets, snakemake_args, env)
     md = workdir / md_rel
     if rc != 0 and "-n" not in snakemake_args and "--dry-run" not in snakemake_args \
             and not (md.is_file() and md.stat().st_mtime >= started):
         # a job failed, so the diagnosis rule never ran: draw the verdict from what did
         _partial_diagnosis(cfg, workdir, started)
     if md.is_file() and (rc == 0 or md.stat().st_mtime >= started):
+        eids = cfg["resolved_experiments"]
+        other = current.other_code(cfg, eids, workdir)
+        if other:  # never a verdict of other code printed as this code's
+            for eid, why in other.items():
+                print(f"perflab: {eid} was {why}", file=sys.stderr)
+            print(f"perflab: no verdict: {md} rests on results of other code or parameters "
+                  "than these; run again to measure these (their jobs re-run)", file=sys.stderr)
+            return rc or 1
         print(md.read_text())
+        print(current.measured_line(cfg, eids, workdir))
         print(f"evidence rows: {md.with_suffix('.csv')}"
               + (f"; ledger and report: {md.parent}" if args.report else
                  " (--report for the ledger, figures and report)"))
@@ -252,7 +263,8 @@ def whatif(args, snakemake_args: list[str]) -> int:
     """W01 alone: its table, with the bounds of any localization this directory holds."""
     cfg = _config(args)
     md = Path(cfgmod.experiment_outputs(cfg, WHATIF)["md"])
-    rc, workdir = _snakemake(args, cfg, WHATIF, [str(md)], snakemake_args)
+    rc, workdir = _snakemake(args, cfg, WHATIF, [str(md), *cfgmod.result_files(cfg, [WHATIF])],
+                             snakemake_args)
     if rc == 0 and (workdir / md).is_file():
         print((workdir / md).read_text())
         print(f"rows and each intervention's job: {(workdir / md).parent}")

@@ -475,6 +475,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
         resolved_tag=tag,
         resolved_experiments=experiments,
         scale_kept=kept,
+        resolved_code=user_code(cfg),
     )
     if "D01" in experiments:
         _check_data_parallel(cfg, check_device)
@@ -508,6 +509,22 @@ def workload_spec(cfg: Mapping[str, Any], name: str | None = None) -> tuple[str,
     target = params.pop("target", name)
     params.setdefault("seed", cfg["seed"])
     return target, params
+
+
+def user_code(cfg: Mapping[str, Any]) -> dict[str, dict]:
+    """The fingerprint (perflab/fingerprint.py) of each configured workload that is the
+    user's code, by workload name: it enters the contract of every job that builds it."""
+    from perflab import fingerprint
+    from perflab.targets import registered
+
+    out = {}
+    for name in sorted({cfg["workload"], *cfg["workloads"]}):
+        target, params = workload_spec(cfg, name)
+        if target not in registered():
+            fp = fingerprint.of_target(target, canonical(params))
+            if fp:
+                out[name] = fp
+    return out
 
 
 def canonical(obj: Any) -> Any:
@@ -549,7 +566,7 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
         "host_cores": affinity.policy_for(cfg.get("host_cores", "auto"), cfg["resolved_device"]),
         "timing": dict(cfg["timing"]),
         "workload": cfg["workload"],
-        "workloads": {n: dict(zip(("target", "params"), workload_spec(cfg, n))) for n in sorted(names)},
+        "workloads": {n: _workload_entry(cfg, n) for n in sorted(names)},
         "params": dict(cfg["experiments"].get(eid, {})),
     }
     # the user's values a scale would have changed, where this job uses them
@@ -559,6 +576,16 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
     if kept:
         out["scale_kept"] = kept
     return canonical(out)
+
+
+def _workload_entry(cfg: Mapping[str, Any], name: str) -> dict:
+    """A workload in a contract: its target, its parameters and, when it is the user's code,
+    the fingerprint of that code (a change re-runs the job: the contract is its params)."""
+    entry = dict(zip(("target", "params"), workload_spec(cfg, name)))
+    code = (cfg.get("resolved_code") or {}).get(name)
+    if code:
+        entry["code"] = code
+    return entry
 
 
 #: experiments of more than one job (their rules in multi_job.smk and data_parallel.smk):
@@ -586,7 +613,7 @@ def process_jobs(cfg: Mapping[str, Any]) -> list[tuple[str, int]]:
     """(experiment, process number) of each further process the run makes: 2..N of each
     selected experiment ``claim_processes`` names (process 1 is the experiment's own job)."""
     want = cfg.get("claim_processes") or {}
-    return [(eid, k) for eid in cfg["resolved_experiments"] if eid in want
+    return [(eid, k) for eid in cfg.get("resolved_experiments", ()) if eid in want
             for k in range(2, want[eid] + 1)]
 
 
@@ -615,6 +642,16 @@ def experiment_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:
     for name, suffix in exp.extra_outputs:
         out[name] = str(d / f"{exp.slug}{suffix}")
     return out
+
+
+def result_files(cfg: Mapping[str, Any], eids: list[str]) -> list[str]:
+    """Every file the experiments ``eids`` leave in the result directory.
+
+    Asked for as targets: Snakemake does not re-make a missing file whose consumers (the
+    ledger, the diagnosis) are up to date, so a deleted result would never be re-measured."""
+    further = [process_outputs(cfg, e, k) for e, k in process_jobs(cfg) if e in eids]
+    return [f for out in [*(experiment_outputs(cfg, e) for e in eids), *further]
+            for f in out.values()]
 
 
 def figure_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:

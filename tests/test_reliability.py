@@ -782,6 +782,12 @@ STALE = _cases(FAULTS, [
      "(no partial report): the old report is removed", "downstream"),
     ("failed-run-report-not-asked", "a failed run that did not target the report, a result "
      "gone: the old report is removed", "missing"),
+    ("samples-rewritten-after-report", "a samples file rewritten (or corrupted) after the "
+     "report: the old report is removed", "samples"),
+    ("provenance-gone", "a provenance JSON deleted after the report: the old report is "
+     "removed", "provenance"),
+    ("report-job-due-not-run", "the report's job was due in this run and did not run: the "
+     "old report is removed", "due"),
 ])
 
 
@@ -793,8 +799,8 @@ def test_a_failed_run_leaves_no_stale_report(tmp_path, run_dir, case):
     report.write_text("<html>complete</html>")
     old = time.time() - 3600
     os.utime(report, (old, old))
-    for e in FIXTURE_EXPERIMENTS:
-        os.utime(_csv(run_dir, e), (old - 10, old - 10))
+    for f in run_dir.iterdir():  # every result file older than the report
+        os.utime(f, (old - 10, old - 10))
     since = time.time()
     # the control: results unchanged since the report: it still describes them
     assert not partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)
@@ -803,6 +809,14 @@ def test_a_failed_run_leaves_no_stale_report(tmp_path, run_dir, case):
         _csv(run_dir, "E13").touch()  # remeasured in this run, then a figure job failed
         assert partial.build(cfg, list(FIXTURE_EXPERIMENTS), tmp_path / "logs", since,
                              ROOT) is None
+    elif case == "samples":
+        (run_dir / f"{EXPERIMENTS['E05'].slug}_samples.csv").write_text("\x00garbage")
+        assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)
+    elif case == "provenance":
+        _csv(run_dir, "E05").with_suffix(".json").unlink()
+        assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)
+    elif case == "due":
+        assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since, outdated=True)
     else:
         _csv(run_dir, "E13").unlink()  # the failed job's outputs are removed
         assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)

@@ -157,6 +157,8 @@ def reference_inputs():
 
 def final_outputs():
     return [
+        # targets too, so a deleted result file is measured again (perflab_config.result_files)
+        *perflab_config.result_files(RUN, selected()),
         f"{RESULTS}/ledger.md",
         f"{RESULTS}/claims.csv",
         f"{RESULTS}/report.html",
@@ -301,6 +303,19 @@ import time
 RUN_STARTED = time.time()
 
 
+def retire_stale_report():
+    """An earlier run's report.html is removed once the results it shows have changed (or
+    its own job was due and did not run): never left looking current (perflab/partial.py).
+    """
+    from perflab import partial
+
+    try:
+        due = any(j.rule.name == "report_html" for j in workflow.dag.needrun_jobs())
+    except Exception:
+        due = False
+    partial.retire_stale_report(RUN, selected(), RUN_STARTED, outdated=due)
+
+
 def partial_report():
     if workflow.remote_exec:
         return
@@ -313,7 +328,7 @@ def partial_report():
 
     # not asked for: still, an earlier run's report must not outlive its results
     if target not in wanted:
-        partial.retire_stale_report(RUN, selected(), RUN_STARTED)
+        retire_stale_report()
         return
 
     try:
@@ -323,6 +338,7 @@ def partial_report():
             f"perflab: partial report failed: {type(exc).__name__}: {exc}",
             file=sys.stderr,
         )
+    retire_stale_report()  # none written (a job downstream of the results failed)
 
 
 # Before the first job (never in a dry run, nor when nothing is to be done): temps left by
@@ -379,6 +395,9 @@ onstart:
 
 onsuccess:
     stop_fork_server()
+    # a run that re-measured without asking for the report
+    if not workflow.remote_exec:
+        retire_stale_report()
 
 
 # W01 what if: a plan job (a checkpoint: which interventions apply), one job per
