@@ -76,17 +76,44 @@ def _config(args) -> dict:
         sys.exit(f"perflab: {exc}")
 
 
-def _check(cfg: dict) -> workloads.Workload:
+def _check(cfg: dict, timeout_s: float | None = None) -> workloads.Workload:
+    """Build and step the workload here; one message naming the target for a failure, a
+    builder that calls sys.exit, or one that blocks past ``timeout_s`` (SIGALRM: the
+    main thread of a POSIX process; elsewhere no time-out)."""
+    import signal
+
     target, params = cfgmod.workload_spec(cfg)
+
+    class Expired(BaseException):  # not an Exception: no handler of the builder's keeps it
+        pass
+
+    def expired(*_):
+        raise Expired
+
+    alarm = timeout_s and hasattr(signal, "SIGALRM")
+    if alarm:
+        before = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         return workloads.check(target, cfg["resolved_device"], **params)
     except workloads.WorkloadError as exc:
         sys.exit(f"perflab: {exc}")
+    except SystemExit as exc:
+        sys.exit(f"perflab: workload {target!r} called sys.exit({exc.code!r}) while being "
+                 "built or stepped")
+    except Expired:
+        sys.exit(f"perflab: workload {target!r}: building and stepping it did not finish "
+                 f"within {timeout_s:g} s (--timeout): does the builder or the step block "
+                 "(a lock, input(), a network wait)?")
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, before)
 
 
 def check(args) -> int:
     cfg = _config(args)
-    w = _check(cfg)
+    w = _check(cfg, args.timeout)
     print(f"{args.target}: OK on {cfg['resolved_device']} — {w.description}, batch "
           f"{w.batch_size}, input {w.input_shape()}, {w.parameter_count()} parameters, "
           f"optimizer {w.optimizer_name}")
@@ -156,9 +183,14 @@ def _preflight(args, cfg: dict, env: dict) -> int:
                "--only", ",".join(_only(args))]
         pre += ["--scale", args.scale] if args.scale else []
         pre += [x for f in args.configfile for x in ("--configfile", str(Path(f).resolve()))]
-        return subprocess.call(pre, env=env)
+        try:
+            return subprocess.call(pre, env=env, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"perflab: workload {args.target!r}: `perflab check` did not finish within "
+                  f"{args.timeout:g} s and was stopped (--timeout)", file=sys.stderr)
+            return 1
     spec = preflight.workload_spec(cfg)
-    answer = preflight.run_child(spec, env=env)
+    answer = preflight.run_child(spec, timeout_s=args.timeout, env=env)
     if not answer["ok"]:
         print(f"perflab: {answer['error']}", file=sys.stderr)
         return 1
@@ -323,6 +355,34 @@ def _bench_parser(sub) -> None:
     s.add_argument("--jobs-csv", help="also write one row per job to this CSV")
 
 
+def _positive(kind):
+    """An argparse type: a finite number of ``kind`` above zero (``--cores 0`` would make
+    Snakemake wait forever for a core; a NaN time-out would never fire)."""
+    what = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (value > 0 and value != float("inf")):  # also refuses nan
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _directory(text: str) -> str:
+    """A directory, or a path one can be made at (not a file, no NUL)."""
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError("an empty path, or one with a NUL byte")
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a directory")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -339,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("target", help="a name under `workloads` in the config, a registered "
                        "builder, or package.module:function")
         s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+        s.add_argument("--timeout", type=_positive(float), default=preflight.TIMEOUT_S,
+                       help="seconds the pre-flight (build, check, a few steps) may take "
+                       f"before it is stopped, naming the target (default {preflight.TIMEOUT_S})")
         s.add_argument("--scale", help="a name under `scales` (default: auto)")
         s.add_argument("--configfile", action="append", default=[],
                        help="YAML merged over config/config.yaml (repeatable)")
@@ -353,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             s.add_argument("--no-whatif", action="store_true",
                            help=f"skip the what-if step ({WHATIF}: each intervention measured)")
         if name != "check":
-            s.add_argument("--cores", type=int, default=1)
-            s.add_argument("--directory", default=".",
+            s.add_argument("--cores", type=_positive(int), default=1)
+            s.add_argument("--directory", default=".", type=_directory,
                            help="where results/, figures/ and logs/ go (default: here)")
     _bench_parser(sub)
     args = p.parse_args(argv)

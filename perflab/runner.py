@@ -340,6 +340,10 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+#: experiments whose measurement is how many losses stay finite (E15: fp16 overflow is a row)
+COUNTS_NONFINITE = ("E15",)
+
+
 def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str, Any],
             outputs: Mapping[str, str], log_path: str | None = None) -> Context:
     """Run ``measure`` under ``contract`` and write ``outputs`` (csv, samples, provenance)."""
@@ -372,8 +376,14 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
             f"flush denormals {bool(contract.get('flush_denormal', False))}")
         log(affinity.describe(cores))
+        steps.LAST_LOSS[0] = None
         try:
             measure(ctx)
+            # a diverged step (its last loss NaN or inf) measured nothing of training
+            last, steps.LAST_LOSS[0] = steps.LAST_LOSS[0], None
+            if eid not in COUNTS_NONFINITE:
+                workloads.check_finite(contract["workloads"][contract["workload"]]["target"],
+                                       last, f"the last step {eid} ran")
         except workloads.NotApplicable as exc:  # the rows so far stand; the rest cannot run
             log(f"not applicable to this workload: {exc}")
             ctx.unsupported(variant="experiment", metric="applicable", unit="bool",

@@ -342,6 +342,66 @@ def test_preflight_child_times_a_good_step(user_module):
     assert 0 < answer["step_ms"] < 10_000
 
 
+#: workloads that talk on stdout, exit or block: the pre-flight answers over its own file
+CHANNEL_MODULE = """
+import atexit, json, sys, time
+from perflab.workloads import mlp
+
+
+def prints_json(device, **kw):  # a good workload whose library prints a JSON line at exit
+    atexit.register(lambda: print(json.dumps({"status": "bye"})))
+    return mlp(device, dim=16, depth=1, num_classes=4, batch=8)
+
+
+def fakes_a_pass(device, **kw):  # a failing builder that prints what an answer looked like
+    print(json.dumps({"ok": True, "device": "cpu", "description": "fake", "batch": 1,
+                      "step_ms": 1.0}), flush=True)
+    raise ValueError("really broken")
+
+
+def exits(device, **kw):
+    sys.exit(3)
+
+
+def blocks(device, **kw):
+    time.sleep(120)
+"""
+
+CHANNEL = _cases(BAD_INPUTS, [
+    ("preflight-json-on-stdout", "a good workload printing one JSON line at exit (was "
+     "refused: KeyError 'ok')", "prints_json", None),
+    ("preflight-fake-pass", "a failing builder printing a passing answer on stdout (was a "
+     "pass)", "fakes_a_pass", "raised while building (ValueError: really broken)"),
+    ("preflight-sys-exit", "a builder calling sys.exit(3) (was: 'exit status 3:')", "exits",
+     "called sys.exit(3)"),
+    ("preflight-blocks", "a builder that blocks (was: no time-out)", "blocks",
+     "did not finish within 5 s"),
+])
+
+
+@pytest.mark.parametrize("attr, message", CHANNEL)
+def test_preflight_answers_over_its_own_channel(tmp_path, monkeypatch, attr, message):
+    pkg = write_user_package(tmp_path, monkeypatch, {"talk": CHANNEL_MODULE})
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    target = f"{pkg}.talk:{attr}"
+    try:
+        answer = preflight.run_child({"target": target, "params": {}, "device": "cpu",
+                                      "dtype": "float32", "tag": "t"},
+                                     timeout_s=5 if attr == "blocks" else 300)
+    finally:
+        forget_package(pkg)
+    if message is None:
+        assert answer["ok"] is True and answer["batch"] == 8, answer
+    else:
+        assert answer["ok"] is False and target in answer["error"], answer
+        assert message in answer["error"], answer
+
+
+def test_a_child_killed_by_a_signal_says_so():
+    assert preflight._ended(-9) == "killed (signal 9, SIGKILL)"
+    assert preflight._ended(3) == "exit status 3"
+
+
 REAL_STOPS = _cases(BAD_INPUTS, [
     ("snakemake-builder-raises", "a workload builder that raises, under plain snakemake",
      {"workload": "USER:builder_raises"}, ["pre-flight failed, no job has started",
@@ -887,8 +947,10 @@ def test_changed_instrument_code_is_flagged(run_dir):
 def _readme_counts() -> tuple[int, int]:
     import test_config
     import test_failures
+    import test_nonfinite
 
-    bad = len(BAD_INPUTS) + len(test_config.BAD) + len(test_failures.BAD_CLI)
+    bad = len(BAD_INPUTS) + len(test_config.BAD) + len(test_failures.BAD_CLI) \
+        + test_nonfinite.CASES
     faults = len(FAULTS) + len(FAILURE_FAULTS)
     return bad, faults
 
@@ -914,6 +976,57 @@ def test_readme_counts_the_cases():
     want = _readme_line()
     assert want in " ".join(text.split()), (f"the README should say: {want} "
                                             "(python tests/test_reliability.py writes it)")
+
+
+# ---------------------------------------------------------------- command-line values
+
+CLI_VALUES = _cases(BAD_INPUTS, [
+    ("cli-cores-0", "perflab diagnose --cores 0 (hung forever)", ["diagnose", "mlp", "--cores",
+                                                                  "0"], "--cores"),
+    ("cli-cores-negative", "perflab whatif --cores -2", ["whatif", "mlp", "--cores", "-2"],
+     "--cores"),
+    ("cli-cores-float", "perflab diagnose --cores 1.5", ["diagnose", "mlp", "--cores", "1.5"],
+     "--cores"),
+    ("cli-timeout-nan", "perflab check --timeout nan (a time-out that never fires)",
+     ["check", "mlp", "--timeout", "nan"], "--timeout"),
+    ("cli-timeout-0", "perflab check --timeout 0", ["check", "mlp", "--timeout", "0"],
+     "--timeout"),
+    ("cli-directory-file", "perflab diagnose --directory README.md (a file)",
+     ["diagnose", "mlp", "--directory", str(ROOT / "README.md")], "--directory"),
+])
+
+
+@pytest.mark.parametrize("argv, option", CLI_VALUES)
+def test_bad_command_line_values_are_refused(argv, option, capsys):
+    from perflab import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2  # argparse's usage error: before any pre-flight or job
+    assert f"argument {option}" in capsys.readouterr().err
+
+
+CHECK_STOPS = _cases(BAD_INPUTS, [
+    ("check-blocks", "perflab check on a builder that blocks (printed nothing, forever)",
+     "blocks", "did not finish within 2 s"),
+    ("check-sys-exit", "perflab check on a builder calling sys.exit(3) (printed nothing)",
+     "exits", "called sys.exit(3)"),
+])
+
+
+@pytest.mark.parametrize("attr, message", CHECK_STOPS)
+def test_perflab_check_names_the_target_of_a_builder_that_blocks_or_exits(tmp_path, monkeypatch,
+                                                                          attr, message):
+    from perflab import cli
+
+    pkg = write_user_package(tmp_path, monkeypatch, {"talk": CHANNEL_MODULE})
+    target = f"{pkg}.talk:{attr}"
+    try:
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["check", target, "--device", "cpu", "--timeout", "2"])
+    finally:
+        forget_package(pkg)
+    assert target in str(stop.value.code) and message in str(stop.value.code)
 
 
 if __name__ == "__main__":  # rewrite the README's counts from the cases above

@@ -1,0 +1,76 @@
+"""A diverged step is no measurement: a NaN or inf loss stops it with a clear message.
+
+The issue's cases: a loss that is NaN every step, inputs of inf, ``lr: 1e30`` on the
+built-in MLP, a ``train_step`` returning NaN. Before, ``perflab check`` printed OK, the rows
+were marked ok and a verdict was drawn. Now the pre-flight (``workloads.check``) and every
+measured job (``runner.execute``, from the last step it ran) refuse, naming the target, and
+no result file is written, so no verdict can rest on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from experiments import forget_package, run_tiny, write_user_package
+
+from perflab import config, workloads
+
+MODULE = """
+import torch
+import torch.nn.functional as F
+from perflab.workloads import mlp
+
+
+def nan_loss(device, batch=8):
+    w = mlp(device, dim=16, depth=1, num_classes=4, batch=batch)
+    w.loss_fn = lambda out, y: F.cross_entropy(out, y) * float("nan")
+    return w
+
+
+def inf_inputs(device, batch=8):
+    w = mlp(device, dim=16, depth=1, num_classes=4, batch=batch)
+    make = w.make_batch
+    w.make_batch = lambda b: (make(b)[0] * float("inf"), make(b)[1])
+    return w
+
+
+def step_returns_nan(device, batch=8):
+    w = mlp(device, dim=16, depth=1, num_classes=4, batch=batch)
+    w.train_step = lambda model, opt, batch: float("nan")
+    return w
+"""
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    pkg = write_user_package(tmp_path, monkeypatch, {"bad": MODULE})
+    yield f"{pkg}.bad"
+    forget_package(pkg)
+
+
+#: the diverging workloads the check refuses
+DIVERGING = ["nan_loss", "inf_inputs", "step_returns_nan"]
+#: bad inputs tried here (the README's count: tests/test_reliability.py), lr 1e30 the last
+CASES = len(DIVERGING) + 1
+
+
+@pytest.mark.parametrize("fn", DIVERGING)
+def test_the_check_refuses_a_non_finite_loss(user, fn):
+    with pytest.raises(workloads.WorkloadError, match=r"diverged") as exc:
+        workloads.check(f"{user}:{fn}", "cpu")
+    assert f"{user}:{fn}" in str(exc.value) and "nan" in str(exc.value)
+
+
+def test_a_measurement_on_a_diverging_step_writes_nothing(tmp_path):
+    """``lr: 1e30`` on the built-in MLP: its first step is finite (the check passes), the
+    measured steps diverge; the job stops with the message and leaves no result."""
+    cfg = config.load([Path(__file__).resolve().parents[1] / "config" / "test.yaml"],
+                      {"device": "cpu", "workloads": {"mlp": {"lr": 1e30}}})
+    with pytest.raises(workloads.WorkloadError, match=r"'mlp': the loss is (nan|inf).*E05"):
+        run_tiny(cfg, "E05", tmp_path)
+    assert not list(tmp_path.glob("*.csv"))
+    # the control: the same experiment at a sane learning rate measures
+    _, out = run_tiny(config.load([Path(__file__).resolve().parents[1] / "config" / "test.yaml"],
+                                  {"device": "cpu"}), "E05", tmp_path)
+    assert Path(out["csv"]).is_file()
