@@ -382,8 +382,10 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             # a diverged step (its last loss NaN or inf) measured nothing of training
             last, steps.LAST_LOSS[0] = steps.LAST_LOSS[0], None
             if eid not in COUNTS_NONFINITE:
-                workloads.check_finite(contract["workloads"][contract["workload"]]["target"],
-                                       last, f"the last step {eid} ran")
+                # named after the workload built last (the step that ran last is its)
+                name = next(reversed(ctx.workloads_built), contract.get("workload", "?"))
+                target = contract.get("workloads", {}).get(name, {}).get("target", name)
+                workloads.check_finite(target, last, f"the last step {eid} ran")
         except workloads.NotApplicable as exc:  # the rows so far stand; the rest cannot run
             log(f"not applicable to this workload: {exc}")
             ctx.unsupported(variant="experiment", metric="applicable", unit="bool",

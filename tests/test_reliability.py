@@ -571,6 +571,10 @@ PAYLOADS = [
     f"[click](javascript:alert('{MARK}3'))",
     f"<a href=\"javascript:alert('{MARK}4')\">x</a>",
     f"<svg onload=alert('{MARK}5')>",
+    # loads from outside the report (a tracking pixel; the report is read offline)
+    f"![i](https://example.invalid/{MARK}7.png)",
+    f"[link](https://example.invalid/{MARK}8)",
+    f"<https://example.invalid/{MARK}9>",
 ]
 HOSTILE = " ".join(PAYLOADS)
 #: a directory name may hold no slash: the event-handler payload alone
@@ -585,6 +589,10 @@ INJECTION = _cases(BAD_INPUTS, [
     ("inject-reference-dir-name", "an event-handler payload as a shipped run's directory name"),
     ("inject-compare-to-dir-name", "an event-handler payload as compare_to's directory name"),
     ("inject-this-diagnosis", "payloads in this run's diagnosis.md (a workload's own text)"),
+    ("external-image-in-markdown", "a Markdown image from the internet in another run's text "
+     "(rendered live: 52 external images in one report)"),
+    ("external-link-in-markdown", "Markdown links to the internet in another run's text "
+     "(104 external links in one report)"),
 ])
 #: what a report may contain: the tags a clean one has (the template and the renderer)
 REPORT_TAGS = {"a", "body", "code", "details", "div", "em", "h1", "h2", "h3", "h4", "h5", "h6",
@@ -615,6 +623,10 @@ class LiveParts(HTMLParser):
                 self.live.append(f"{name}={value[:40]!r} on <{tag}>")
             if MARK in (value or ""):
                 self.live.append(f"payload in {name}= of <{tag}>")
+            if name in ("href", "src") and not v.startswith("#") and (
+                    ":" in v.split("/", 1)[0] or v.startswith("//")) \
+                    and not v.startswith("data:image/png;base64,"):
+                self.live.append(f"{name}={value[:40]!r} leaves the page, on <{tag}>")
 
     handle_startendtag = handle_starttag
 
@@ -685,6 +697,14 @@ def test_report_renders_no_payload_live(tmp_path, run_dir, monkeypatch):
     assert "&lt;script&gt;alert(" in page and "onerror=alert(" in page
     assert "Measured with other instrument code than this checkout" in page
     assert "E05 (perflab/timing.py)" in page
+    assert f"example.invalid/{MARK}7.png" in page  # the address shown, as text
+    # and in a browser: nothing requested from outside the file, nothing run
+    import browser
+
+    if browser.find_browser() is not None:
+        seen = browser.inspect(out)
+        assert seen["external_requests"] == [] and seen["scripts_external"] == [], seen
+        assert not any(MARK in e for e in seen["console_errors"]), seen["console_errors"]
 
 
 # ---------------------------------------------------------------- faults: writes killed
