@@ -45,7 +45,30 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-_Validator = _with_defaults(jsonschema.Draft7Validator)
+def _whole_numbers_only(validator_class):
+    """``integer`` means an int: jsonschema also takes a whole float (``repeats: 30.0``), which
+    then fails inside a job (``range(30.0)``) without naming its key."""
+    checker = validator_class.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, x: isinstance(x, int) and not isinstance(x, bool))
+    return jsonschema.validators.extend(validator_class, type_checker=checker)
+
+
+_Validator = _with_defaults(_whole_numbers_only(jsonschema.Draft7Validator))
+
+
+def _check_finite(tree: Any, path: tuple = ()) -> None:
+    """No value anywhere is NaN or infinite: a bound compared with NaN is never exceeded
+    (``long_run_hours: .nan`` switched the long-run guard off), and no count is infinite."""
+    import math
+
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            _check_finite(v, (*path, k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            _check_finite(v, (*path, i))
+    elif isinstance(tree, float) and not math.isfinite(tree):
+        raise ConfigError(f"config error at '{_key(path)}': {tree} is not a finite number")
 
 
 def load_schema() -> dict:
@@ -259,6 +282,13 @@ def _check_dirs(cfg: dict) -> None:
     import os
 
     for key in ("results_dir", "figures_dir"):
+        if "\0" in cfg[key]:
+            raise ConfigError(f"config error at '{key}': {cfg[key]!r} holds a NUL byte")
+        # every path perflab writes stays under the run directory: a relative path may not
+        # climb out of it (an absolute one is the user's explicit choice)
+        if not Path(cfg[key]).is_absolute() and ".." in Path(os.path.normpath(cfg[key])).parts:
+            raise ConfigError(f"config error at '{key}': {cfg[key]!r} climbs out of the run "
+                              "directory; give a path under it, or an absolute one")
         path = Path(cfg[key])
         probe = path
         while not probe.exists() and probe != probe.parent:
@@ -311,6 +341,9 @@ def _check_workloads(cfg: dict) -> None:
 def _check_tag(cfg: dict) -> None:
     """A tag is one directory name under results/, figures/ and logs/: never a path escape."""
     tag = cfg["tag"]
+    if len(tag) > 200:
+        raise ConfigError(f"config error at 'tag': {len(tag)} characters; a tag is one directory "
+                          "name, at most 200 characters")
     if tag != "auto" and set(tag) == {"."}:
         raise ConfigError(f"config error at 'tag': {tag!r} would name the directory above the "
                           "results (a tag is one directory name: letters, digits, '.', '_', '-', "
@@ -426,6 +459,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
     """
     schema = load_schema()
     cfg = copy.deepcopy(dict(config))
+    _check_finite(cfg)
     _schema_check(cfg, schema)
 
     _check_dirs(cfg)
@@ -495,11 +529,24 @@ def _check_data_parallel(cfg: dict, check_device: bool) -> None:
         raise ConfigError(f"config error at '{exc.key}': {exc.message}") from None
 
 
+#: the longest workload part of a result tag (a directory name has at most 255 bytes)
+SLUG_MAX = 80
+
+
 def workload_slug(name: str) -> str:
-    """A workload name or target as a directory-name part (``pkg.mod:fn`` -> ``pkg.mod-fn``)."""
+    """A workload name or target as a directory-name part (``pkg.mod:fn`` -> ``pkg.mod-fn``).
+
+    Two names never share one: where the name had to be changed beyond its ``:`` (``my model``,
+    ``ä``, a trailing dot) or shortened, 8 hex digits of its hash follow, so ``my model`` and
+    ``my-model`` (or ``ä`` and ``ö``) are measured into directories of their own."""
+    import hashlib
     import re
 
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "workload"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "workload"
+    plain = re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", name) is not None
+    if plain and slug == name.replace(":", "-") and len(slug) <= SLUG_MAX:
+        return slug
+    return f"{slug[:SLUG_MAX]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def workload_spec(cfg: Mapping[str, Any], name: str | None = None) -> tuple[str, dict]:

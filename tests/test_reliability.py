@@ -154,6 +154,23 @@ def test_config_file_names_the_file(tmp_path, text, needles):
 KEYS = _cases(BAD_INPUTS, [
     ("tag-dotdot", "tag=.. (results one directory up)", {"tag": ".."}, "tag"),
     ("tag-dot", "tag=. (results in results_dir itself)", {"tag": "."}, "tag"),
+    ("tag-300-chars", "a 300-character tag (was an OSError traceback)", {"tag": "t" * 300},
+     "tag"),
+    ("results-dir-climbs", "results_dir: ../../x (wrote outside the run directory)",
+     {"results_dir": "../../x"}, "results_dir"),
+    ("figures-dir-climbs", "figures_dir: a/../../x", {"figures_dir": "a/../../x"},
+     "figures_dir"),
+    ("results-dir-nul", "a NUL byte in results_dir (was a ValueError traceback)",
+     {"results_dir": "res\0x"}, "results_dir"),
+    ("long-run-hours-nan", "long_run_hours: .nan (switched the long-run guard off: a run of "
+     "9.9 days started)", {"long_run_hours": float("nan")}, "long_run_hours"),
+    ("workload-lr-inf", "a workload's lr: .inf", {"workloads": {"mlp": {"lr": float("inf")}}},
+     "workloads.mlp.lr"),
+    ("repeats-whole-float", "timing.repeats: 30.0 (failed inside the job, no key named)",
+     {"timing": {"repeats": 30.0}}, "timing.repeats"),
+    ("warmups-whole-float", "experiments.E03.warmups: [0, 1.0, 3]",
+     {"experiments": {"E03": {"warmups": [0, 1.0, 3]}}}, "experiments.E03.warmups.1"),
+    ("seed-whole-float", "seed: 5.0", {"seed": 5.0}, "seed"),
     ("e17-ks-do-not-divide", "an E17 K that does not divide the batch",
      {"experiments": {"E17": {"batch": 64, "ks": [1, 3]}}}, "experiments.E17.ks"),
     ("e17-ks-after-scale", "an E17 K that does not divide the scaled batch (1024)",
@@ -1047,6 +1064,26 @@ def test_perflab_check_names_the_target_of_a_builder_that_blocks_or_exits(tmp_pa
     finally:
         forget_package(pkg)
     assert target in str(stop.value.code) and message in str(stop.value.code)
+
+
+TAGS = _cases(BAD_INPUTS, [
+    ("workload-names-a-umlaut", "workloads named ä and ö (shared one result directory)",
+     "ä", "ö"),
+    ("workload-names-space-dash", "workloads named 'my model' and 'my-model' (the second "
+     "overwrote the first's results)", "my model", "my-model"),
+    ("workload-name-climbs", "a workload named ../../evil", "../../evil", "evil"),
+    ("workload-name-300-chars", "a 300-character workload name (an OSError)", "w" * 300,
+     "w" * 299),
+])
+
+
+@pytest.mark.parametrize("a, b", TAGS)
+def test_two_workloads_never_share_a_result_tag(a, b):
+    sa, sb = config.workload_slug(a), config.workload_slug(b)
+    assert sa != sb
+    for slug in (sa, sb):  # one directory name, short enough for any file system
+        assert "/" not in slug and ".." not in slug and len(slug) <= config.SLUG_MAX + 9
+    assert config.workload_slug("pkg.mod:fn") == "pkg.mod-fn"  # plain names keep theirs
 
 
 if __name__ == "__main__":  # rewrite the README's counts from the cases above
