@@ -181,16 +181,9 @@ TIMEOUT_S = 1800
 
 
 def _ended(returncode: int) -> str:
-    """How a child ended: ``exit status 3`` or ``killed (signal 9, SIGKILL)``."""
-    import signal
+    from perflab.forkserver import ended
 
-    if returncode < 0:
-        try:
-            name = f", {signal.Signals(-returncode).name}"
-        except ValueError:
-            name = ""
-        return f"killed (signal {-returncode}{name})"
-    return f"exit status {returncode}"
+    return ended(returncode)
 
 
 def run_child(spec: Mapping[str, Any], timeout_s: float | None = None,

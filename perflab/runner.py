@@ -298,15 +298,32 @@ class _Tee:
 
 @contextmanager
 def _logging(log_path: str | None):
+    """stderr also to the job's log; a SIGTERM (Snakemake cancelling, a scheduler's limit)
+    leaves "killed (signal 15, SIGTERM)" as the log's last line, then ends the process as
+    the signal would (a SIGKILL cannot be caught: the fork server says that one)."""
+    import signal
+    import threading
+
     fh = None
     saved = sys.stderr
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         fh = open(log_path, "w")
         sys.stderr = _Tee(saved, fh)
+
+    def terminated(signum, _frame):
+        print(f"perflab: the job was {forkserver.ended(-signum)}; no result written",
+              file=sys.stderr, flush=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, terminated) if main else None
     try:
         yield
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, before)
         sys.stderr = saved
         if fh:
             fh.close()

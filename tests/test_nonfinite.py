@@ -74,3 +74,30 @@ def test_a_measurement_on_a_diverging_step_writes_nothing(tmp_path):
     _, out = run_tiny(config.load([Path(__file__).resolve().parents[1] / "config" / "test.yaml"],
                                   {"device": "cpu"}), "E05", tmp_path)
     assert Path(out["csv"]).is_file()
+
+
+def test_a_killed_job_says_killed_with_its_signal(tmp_path):
+    """Jobs killed by a signal read "exit status 137/143" (Snakemake's words); the job's log
+    now ends with "killed (signal N, NAME)", the line the partial report quotes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from perflab import forkserver
+
+    assert forkserver.ended(-9) == "killed (signal 9, SIGKILL)"
+    assert forkserver.ended(143) == "killed (signal 15, SIGTERM)"
+    assert forkserver.ended(3) == "exit status 3"
+    log = tmp_path / "job.log"
+    code = ("import os, signal, time, sys\n"
+            "from perflab import runner\n"
+            f"with runner._logging({str(log)!r}):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    time.sleep(30)\n")
+    root = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": root})
+    assert proc.returncode == -signal.SIGTERM
+    assert log.read_text().strip().splitlines()[-1] == \
+        "perflab: the job was killed (signal 15, SIGTERM); no result written"
