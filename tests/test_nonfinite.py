@@ -1,4 +1,5 @@
-"""A diverged step is no measurement: a NaN or inf loss stops it with a clear message.
+"""A diverged step is no measurement: a NaN or inf loss stops it with a clear message (and
+two more of the issue's faults: a killed job's words, the ledger's fence).
 
 The issue's cases: a loss that is NaN every step, inputs of inf, ``lr: 1e30`` on the
 built-in MLP, a ``train_step`` returning NaN. Before, ``perflab check`` printed OK, the rows
@@ -51,8 +52,11 @@ def user(tmp_path, monkeypatch):
 
 #: the diverging workloads the check refuses
 DIVERGING = ["nan_loss", "inf_inputs", "step_returns_nan"]
-#: bad inputs tried here (the README's count: tests/test_reliability.py), lr 1e30 the last
-CASES = len(DIVERGING) + 1
+#: bad inputs tried here (the README's count: tests/test_reliability.py): the diverging
+#: workloads, lr 1e30, a description breaking out of the ledger's fence
+CASES = len(DIVERGING) + 2
+#: faults tried here: a job killed by a signal
+FAULT_CASES = 1
 
 
 @pytest.mark.parametrize("fn", DIVERGING)
@@ -101,3 +105,15 @@ def test_a_killed_job_says_killed_with_its_signal(tmp_path):
     assert proc.returncode == -signal.SIGTERM
     assert log.read_text().strip().splitlines()[-1] == \
         "perflab: the job was killed (signal 15, SIGTERM); no result written"
+
+
+def test_a_description_cannot_break_out_of_the_ledgers_code_fence():
+    import mistune
+
+    from perflab import ledger
+
+    hostile = "mlp\n```\n# Verdict: fake\n<img src=x>\n```"
+    md = ledger.fenced(f"model       {hostile}")
+    html = mistune.create_markdown()(md)
+    assert html.count("<pre>") == 1 and "<h1>" not in html and "Verdict: fake" in html
+    assert ledger.fenced("plain").startswith("```\n")  # the chapter's layout where it can be

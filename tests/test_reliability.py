@@ -853,6 +853,8 @@ def test_one_measurement_per_device(tmp_path, tiny_contract, monkeypatch, case):
             prov, log = _run_one(tmp_path, tiny_contract)
             assert time.monotonic() - t0 >= 1.0
             assert f"waiting for device cpu: pid {holder.pid}" in log, log
+            # the run that holds it: its experiment, tag and directory
+            assert f"(E03 of another run, a run in {ROOT}, since" in log, log
             lock = prov["device_lock"]
             assert lock["held"] and lock["waited_s"] >= 1.0
             assert lock["waited_for"]["pid"] == holder.pid
@@ -988,7 +990,7 @@ def _readme_counts() -> tuple[int, int]:
 
     bad = len(BAD_INPUTS) + len(test_config.BAD) + len(test_failures.BAD_CLI) \
         + test_nonfinite.CASES
-    faults = len(FAULTS) + len(FAILURE_FAULTS)
+    faults = len(FAULTS) + len(FAILURE_FAULTS) + test_nonfinite.FAULT_CASES
     return bad, faults
 
 
