@@ -122,9 +122,12 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    # the keys written here, not those a merge key (``<<: *base``) brings in: overriding
+    # a merged key is what merging is for
+    written = [k for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
     loader.flatten_mapping(node)
     first: dict[Any, int] = {}
-    for key_node, _ in node.value:
+    for key_node in written:
         key = loader.construct_object(key_node, deep=True)
         try:
             line = first.setdefault(key, key_node.start_mark.line)

@@ -151,6 +151,23 @@ def test_config_file_names_the_file(tmp_path, text, needles):
     _stops(lambda: config.load([path], {"device": "cpu"}), str(path), *needles)
 
 
+MERGE = _cases(BAD_INPUTS, [
+    ("yaml-merge-key-override", "a YAML merge key overridden in the same mapping (valid YAML, "
+     "was refused as a duplicate key)", "timing:\n  <<: *b\n  repeats: 7\n"),
+])
+
+
+@pytest.mark.parametrize("timing", MERGE)
+def test_a_yaml_merge_key_override_is_taken(tmp_path, timing):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b\n  repeats: 5\n  warmup: 2\n" + timing)
+    cfg = config.load_yaml(path)
+    assert cfg["timing"] == {"repeats": 7, "warmup": 2}
+    # the control: a key written twice by hand is still refused, naming its line
+    path.write_text("seed: 1\nseed: 2\n")
+    _stops(lambda: config.load_yaml(path), str(path), "duplicate key 'seed'", "line 1")
+
+
 KEYS = _cases(BAD_INPUTS, [
     ("tag-dotdot", "tag=.. (results one directory up)", {"tag": ".."}, "tag"),
     ("tag-dot", "tag=. (results in results_dir itself)", {"tag": "."}, "tag"),
