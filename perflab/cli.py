@@ -298,7 +298,12 @@ def whatif(args, snakemake_args: list[str]) -> int:
     rc, workdir = _snakemake(args, cfg, WHATIF, [str(md), *cfgmod.result_files(cfg, [WHATIF])],
                              snakemake_args)
     if rc == 0 and (workdir / md).is_file():
+        other = current.other_code(cfg, [WHATIF], workdir)
+        if other:  # never another code's measurements shown as this code's
+            print(f"perflab: no table: {WHATIF} was {other[WHATIF]}", file=sys.stderr)
+            return 1
         print((workdir / md).read_text())
+        print(current.measured_line(cfg, [WHATIF], workdir))
         print(f"rows and each intervention's job: {(workdir / md).parent}")
     return rc
 

@@ -193,3 +193,39 @@ def test_an_edit_re_measures_exactly_its_jobs_under_plain_snakemake(tmp_path, mo
         assert "rule e05_phases:" in out and "Missing output files" in out, out[-3000:]
     finally:
         forget_package(pkg)
+
+
+def test_perflab_diagnose_refuses_a_verdict_of_other_code(tmp_path, monkeypatch, capsys):
+    """The issue's case at the command: the results on disk were measured before an edit
+    (and Snakemake, say, ran nothing). The old verdict is not printed; the command says which
+    experiment was measured with which code, and fails. With the results current, the verdict
+    is printed with "measured: <file> @ <sha>, <age>"."""
+    from perflab import cli, preflight
+
+    pkg = _package(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    try:
+        target = f"{pkg}.mod:make"
+        cfg = config.load([], {"workload": target, "device": "cpu", "run": "E05"})
+        md = tmp_path / config.result_dir(cfg) / "diagnosis.md"
+
+        def fake_call(cmd, env=None):  # Snakemake found nothing to do: the files stay
+            md.parent.mkdir(parents=True, exist_ok=True)
+            md.write_text("**Verdict: add DataLoader workers**\n")
+            return 0
+
+        answer = {"ok": True, "device": "cpu", "description": "d", "batch": 4, "step_ms": 1.0}
+        monkeypatch.setattr(preflight, "run_child", lambda *a, **k: answer)
+        monkeypatch.setattr(cli.subprocess, "call", fake_call)
+        argv = ["diagnose", target, "--device", "cpu", "--run", "E05", "--no-whatif"]
+        _result(tmp_path, cfg, "E05", finished="2026-01-01T00:00:00+00:00")
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        assert "add DataLoader workers" in out and f"measured: {pkg}/mod.py @ " in out
+        (tmp_path / pkg / "helper.py").write_text("WIDTH = 512\n")  # the user's edit
+        assert cli.main(argv) == 1
+        got = capsys.readouterr()
+        assert "add DataLoader workers" not in got.out
+        assert "E05 was measured with other code" in got.err and "no verdict" in got.err
+    finally:
+        forget_package(pkg)
