@@ -117,3 +117,14 @@ def test_a_description_cannot_break_out_of_the_ledgers_code_fence():
     html = mistune.create_markdown()(md)
     assert html.count("<pre>") == 1 and "<h1>" not in html and "Verdict: fake" in html
     assert ledger.fenced("plain").startswith("```\n")  # the chapter's layout where it can be
+
+
+def test_the_preflight_refuses_a_step_that_diverges_within_its_steps():
+    """lr 1e30: one step is finite (perflab check's), the pre-flight's six are not."""
+    from perflab import preflight
+
+    answer = preflight.run_child({"target": "mlp", "params": {"lr": 1e30, "dim": 16, "depth": 1,
+                                                              "num_classes": 4, "batch": 8},
+                                  "device": "cpu", "dtype": "float32", "tag": "t"})
+    assert answer["ok"] is False and "'mlp': the loss is" in answer["error"], answer
+    assert "diverged" in answer["error"]
