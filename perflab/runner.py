@@ -32,7 +32,19 @@ from typing import Any
 
 import torch
 
-from perflab import ab, affinity, devicelock, env, forkserver, io, stats, steps, timing, workloads
+from perflab import (
+    ab,
+    affinity,
+    devicelock,
+    env,
+    forkserver,
+    integrity,
+    io,
+    stats,
+    steps,
+    timing,
+    workloads,
+)
 from perflab import config as cfgmod
 from perflab.catalogue import EXPERIMENTS
 from perflab.io import log_to  # noqa: F401  (scripts import it from here too)
@@ -447,6 +459,9 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         io.write_samples(outputs["samples"], ctx.samples)
         io.atomic_write_json(outputs["provenance"], provenance)
         io.write_results(outputs["csv"], ctx.rows)
+        # the bytes written, so a file changed or corrupted since is measured again
+        provenance["files_sha256"] = integrity.record(outputs)
+        io.atomic_write_json(outputs["provenance"], provenance)
         log(f"wrote {len(ctx.rows)} rows, {len(ctx.samples)} samples -> {outputs['csv']}")
         _stop_compile_workers(log)
     return ctx

@@ -160,7 +160,7 @@ def make(device, *, batch=4):  # the user's model: its width lives in another mo
 def test_an_edit_re_measures_exactly_its_jobs_under_plain_snakemake(tmp_path, monkeypatch):
     """The issue's case: a workload's width edited in a module it imports, then the same
     command again. Before, "Nothing to be done" and the old verdict; now its jobs re-run,
-    and a deleted result file is measured again. (One real run, then dry runs: ~30 s.)"""
+    and a corrupt or deleted result file is measured again. (One real run, then dry runs.)"""
     import os
     import subprocess
     import sys
@@ -188,6 +188,18 @@ def test_an_edit_re_measures_exactly_its_jobs_under_plain_snakemake(tmp_path, mo
         (tmp_path / pkg / "helper.py").write_text("WIDTH = 8\n")  # back: nothing to do
         assert "Nothing to be done" in snakemake("-n")
         results = next((work / "results").iterdir())
+        # a corrupt samples file (its bytes no longer those its job wrote): measured again
+        samples = results / "e05_phases_samples.csv"
+        good = samples.read_bytes()
+        samples.write_bytes(good.replace(b"\n", b"\n\x00", 1))
+        out = snakemake("-n")
+        assert "changed since its job wrote it" in out and "rule e05_phases:" in out, out[-3000:]
+        kept = list(results.glob("e05_phases_samples.csv.changed-*"))
+        assert [k.read_bytes() for k in kept] == [samples.read_bytes() if samples.exists()
+                                                   else good.replace(b"\n", b"\n\x00", 1)]
+        kept[0].rename(samples)
+        samples.write_bytes(good)
+        assert "Nothing to be done" in snakemake("-n")
         (results / "e05_phases.json").unlink()
         out = snakemake("-n")
         assert "rule e05_phases:" in out and "Missing output files" in out, out[-3000:]
@@ -229,3 +241,19 @@ def test_perflab_diagnose_refuses_a_verdict_of_other_code(tmp_path, monkeypatch,
         assert "E05 was measured with other code" in got.err and "no verdict" in got.err
     finally:
         forget_package(pkg)
+
+
+def test_a_result_changed_since_its_job_wrote_it_is_found(tmp_path):
+    import json
+
+    from perflab import integrity
+
+    out = {k: str(tmp_path / f"r.{k}") for k in ("csv", "samples", "provenance")}
+    for k in ("csv", "samples"):
+        Path(out[k]).write_text(f"{k}\n1\n")
+    Path(out["provenance"]).write_text(json.dumps({"files_sha256": integrity.record(out)}))
+    assert integrity.changed(out) == []
+    Path(out["samples"]).write_text("samples\n2\n")
+    assert integrity.changed(out) == [out["samples"]]
+    Path(out["provenance"]).write_text("{}")  # an older run's record: nothing to compare
+    assert integrity.changed(out) == []

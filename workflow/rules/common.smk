@@ -155,6 +155,27 @@ def reference_inputs():
     )
 
 
+def set_aside_changed_results():
+    """A result whose rows or samples are no longer the bytes its job wrote (an edit, a
+    corrupt file) is measured again: the file is moved aside (kept, renamed), so Snakemake
+    sees it missing and runs its job; it would otherwise see it present and up to date
+    (perflab/integrity.py)."""
+    from perflab import integrity
+
+    jobs = [exp_outputs(e) for e in selected()]
+    jobs += [process_outputs(e, k) for e, k in perflab_config.process_jobs(RUN)]
+    for f in [f for outs in jobs for f in integrity.changed(outs)]:
+        kept = integrity.set_aside(f)
+        print(
+            f"perflab: {f} changed since its job wrote it: kept as {kept}, measured again",
+            file=sys.stderr,
+        )
+
+
+if not workflow.remote_exec:
+    set_aside_changed_results()
+
+
 def final_outputs():
     return [
         # targets too, so a deleted result file is measured again (perflab_config.result_files)
