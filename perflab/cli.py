@@ -36,7 +36,7 @@ from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.instruments import workloads
 from perflab.pipeline import config as cfgmod
 from perflab.pipeline import preflight
-from perflab.views import console, partial
+from perflab.views import console, current, partial
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device, as each
@@ -81,17 +81,44 @@ def _config(args) -> dict:
         sys.exit(f"perflab: {exc}")
 
 
-def _check(cfg: dict) -> workloads.Workload:
+def _check(cfg: dict, timeout_s: float | None = None) -> workloads.Workload:
+    """Build and step the workload here; one message naming the target for a failure, a
+    builder that calls sys.exit, or one that blocks past ``timeout_s`` (SIGALRM: the
+    main thread of a POSIX process; elsewhere no time-out)."""
+    import signal
+
     target, params = cfgmod.workload_spec(cfg)
+
+    class Expired(BaseException):  # not an Exception: no handler of the builder's keeps it
+        pass
+
+    def expired(*_):
+        raise Expired
+
+    alarm = timeout_s and hasattr(signal, "SIGALRM")
+    if alarm:
+        before = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         return workloads.check(target, cfg["resolved_device"], **params)
     except workloads.WorkloadError as exc:
         sys.exit(f"perflab: {exc}")
+    except SystemExit as exc:
+        sys.exit(f"perflab: workload {target!r} called sys.exit({exc.code!r}) while being "
+                 "built or stepped")
+    except Expired:
+        sys.exit(f"perflab: workload {target!r}: building and stepping it did not finish "
+                 f"within {timeout_s:g} s (--timeout): does the builder or the step block "
+                 "(a lock, input(), a network wait)?")
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, before)
 
 
 def check(args) -> int:
     cfg = _config(args)
-    w = _check(cfg)
+    w = _check(cfg, args.timeout)
     print(f"{args.target}: OK on {cfg['resolved_device']} — {w.description}, batch "
           f"{w.batch_size}, input {w.input_shape()}, {w.parameter_count()} parameters, "
           f"optimizer {w.optimizer_name}")
@@ -161,9 +188,14 @@ def _preflight(args, cfg: dict, env: dict) -> int:
                "--only", ",".join(_only(args))]
         pre += ["--scale", args.scale] if args.scale else []
         pre += [x for f in args.configfile for x in ("--configfile", str(Path(f).resolve()))]
-        return subprocess.call(pre, env=env)
+        try:
+            return subprocess.call(pre, env=env, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"perflab: workload {args.target!r}: `perflab check` did not finish within "
+                  f"{args.timeout:g} s and was stopped (--timeout)", file=sys.stderr)
+            return 1
     spec = preflight.workload_spec(cfg)
-    answer = preflight.run_child(spec, env=env)
+    answer = preflight.run_child(spec, timeout_s=args.timeout, env=env)
     if not answer["ok"]:
         print(f"perflab: {answer['error']}", file=sys.stderr)
         return 1
@@ -250,15 +282,26 @@ def _diagnose_run(args, cfg: dict, run: str, snakemake_args: list[str],
     md_rel = cfgmod.result_dir(cfg) / "diagnosis.md"
     # the diagnosis alone by default: no ledger, claims, figures or report notebook
     started = time.time()
-    rc, workdir = _snakemake(args, cfg, run, [] if args.report else [str(md_rel)],
-                             snakemake_args, env)
+    eids = [*cfg["resolved_experiments"], *([WHATIF] if WHATIF in run.split(",") else [])]
+    # each result file a target: a deleted one is measured again (config.result_files)
+    targets = [] if args.report else [str(md_rel), *cfgmod.result_files(cfg, eids)]
+    rc, workdir = _snakemake(args, cfg, run, targets, snakemake_args, env)
     md = workdir / md_rel
     if rc != 0 and not _dry(args, snakemake_args) \
             and not (md.is_file() and md.stat().st_mtime >= started):
         # a job failed, so the diagnosis rule never ran: draw the verdict from what did
         _partial_diagnosis(cfg, workdir, started)
     if md.is_file() and (rc == 0 or md.stat().st_mtime >= started):
+        eids = cfg["resolved_experiments"]
+        other = current.other_code(cfg, eids, workdir)
+        if other:  # never a verdict of other code printed as this code's
+            for eid, why in other.items():
+                print(f"perflab: {eid} was {why}", file=sys.stderr)
+            print(f"perflab: no verdict: {md} rests on results of other code or parameters "
+                  "than these; run again to measure these (their jobs re-run)", file=sys.stderr)
+            return rc or 1
         print(md.read_text())
+        print(current.measured_line(cfg, eids, workdir))
         report = md.parent / "report.html"
         print(f"evidence rows: {md.with_suffix('.csv')}"
               + (f"\nreport: {report}" if args.report and report.is_file() else
@@ -270,9 +313,15 @@ def whatif(args, snakemake_args: list[str]) -> int:
     """W01 alone: its table, with the bounds of any localization this directory holds."""
     cfg = _config(args)
     md = Path(cfgmod.experiment_outputs(cfg, WHATIF)["md"])
-    rc, workdir = _snakemake(args, cfg, WHATIF, [str(md)], snakemake_args)
+    rc, workdir = _snakemake(args, cfg, WHATIF, [str(md), *cfgmod.result_files(cfg, [WHATIF])],
+                             snakemake_args)
     if rc == 0 and (workdir / md).is_file():
+        other = current.other_code(cfg, [WHATIF], workdir)
+        if other:  # never another code's measurements shown as this code's
+            print(f"perflab: no table: {WHATIF} was {other[WHATIF]}", file=sys.stderr)
+            return 1
         print((workdir / md).read_text())
+        print(current.measured_line(cfg, [WHATIF], workdir))
         print(f"rows and each intervention's job: {(workdir / md).parent}")
     return rc
 
@@ -321,6 +370,9 @@ def _workload_args(s, name: str) -> None:
     s.add_argument("target", help="a name under `workloads` in the config, a registered "
                    "builder, or package.module:function (the current directory is importable)")
     s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    s.add_argument("--timeout", type=_positive(float), default=preflight.TIMEOUT_S,
+                   help="seconds the pre-flight (build, check, a few steps) may take before it "
+                   f"is stopped, naming the target (default {preflight.TIMEOUT_S})")
     s.add_argument("--scale", help="a name under `scales` (default: auto)")
     s.add_argument("--configfile", action="append", default=[],
                    help="YAML merged over config/config.yaml (repeatable)")
@@ -340,8 +392,9 @@ def _workload_args(s, name: str) -> None:
 
 def _snakemake_args(s) -> None:
     """The options of a subcommand that runs Snakemake."""
-    s.add_argument("--cores", type=int, default=1, help="cores Snakemake may use (default: 1)")
-    s.add_argument("--directory", default=".",
+    s.add_argument("--cores", type=_positive(int), default=1,
+                   help="cores Snakemake may use (default: 1)")
+    s.add_argument("--directory", default=".", type=_directory,
                    help="where results/, figures/ and logs/ go (default: here)")
     s.add_argument("-n", "--dry-run", action="store_true",
                    help="show the jobs Snakemake would run, run none")
@@ -445,6 +498,34 @@ def parser() -> argparse.ArgumentParser:
     for name, (_, helptext, description, add_args) in SUBCOMMANDS.items():
         add_args(sub.add_parser(name, help=helptext, description=description))
     return p
+
+
+def _positive(kind):
+    """An argparse type: a finite number of ``kind`` above zero (``--cores 0`` would make
+    Snakemake wait forever for a core; a NaN time-out would never fire)."""
+    what = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (value > 0 and value != float("inf")):  # also refuses nan
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _directory(text: str) -> str:
+    """A directory, or a path one can be made at (not a file, no NUL)."""
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError("an empty path, or one with a NUL byte")
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a directory")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -366,6 +366,7 @@ FAILED_LINE = "AttributeError: 'NoneType' object has no attribute 'detach'"
 
 def _half_run(tmp_path):
     """A run whose E07 failed: the others' rows (the shipped CPU reference's) and E07's log."""
+    import json
     import shutil
     from pathlib import Path
 
@@ -381,6 +382,10 @@ def _half_run(tmp_path):
     for eid in ran:
         name = f"{EXPERIMENTS[eid].slug}.csv"
         shutil.copy(root / "report" / "reference" / "cpu-2c" / "results" / name, results / name)
+        # its provenance, as its job writes it: measured under this contract (else the
+        # verdict refuses the row as another code's or parameters', perflab/views/current.py)
+        (results / f"{EXPERIMENTS[eid].slug}.json").write_text(
+            json.dumps({"contract": config.contract(cfg, eid)}))
     logs = tmp_path / "logs" / cfg["resolved_tag"]
     logs.mkdir(parents=True)
     (logs / f"{EXPERIMENTS['E07'].slug}.log").write_text(
@@ -500,3 +505,26 @@ def test_the_workflow_does_not_preflight_again_what_diagnose_did(monkeypatch, tm
     preflight.before_first_job(other, [config.contract(other, "E05")], str(tmp_path),
                                logs.append)
     assert called and called[0]["target"] == "convnet"
+
+
+def test_a_verdict_near_its_threshold_names_both_candidates_in_its_headline():
+    """The issue's case: the input share read 25.0% in one run and 24.8% in the next, with
+    an A/A floor of 1%: one picked input pipeline, the other device compute, each printing a
+    single verdict. Both headlines now name both, in the same words, with the measurement
+    that would separate them; an input share far from the threshold names one."""
+    floor = [_row("C00", *AA_FLOOR, 1.0, unit="%")]
+    heads = []
+    for wait in (24.5, 24.3):  # + 0.5% host-to-device: 25.0% and 24.8%
+        d = diagnose.diagnose(frame(phases(input_wait=wait), ROOF, floor))
+        assert d.rival and d.label == "input pipeline or device compute", (d.verdict, d.rival)
+        md = diagnose.render_markdown(d)
+        head = next(ln for ln in md.splitlines() if ln.startswith("**Verdict"))
+        assert head.startswith("**Verdict: input pipeline or device compute — too close to call")
+        assert "A/A floor" in head and "To separate them" in head and "loader_workers" in head
+        heads.append(head.split("As measured")[0])
+        # the ledger's verdict line says the same
+        assert diagnose.to_frame(d).verdict.any()
+    assert heads[0].split(":")[1] == heads[1].split(":")[1]
+    far = diagnose.diagnose(frame(phases(input_wait=40.0), ROOF, floor))
+    assert far.verdict == "input_pipeline" and not far.rival and far.label == "input pipeline"
+    assert "**Verdict: input pipeline** —" in diagnose.render_markdown(far)

@@ -141,9 +141,43 @@ def test_config_file_names_the_file(tmp_path, text, needles):
     _stops(lambda: config.load([path], {"device": "cpu"}), str(path), *needles)
 
 
+MERGE = _cases(BAD_INPUTS, [
+    ("yaml-merge-key-override", "a YAML merge key overridden in the same mapping (valid YAML, "
+     "was refused as a duplicate key)", "timing:\n  <<: *b\n  repeats: 7\n"),
+])
+
+
+@pytest.mark.parametrize("timing", MERGE)
+def test_a_yaml_merge_key_override_is_taken(tmp_path, timing):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b\n  repeats: 5\n  warmup: 2\n" + timing)
+    cfg = config.load_yaml(path)
+    assert cfg["timing"] == {"repeats": 7, "warmup": 2}
+    # the control: a key written twice by hand is still refused, naming its line
+    path.write_text("seed: 1\nseed: 2\n")
+    _stops(lambda: config.load_yaml(path), str(path), "duplicate key 'seed'", "line 1")
+
+
 KEYS = _cases(BAD_INPUTS, [
     ("tag-dotdot", "tag=.. (results one directory up)", {"tag": ".."}, "tag"),
     ("tag-dot", "tag=. (results in results_dir itself)", {"tag": "."}, "tag"),
+    ("tag-300-chars", "a 300-character tag (was an OSError traceback)", {"tag": "t" * 300},
+     "tag"),
+    ("results-dir-climbs", "results_dir: ../../x (wrote outside the run directory)",
+     {"results_dir": "../../x"}, "results_dir"),
+    ("figures-dir-climbs", "figures_dir: a/../../x", {"figures_dir": "a/../../x"},
+     "figures_dir"),
+    ("results-dir-nul", "a NUL byte in results_dir (was a ValueError traceback)",
+     {"results_dir": "res\0x"}, "results_dir"),
+    ("long-run-hours-nan", "long_run_hours: .nan (switched the long-run guard off: a run of "
+     "9.9 days started)", {"long_run_hours": float("nan")}, "long_run_hours"),
+    ("workload-lr-inf", "a workload's lr: .inf", {"workloads": {"mlp": {"lr": float("inf")}}},
+     "workloads.mlp.lr"),
+    ("repeats-whole-float", "timing.repeats: 30.0 (failed inside the job, no key named)",
+     {"timing": {"repeats": 30.0}}, "timing.repeats"),
+    ("warmups-whole-float", "experiments.E03.warmups: [0, 1.0, 3]",
+     {"experiments": {"E03": {"warmups": [0, 1.0, 3]}}}, "experiments.E03.warmups.1"),
+    ("seed-whole-float", "seed: 5.0", {"seed": 5.0}, "seed"),
     ("e17-ks-do-not-divide", "an E17 K that does not divide the batch",
      {"experiments": {"E17": {"batch": 64, "ks": [1, 3]}}}, "experiments.E17.ks"),
     ("e17-ks-after-scale", "an E17 K that does not divide the scaled batch (1024)",
@@ -332,6 +366,66 @@ def test_preflight_child_times_a_good_step(user_module):
     assert 0 < answer["step_ms"] < 10_000
 
 
+#: workloads that talk on stdout, exit or block: the pre-flight answers over its own file
+CHANNEL_MODULE = """
+import atexit, json, sys, time
+from perflab.instruments.workloads import mlp
+
+
+def prints_json(device, **kw):  # a good workload whose library prints a JSON line at exit
+    atexit.register(lambda: print(json.dumps({"status": "bye"})))
+    return mlp(device, dim=16, depth=1, num_classes=4, batch=8)
+
+
+def fakes_a_pass(device, **kw):  # a failing builder that prints what an answer looked like
+    print(json.dumps({"ok": True, "device": "cpu", "description": "fake", "batch": 1,
+                      "step_ms": 1.0}), flush=True)
+    raise ValueError("really broken")
+
+
+def exits(device, **kw):
+    sys.exit(3)
+
+
+def blocks(device, **kw):
+    time.sleep(120)
+"""
+
+CHANNEL = _cases(BAD_INPUTS, [
+    ("preflight-json-on-stdout", "a good workload printing one JSON line at exit (was "
+     "refused: KeyError 'ok')", "prints_json", None),
+    ("preflight-fake-pass", "a failing builder printing a passing answer on stdout (was a "
+     "pass)", "fakes_a_pass", "raised while building (ValueError: really broken)"),
+    ("preflight-sys-exit", "a builder calling sys.exit(3) (was: 'exit status 3:')", "exits",
+     "called sys.exit(3)"),
+    ("preflight-blocks", "a builder that blocks (was: no time-out)", "blocks",
+     "did not finish within 5 s"),
+])
+
+
+@pytest.mark.parametrize("attr, message", CHANNEL)
+def test_preflight_answers_over_its_own_channel(tmp_path, monkeypatch, attr, message):
+    pkg = write_user_package(tmp_path, monkeypatch, {"talk": CHANNEL_MODULE})
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    target = f"{pkg}.talk:{attr}"
+    try:
+        answer = preflight.run_child({"target": target, "params": {}, "device": "cpu",
+                                      "dtype": "float32", "tag": "t"},
+                                     timeout_s=5 if attr == "blocks" else 300)
+    finally:
+        forget_package(pkg)
+    if message is None:
+        assert answer["ok"] is True and answer["batch"] == 8, answer
+    else:
+        assert answer["ok"] is False and target in answer["error"], answer
+        assert message in answer["error"], answer
+
+
+def test_a_child_killed_by_a_signal_says_so():
+    assert preflight._ended(-9) == "killed (signal 9, SIGKILL)"
+    assert preflight._ended(3) == "exit status 3"
+
+
 REAL_STOPS = _cases(BAD_INPUTS, [
     ("snakemake-builder-raises", "a workload builder that raises, under plain snakemake",
      {"workload": "USER:builder_raises"}, ["pre-flight failed, no job has started",
@@ -501,6 +595,10 @@ PAYLOADS = [
     f"[click](javascript:alert('{MARK}3'))",
     f"<a href=\"javascript:alert('{MARK}4')\">x</a>",
     f"<svg onload=alert('{MARK}5')>",
+    # loads from outside the report (a tracking pixel; the report is read offline)
+    f"![i](https://example.invalid/{MARK}7.png)",
+    f"[link](https://example.invalid/{MARK}8)",
+    f"<https://example.invalid/{MARK}9>",
 ]
 HOSTILE = " ".join(PAYLOADS)
 #: a directory name may hold no slash: the event-handler payload alone
@@ -515,6 +613,10 @@ INJECTION = _cases(BAD_INPUTS, [
     ("inject-reference-dir-name", "an event-handler payload as a shipped run's directory name"),
     ("inject-compare-to-dir-name", "an event-handler payload as compare_to's directory name"),
     ("inject-this-diagnosis", "payloads in this run's diagnosis.md (a workload's own text)"),
+    ("external-image-in-markdown", "a Markdown image from the internet in another run's text "
+     "(rendered live: 52 external images in one report)"),
+    ("external-link-in-markdown", "Markdown links to the internet in another run's text "
+     "(104 external links in one report)"),
 ])
 #: what a report may contain: the tags a clean one has (the template and the renderer)
 REPORT_TAGS = {"a", "body", "code", "details", "div", "em", "h1", "h2", "h3", "h4", "h5", "h6",
@@ -547,6 +649,10 @@ class LiveParts(HTMLParser):
                 self.live.append(f"{name}={value[:40]!r} on <{tag}>")
             if MARK in (value or ""):
                 self.live.append(f"payload in {name}= of <{tag}>")
+            if name in ("href", "src") and not v.startswith("#") and (
+                    ":" in v.split("/", 1)[0] or v.startswith("//")) \
+                    and not v.startswith("data:image/png;base64,"):
+                self.live.append(f"{name}={value[:40]!r} leaves the page, on <{tag}>")
 
     handle_startendtag = handle_starttag
 
@@ -617,6 +723,14 @@ def test_report_renders_no_payload_live(tmp_path, run_dir, monkeypatch):
     assert "&lt;script&gt;alert(" in page and "onerror=alert(" in page
     assert "Measured with other instrument code than this checkout" in page
     assert "E05 (perflab/instruments/timing.py)" in page
+    assert f"example.invalid/{MARK}7.png" in page  # the address shown, as text
+    # and in a browser: nothing requested from outside the file, nothing run
+    import browser
+
+    if browser.find_browser() is not None:
+        seen = browser.inspect(out)
+        assert seen["external_requests"] == [] and seen["scripts_external"] == [], seen
+        assert not any(MARK in e for e in seen["console_errors"]), seen["console_errors"]
 
 
 # ---------------------------------------------------------------- faults: writes killed
@@ -748,6 +862,8 @@ def test_one_measurement_per_device(tmp_path, tiny_contract, monkeypatch, case):
             prov, log = _run_one(tmp_path, tiny_contract)
             assert time.monotonic() - t0 >= 1.0
             assert f"waiting for device cpu: pid {holder.pid}" in log, log
+            # the run that holds it: its experiment, tag and directory
+            assert f"(E03 of another run, a run in {ROOT}, since" in log, log
             lock = prov["device_lock"]
             assert lock["held"] and lock["waited_s"] >= 1.0
             assert lock["waited_for"]["pid"] == holder.pid
@@ -774,6 +890,12 @@ STALE = _cases(FAULTS, [
      "(no partial report): the old report is removed", "downstream"),
     ("failed-run-report-not-asked", "a failed run that did not target the report, a result "
      "gone: the old report is removed", "missing"),
+    ("samples-rewritten-after-report", "a samples file rewritten (or corrupted) after the "
+     "report: the old report is removed", "samples"),
+    ("provenance-gone", "a provenance JSON deleted after the report: the old report is "
+     "removed", "provenance"),
+    ("report-job-due-not-run", "the report's job was due in this run and did not run: the "
+     "old report is removed", "due"),
 ])
 
 
@@ -785,8 +907,8 @@ def test_a_failed_run_leaves_no_stale_report(tmp_path, run_dir, case):
     report.write_text("<html>complete</html>")
     old = time.time() - 3600
     os.utime(report, (old, old))
-    for e in FIXTURE_EXPERIMENTS:
-        os.utime(_csv(run_dir, e), (old - 10, old - 10))
+    for f in run_dir.iterdir():  # every result file older than the report
+        os.utime(f, (old - 10, old - 10))
     since = time.time()
     # the control: results unchanged since the report: it still describes them
     assert not partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)
@@ -795,6 +917,14 @@ def test_a_failed_run_leaves_no_stale_report(tmp_path, run_dir, case):
         _csv(run_dir, "E13").touch()  # remeasured in this run, then a figure job failed
         assert partial.build(cfg, list(FIXTURE_EXPERIMENTS), tmp_path / "logs", since,
                              ROOT) is None
+    elif case == "samples":
+        (run_dir / f"{EXPERIMENTS['E05'].slug}_samples.csv").write_text("\x00garbage")
+        assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)
+    elif case == "provenance":
+        _csv(run_dir, "E05").with_suffix(".json").unlink()
+        assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)
+    elif case == "due":
+        assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since, outdated=True)
     else:
         _csv(run_dir, "E13").unlink()  # the failed job's outputs are removed
         assert partial.retire_stale_report(cfg, list(FIXTURE_EXPERIMENTS), since)
@@ -865,9 +995,11 @@ def test_changed_instrument_code_is_flagged(run_dir):
 def _readme_counts() -> tuple[int, int]:
     import test_config
     import test_failures
+    import test_nonfinite
 
-    bad = len(BAD_INPUTS) + len(test_config.BAD) + len(test_failures.BAD_CLI)
-    faults = len(FAULTS) + len(FAILURE_FAULTS)
+    bad = len(BAD_INPUTS) + len(test_config.BAD) + len(test_failures.BAD_CLI) \
+        + test_nonfinite.CASES
+    faults = len(FAULTS) + len(FAILURE_FAULTS) + test_nonfinite.FAULT_CASES
     return bad, faults
 
 
@@ -876,9 +1008,101 @@ FAILURE_FAULTS = ("job raises", "job out of memory", "job SIGKILLed", "whole run
                   "mid-job", "--keep-going with a failed experiment")
 
 
-def test_readme_counts_the_cases():
+def _readme_line() -> str:
     bad, faults = _readme_counts()
-    text = (ROOT / "docs" / "failures.md").read_text()
-    want = (f"bad inputs tried / clear: {bad} / {bad}; faults tried / survived: "
+    return (f"bad inputs tried / clear: {bad} / {bad}; faults tried / survived: "
             f"{faults} / {faults}")
-    assert want in " ".join(text.split()), f"docs/failures.md should say: {want}"
+
+
+#: the page that counts the cases (docs/failures.md): its numbers generated by
+#: `python tests/test_reliability.py`, never typed
+COUNTS_PAGE = ROOT / "docs" / "failures.md"
+_README_COUNTS = re.compile(r"(bad inputs tried / clear:\s+)\d+ / \d+(;\s+faults tried / "
+                            r"survived:\s+)\d+ / \d+")
+
+
+def test_readme_counts_the_cases():
+    text = COUNTS_PAGE.read_text()
+    want = _readme_line()
+    assert want in " ".join(text.split()), (f"docs/failures.md should say: {want} "
+                                            "(python tests/test_reliability.py writes it)")
+
+
+# ---------------------------------------------------------------- command-line values
+
+CLI_VALUES = _cases(BAD_INPUTS, [
+    ("cli-cores-0", "perflab diagnose --cores 0 (hung forever)", ["diagnose", "mlp", "--cores",
+                                                                  "0"], "--cores"),
+    ("cli-cores-negative", "perflab whatif --cores -2", ["whatif", "mlp", "--cores", "-2"],
+     "--cores"),
+    ("cli-cores-float", "perflab diagnose --cores 1.5", ["diagnose", "mlp", "--cores", "1.5"],
+     "--cores"),
+    ("cli-timeout-nan", "perflab check --timeout nan (a time-out that never fires)",
+     ["check", "mlp", "--timeout", "nan"], "--timeout"),
+    ("cli-timeout-0", "perflab check --timeout 0", ["check", "mlp", "--timeout", "0"],
+     "--timeout"),
+    ("cli-directory-file", "perflab diagnose --directory README.md (a file)",
+     ["diagnose", "mlp", "--directory", str(ROOT / "README.md")], "--directory"),
+])
+
+
+@pytest.mark.parametrize("argv, option", CLI_VALUES)
+def test_bad_command_line_values_are_refused(argv, option, capsys):
+    from perflab import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2  # argparse's usage error: before any pre-flight or job
+    assert f"argument {option}" in capsys.readouterr().err
+
+
+CHECK_STOPS = _cases(BAD_INPUTS, [
+    ("check-blocks", "perflab check on a builder that blocks (printed nothing, forever)",
+     "blocks", "did not finish within 2 s"),
+    ("check-sys-exit", "perflab check on a builder calling sys.exit(3) (printed nothing)",
+     "exits", "called sys.exit(3)"),
+])
+
+
+@pytest.mark.parametrize("attr, message", CHECK_STOPS)
+def test_perflab_check_names_the_target_of_a_builder_that_blocks_or_exits(tmp_path, monkeypatch,
+                                                                          attr, message):
+    from perflab import cli
+
+    pkg = write_user_package(tmp_path, monkeypatch, {"talk": CHANNEL_MODULE})
+    target = f"{pkg}.talk:{attr}"
+    try:
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["check", target, "--device", "cpu", "--timeout", "2"])
+    finally:
+        forget_package(pkg)
+    assert target in str(stop.value.code) and message in str(stop.value.code)
+
+
+TAGS = _cases(BAD_INPUTS, [
+    ("workload-names-a-umlaut", "workloads named ä and ö (shared one result directory)",
+     "ä", "ö"),
+    ("workload-names-space-dash", "workloads named 'my model' and 'my-model' (the second "
+     "overwrote the first's results)", "my model", "my-model"),
+    ("workload-name-climbs", "a workload named ../../evil", "../../evil", "evil"),
+    ("workload-name-300-chars", "a 300-character workload name (an OSError)", "w" * 300,
+     "w" * 299),
+])
+
+
+@pytest.mark.parametrize("a, b", TAGS)
+def test_two_workloads_never_share_a_result_tag(a, b):
+    sa, sb = config.workload_slug(a), config.workload_slug(b)
+    assert sa != sb
+    for slug in (sa, sb):  # one directory name, short enough for any file system
+        assert "/" not in slug and ".." not in slug and len(slug) <= config.SLUG_MAX + 9
+    assert config.workload_slug("pkg.mod:fn") == "pkg.mod-fn"  # plain names keep theirs
+
+
+if __name__ == "__main__":  # rewrite docs/failures.md's counts from the cases above
+    bad, faults = _readme_counts()
+    text, n = _README_COUNTS.subn(  # the numbers only: the line keeps its wrapping
+        lambda m: f"{m[1]}{bad} / {bad}{m[2]}{faults} / {faults}", COUNTS_PAGE.read_text())
+    assert n == 1, "docs/failures.md's counts line was not found"
+    COUNTS_PAGE.write_text(text)
+    print(_readme_line())

@@ -73,7 +73,10 @@ def _holder(path: Path) -> dict[str, Any] | None:
 def describe(holder: dict[str, Any] | None) -> str:
     if not holder:
         return "another process (it wrote no details)"
-    return f"pid {holder.get('pid')} ({holder.get('what', '?')}, since {holder.get('since', '?')})"
+    # the run, not only the process: its experiment and tag (``what``) and its directory
+    where = f", a run in {holder['cwd']}" if holder.get("cwd") else ""
+    return (f"pid {holder.get('pid')} ({holder.get('what', '?')}{where}, since "
+            f"{holder.get('since', '?')})")
 
 
 def others_holding(skip: Path | None = None) -> list[dict[str, Any]]:

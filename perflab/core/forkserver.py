@@ -68,6 +68,31 @@ def process_start() -> str:
 # ------------------------------------------------------------------ the job's side
 
 
+def ended(returncode: int) -> str:
+    """How a process ended, in words: ``exit status 3``, or ``killed (signal 9, SIGKILL)`` for
+    a negative return code (or 128 + N, as a shell and Snakemake report a signal)."""
+    sig = -returncode if returncode < 0 else (returncode - 128 if 128 < returncode < 160 else 0)
+    if not sig:
+        return f"exit status {returncode}"
+    try:
+        name = f", {signal.Signals(sig).name}"
+    except ValueError:
+        name = ""
+    return f"killed (signal {sig}{name})"
+
+
+def _say_killed(script_globals: dict, code: int) -> None:
+    """A job killed by a signal says so in its log (its last line, which the partial report
+    and the verdict quote) and on stderr: Snakemake itself reports only "exit status 137"."""
+    line = f"perflab: the job was {ended(code)}; no result written"
+    print(line, file=sys.stderr, flush=True)
+    try:
+        with open(script_globals["snakemake"].log[0], "a") as fh:
+            fh.write(line + "\n")
+    except (AttributeError, IndexError, KeyError, OSError, TypeError):
+        pass
+
+
 def delegate(script_globals: dict) -> None:
     """Run this Snakemake job in a child of the run's fork server and exit with its status.
 
@@ -100,6 +125,8 @@ def delegate(script_globals: dict) -> None:
         print("perflab: the fork server lost this job (it exited mid-job); rerun it",
               file=sys.stderr, flush=True)
         code = 1
+    if code < 0:
+        _say_killed(script_globals, code)
     os._exit(128 - code if code < 0 else code)
 
 

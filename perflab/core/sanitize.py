@@ -8,6 +8,11 @@ from this run's (``diagnosis.md``). Markdown passes raw HTML through, so
 allowlist of tags and attributes: anything else and the text is shown verbatim
 in a ``<pre>`` instead. Whatever mistune version is installed, nothing live gets
 through.
+
+Nor does anything load from outside the report (it is read offline, and a remote image in
+another run's text is a tracking pixel): an image in the Markdown is shown as its alt text
+and address, and a link leaves the page only as text — only an anchor (``#...``) within
+the report stays a link.
 """
 
 from __future__ import annotations
@@ -20,16 +25,14 @@ ALLOWED = {
     **{t: set() for t in ("p", "ul", "ol", "li", "table", "thead", "tbody", "tr", "strong",
                           "em", "code", "pre", "blockquote", "hr", "br", "del", "h1", "h2",
                           "h3", "h4", "h5", "h6")},
-    "th": {"style"}, "td": {"style"}, "a": {"href", "title"}, "img": {"src", "alt", "title"},
+    "th": {"style"}, "td": {"style"}, "a": {"href", "title"},
 }
-#: URL schemes a link may use (a relative link or an anchor has none)
-SAFE_SCHEMES = ("http", "https", "mailto")
 
 
 def _safe_url(url: str) -> bool:
-    u = "".join(url.split()).lower()  # browsers ignore whitespace inside a scheme
-    scheme, sep, _ = u.partition(":")
-    return not sep or "/" in scheme or "#" in scheme or "?" in scheme or scheme in SAFE_SCHEMES
+    """Only an anchor within the page: anything else could leave it or load from outside."""
+    u = "".join(url.split())  # browsers ignore whitespace inside a scheme
+    return u.startswith("#")
 
 
 class _Audit(HTMLParser):
@@ -62,11 +65,27 @@ def audit(fragment: str) -> list[str]:
     return parser.problems
 
 
-def markdown_html(text: str) -> str:
-    """``text`` (Markdown) as an HTML fragment in which nothing can run."""
+def _renderer():
+    """mistune's HTML renderer, with images and links off the page shown as text."""
     import mistune
 
-    render = mistune.create_markdown(escape=True, plugins=["table"])
+    class Offline(mistune.HTMLRenderer):
+        def image(self, text: str, url: str, title: str | None = None) -> str:
+            return f"[image: {text} &lt;{html.escape(url)}&gt;]"
+
+        def link(self, text: str, url: str, title: str | None = None) -> str:
+            if _safe_url(url):
+                return super().link(text, url, title)
+            return f"{text} &lt;{html.escape(url)}&gt;"
+
+    return Offline(escape=True)
+
+
+def markdown_html(text: str) -> str:
+    """``text`` (Markdown) as an HTML fragment in which nothing can run or load."""
+    import mistune
+
+    render = mistune.create_markdown(escape=True, renderer=_renderer(), plugins=["table"])
     out = render(text)
     if audit(out):
         return f"<pre>{html.escape(text)}</pre>"

@@ -32,6 +32,11 @@ from perflab.instruments.workloads import (
     one_pass,
 )
 
+#: the loss of the last training step run in this process (a device tensor, never read in a
+#: timed loop: only a reference kept). The runner reads it once a measurement is done, so a
+#: diverged step (NaN or inf) is no result (runner.execute, workloads.check_finite)
+LAST_LOSS: list[Any] = [None]
+
 
 def forward_inference(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], object]:
     def step():
@@ -56,7 +61,7 @@ def forward_backward(
     def step():
         for p in params:
             p.grad = None
-        loss = w.loss_fn(model(x), y)
+        loss = LAST_LOSS[0] = w.loss_fn(model(x), y)
         loss.backward()
         return loss
 
@@ -75,7 +80,8 @@ def train_step(
     loss_fn = w.loss_fn
 
     def step():
-        return chapter_step(model, loss_fn, opt, x, y)
+        loss = LAST_LOSS[0] = chapter_step(model, loss_fn, opt, x, y)
+        return loss
 
     return step
 
@@ -143,10 +149,12 @@ class Step:
         return self.batches.next()
 
     def run(self, batch: Any) -> Any:
-        return self.train_step(self.model, self.optimizer, batch)
+        loss = LAST_LOSS[0] = self.train_step(self.model, self.optimizer, batch)
+        return loss
 
     def __call__(self) -> Any:
-        return self.train_step(self.model, self.optimizer, self.batches.next())
+        loss = LAST_LOSS[0] = self.train_step(self.model, self.optimizer, self.batches.next())
+        return loss
 
     def and_read(self) -> Callable[[], float]:
         """The step followed by the host read of its loss (a loop that logs every step)."""

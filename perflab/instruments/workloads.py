@@ -702,11 +702,29 @@ def check_loader(target: str, w: Workload) -> Any:
     return batches[0]
 
 
-def check_loss(target: str, what: str, loss: Any) -> None:
-    """A loss must be a scalar tensor (or, from a train_step, a number)."""
-    if isinstance(loss, Tensor) and loss.dim() == 0:
+def check_finite(target: str, loss: Any, when: str) -> None:
+    """A non-finite loss is a diverged step: nothing timed on it measures training (a NaN or
+    inf in the inputs or the loss, or a learning rate that overflows). Reads the loss on the
+    host: never inside a timed loop."""
+    if isinstance(loss, Tensor) and loss.numel() == 1:
+        value = float(loss.detach().float())
+    elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        value = float(loss)
+    else:
         return
-    if what == "train_step" and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+    if not math.isfinite(value):
+        raise WorkloadError(f"workload {target!r}: the loss is {value} ({when}): the step "
+                            "diverged (a NaN or inf in the inputs or the loss, or a learning "
+                            "rate too large); nothing is measured on it, no verdict drawn")
+
+
+def check_loss(target: str, what: str, loss: Any) -> None:
+    """A loss must be a finite scalar tensor (or, from a train_step, a finite number)."""
+    scalar = isinstance(loss, Tensor) and loss.dim() == 0
+    number = what == "train_step" and isinstance(loss, (int, float)) and not isinstance(loss,
+                                                                                      bool)
+    if scalar or number:
+        check_finite(target, loss, f"{what} returned it")
         return
     if loss is None:
         raise WorkloadError(f"workload {target!r}: {what} returned None: it must return the "

@@ -45,7 +45,30 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-_Validator = _with_defaults(jsonschema.Draft7Validator)
+def _whole_numbers_only(validator_class):
+    """``integer`` means an int: jsonschema also takes a whole float (``repeats: 30.0``), which
+    then fails inside a job (``range(30.0)``) without naming its key."""
+    checker = validator_class.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, x: isinstance(x, int) and not isinstance(x, bool))
+    return jsonschema.validators.extend(validator_class, type_checker=checker)
+
+
+_Validator = _with_defaults(_whole_numbers_only(jsonschema.Draft7Validator))
+
+
+def _check_finite(tree: Any, path: tuple = ()) -> None:
+    """No value anywhere is NaN or infinite: a bound compared with NaN is never exceeded
+    (``long_run_hours: .nan`` switched the long-run guard off), and no count is infinite."""
+    import math
+
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            _check_finite(v, (*path, k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            _check_finite(v, (*path, i))
+    elif isinstance(tree, float) and not math.isfinite(tree):
+        raise ConfigError(f"config error at '{_key(path)}': {tree} is not a finite number")
 
 
 def load_schema() -> dict:
@@ -117,9 +140,12 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    # the keys written here, not those a merge key (``<<: *base``) brings in: overriding
+    # a merged key is what merging is for
+    written = [k for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
     loader.flatten_mapping(node)
     first: dict[Any, int] = {}
-    for key_node, _ in node.value:
+    for key_node in written:
         key = loader.construct_object(key_node, deep=True)
         try:
             line = first.setdefault(key, key_node.start_mark.line)
@@ -277,6 +303,13 @@ def _check_dirs(cfg: dict) -> None:
     import os
 
     for key in ("results_dir", "figures_dir"):
+        if "\0" in cfg[key]:
+            raise ConfigError(f"config error at '{key}': {cfg[key]!r} holds a NUL byte")
+        # every path perflab writes stays under the run directory: a relative path may not
+        # climb out of it (an absolute one is the user's explicit choice)
+        if not Path(cfg[key]).is_absolute() and ".." in Path(os.path.normpath(cfg[key])).parts:
+            raise ConfigError(f"config error at '{key}': {cfg[key]!r} climbs out of the run "
+                              "directory; give a path under it, or an absolute one")
         path = Path(cfg[key])
         probe = path
         while not probe.exists() and probe != probe.parent:
@@ -329,6 +362,9 @@ def _check_workloads(cfg: dict) -> None:
 def _check_tag(cfg: dict) -> None:
     """A tag is one directory name under results/, figures/ and logs/: never a path escape."""
     tag = cfg["tag"]
+    if len(tag) > 200:
+        raise ConfigError(f"config error at 'tag': {len(tag)} characters; a tag is one directory "
+                          "name, at most 200 characters")
     if tag != "auto" and set(tag) == {"."}:
         raise ConfigError(f"config error at 'tag': {tag!r} would name the directory above the "
                           "results (a tag is one directory name: letters, digits, '.', '_', '-', "
@@ -424,6 +460,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
     """
     schema = load_schema()
     cfg = copy.deepcopy(dict(config))
+    _check_finite(cfg)
     _schema_check(cfg, schema)
 
     _check_dirs(cfg)
@@ -472,6 +509,7 @@ def resolve(config: Mapping[str, Any], check_device: bool = True,
         resolved_tag=tag,
         resolved_experiments=experiments,
         scale_kept=kept,
+        resolved_code=user_code(cfg),
     )
     _check_experiments(cfg, device, check_device)
     return cfg
@@ -497,11 +535,24 @@ def _check_experiments(cfg: dict, device: str, check_device: bool) -> None:
             raise ConfigError(f"config error at '{exc.key}': {exc.message}") from None
 
 
+#: the longest workload part of a result tag (a directory name has at most 255 bytes)
+SLUG_MAX = 80
+
+
 def workload_slug(name: str) -> str:
-    """A workload name or target as a directory-name part (``pkg.mod:fn`` -> ``pkg.mod-fn``)."""
+    """A workload name or target as a directory-name part (``pkg.mod:fn`` -> ``pkg.mod-fn``).
+
+    Two names never share one: where the name had to be changed beyond its ``:`` (``my model``,
+    ``ä``, a trailing dot) or shortened, 8 hex digits of its hash follow, so ``my model`` and
+    ``my-model`` (or ``ä`` and ``ö``) are measured into directories of their own."""
+    import hashlib
     import re
 
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "workload"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "workload"
+    plain = re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", name) is not None
+    if plain and slug == name.replace(":", "-") and len(slug) <= SLUG_MAX:
+        return slug
+    return f"{slug[:SLUG_MAX]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def workload_spec(cfg: Mapping[str, Any], name: str | None = None) -> tuple[str, dict]:
@@ -511,6 +562,22 @@ def workload_spec(cfg: Mapping[str, Any], name: str | None = None) -> tuple[str,
     target = params.pop("target", name)
     params.setdefault("seed", cfg["seed"])
     return target, params
+
+
+def user_code(cfg: Mapping[str, Any]) -> dict[str, dict]:
+    """The fingerprint (perflab/core/fingerprint.py) of each configured workload that is the
+    user's code, by workload name: it enters the contract of every job that builds it."""
+    from perflab.core import fingerprint
+    from perflab.core.targets import registered
+
+    out = {}
+    for name in sorted({cfg["workload"], *cfg["workloads"]}):
+        target, params = workload_spec(cfg, name)
+        if target not in registered():
+            fp = fingerprint.of_target(target, canonical(params))
+            if fp:
+                out[name] = fp
+    return out
 
 
 def canonical(obj: Any) -> Any:
@@ -552,7 +619,7 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
         "host_cores": affinity.policy_for(cfg.get("host_cores", "auto"), cfg["resolved_device"]),
         "timing": dict(cfg["timing"]),
         "workload": cfg["workload"],
-        "workloads": {n: dict(zip(("target", "params"), workload_spec(cfg, n))) for n in sorted(names)},
+        "workloads": {n: _workload_entry(cfg, n) for n in sorted(names)},
         "params": dict(cfg["experiments"].get(eid, {})),
     }
     # the user's values a scale would have changed, where this job uses them
@@ -562,6 +629,16 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
     if kept:
         out["scale_kept"] = kept
     return canonical(out)
+
+
+def _workload_entry(cfg: Mapping[str, Any], name: str) -> dict:
+    """A workload in a contract: its target, its parameters and, when it is the user's code,
+    the fingerprint of that code (a change re-runs the job: the contract is its params)."""
+    entry = dict(zip(("target", "params"), workload_spec(cfg, name)))
+    code = (cfg.get("resolved_code") or {}).get(name)
+    if code:
+        entry["code"] = code
+    return entry
 
 
 #: experiments of more than one job (``own_rules``: their rules in workflow/rules/<slug>.smk):
@@ -589,7 +666,7 @@ def process_jobs(cfg: Mapping[str, Any]) -> list[tuple[str, int]]:
     """(experiment, process number) of each further process the run makes: 2..N of each
     selected experiment ``claim_processes`` names (process 1 is the experiment's own job)."""
     want = cfg.get("claim_processes") or {}
-    return [(eid, k) for eid in cfg["resolved_experiments"] if eid in want
+    return [(eid, k) for eid in cfg.get("resolved_experiments", ()) if eid in want
             for k in range(2, want[eid] + 1)]
 
 
@@ -618,6 +695,16 @@ def experiment_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:
     for name, suffix in exp.extra_outputs:
         out[name] = str(d / f"{exp.slug}{suffix}")
     return out
+
+
+def result_files(cfg: Mapping[str, Any], eids: list[str]) -> list[str]:
+    """Every file the experiments ``eids`` leave in the result directory.
+
+    Asked for as targets: Snakemake does not re-make a missing file whose consumers (the
+    ledger, the diagnosis) are up to date, so a deleted result would never be re-measured."""
+    further = [process_outputs(cfg, e, k) for e, k in process_jobs(cfg) if e in eids]
+    return [f for out in [*(experiment_outputs(cfg, e) for e in eids), *further]
+            for f in out.values()]
 
 
 def figure_outputs(cfg: Mapping[str, Any], eid: str) -> dict[str, str]:

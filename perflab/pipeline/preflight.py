@@ -176,23 +176,53 @@ def _done_already(spec: Mapping[str, Any]) -> dict[str, Any] | None:
     return done.get("answer") if ok and isinstance(done.get("answer"), dict) else None
 
 
-def run_child(spec: Mapping[str, Any], timeout_s: float = 1800,
+#: seconds the pre-flight child may take (build, check, a few steps) before it is stopped
+TIMEOUT_S = 1800
+
+
+def _ended(returncode: int) -> str:
+    from perflab.core.forkserver import ended
+
+    return ended(returncode)
+
+
+def run_child(spec: Mapping[str, Any], timeout_s: float | None = None,
               env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run :func:`main` in a fresh interpreter on ``spec`` (in ``env``, default this
-    process's); its JSON answer."""
-    # PERFLAB_PREFLIGHT tells a workload it is being checked, not measured
-    proc = subprocess.run([sys.executable, "-m", "perflab.pipeline.preflight"], input=json.dumps(spec),
-                          capture_output=True, text=True, timeout=timeout_s,
-                          env={**(os.environ if env is None else env), "PERFLAB_PREFLIGHT": "1"})
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if lines:
+    process's); its answer.
+
+    The answer travels in a file of its own, never on stdout: a workload (or its libraries)
+    may print anything there, a JSON line included. A child that blocks past ``timeout_s``
+    (:data:`TIMEOUT_S`) is stopped, and one that ends without an answer is named with how it
+    ended; both name the target."""
+    import tempfile
+
+    timeout_s = TIMEOUT_S if timeout_s is None else timeout_s
+    target = spec.get("target", "?")
+    with tempfile.TemporaryDirectory(prefix="perflab-preflight-") as tmp:
+        answer_path = Path(tmp) / "answer.json"
+        # PERFLAB_PREFLIGHT tells a workload it is being checked, not measured
         try:
-            return json.loads(lines[-1])
-        except ValueError:
-            pass
+            proc = subprocess.run([sys.executable, "-m", "perflab.pipeline.preflight", str(answer_path)],
+                                  input=json.dumps(spec), capture_output=True, text=True,
+                                  timeout=timeout_s,
+                                  env={**(os.environ if env is None else env),
+                                       "PERFLAB_PREFLIGHT": "1"})
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": f"workload {target!r}: the pre-flight (build, check "
+                                          f"and {1 + TIMED_STEPS} steps) did not finish within "
+                                          f"{timeout_s:g} s and was stopped: does the builder "
+                                          "or the step block (a lock, input(), a network wait)?"}
+        try:
+            answer = json.loads(answer_path.read_text())
+        except (OSError, ValueError):
+            answer = None
+    if isinstance(answer, dict) and "ok" in answer:
+        return answer
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-    return {"ok": False, "error": f"the pre-flight process ended with exit status "
-                                  f"{proc.returncode}: " + " | ".join(tail)}
+    return {"ok": False, "error": f"workload {target!r}: the pre-flight process ended "
+                                  f"({_ended(proc.returncode)}) without an answer"
+                                  + (": " + " | ".join(tail) if tail else "")}
 
 
 def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,7 +240,8 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     t_check = time.perf_counter()
     w = workloads.check(spec["target"], device, **dict(spec["params"]))
     out = {"ok": True, "device": str(device), "description": w.description,
-           "batch": w.batch_size, "step_ms": None,
+           "batch": w.batch_size, "step_ms": None, "input_shape": w.input_shape(),
+           "parameters": w.parameter_count(), "optimizer": w.optimizer_name,
            "check_s": round(time.perf_counter() - t_check, 2)}
     if w.make_optimizer is None and w.train_step is None:
         return out  # no training step (the experiments write unsupported rows)
@@ -226,16 +257,18 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
         for i in range(1 + TIMED_STEPS):
             sync()
             t0 = time.perf_counter()
-            step()
+            loss = step()
             sync()
             if i:
                 times.append((time.perf_counter() - t0) * 1e3)
+        workloads.check_finite(spec["target"], loss, f"after {1 + TIMED_STEPS} full-batch steps")
     out["step_ms"] = sorted(times)[len(times) // 2]
     out["steps_s"] = round(time.perf_counter() - t_steps, 2)
     return out
 
 
-def main() -> int:
+def main(answer_path: str) -> int:
+    """The child: check and time ``stdin``'s spec; the answer goes to ``answer_path`` only."""
     spec = json.loads(sys.stdin.read())
     from perflab.instruments.workloads import WorkloadError
 
@@ -243,10 +276,13 @@ def main() -> int:
         answer = measure_step(spec)
     except WorkloadError as exc:
         answer = {"ok": False, "error": str(exc)}
+    except SystemExit as exc:  # the builder or step called sys.exit: say so, not silence
+        answer = {"ok": False, "error": f"workload {spec['target']!r} called sys.exit("
+                                        f"{exc.code!r}) while being built or stepped"}
     except Exception as exc:  # the step at full batch raised (e.g. out of memory)
         answer = {"ok": False, "error": f"workload {spec['target']!r}: a full-batch training "
                                         f"step raised ({type(exc).__name__}: {exc})"}
-    print(json.dumps(answer), flush=True)
+    Path(answer_path).write_text(json.dumps(answer))
     return 0 if answer["ok"] else 1
 
 
@@ -305,4 +341,4 @@ def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1]))

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from perflab.core import affinity, devicelock, env, forkserver, io
+from perflab.core import affinity, devicelock, env, forkserver, integrity, io
 from perflab.core.io import log_to  # noqa: F401  (scripts import it from here too)
 from perflab.core.names import STEP_LATENCY
 from perflab.experiments.catalogue import EXPERIMENTS
@@ -300,15 +300,32 @@ class _Tee:
 
 @contextmanager
 def _logging(log_path: str | None):
+    """stderr also to the job's log; a SIGTERM (Snakemake cancelling, a scheduler's limit)
+    leaves "killed (signal 15, SIGTERM)" as the log's last line, then ends the process as
+    the signal would (a SIGKILL cannot be caught: the fork server says that one)."""
+    import signal
+    import threading
+
     fh = None
     saved = sys.stderr
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         fh = open(log_path, "w")
         sys.stderr = _Tee(saved, fh)
+
+    def terminated(signum, _frame):
+        print(f"perflab: the job was {forkserver.ended(-signum)}; no result written",
+              file=sys.stderr, flush=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, terminated) if main else None
     try:
         yield
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, before)
         sys.stderr = saved
         if fh:
             fh.close()
@@ -340,6 +357,10 @@ def _private_compile_cache(contract: Mapping[str, Any]):
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+#: experiments whose measurement is how many losses stay finite (E15: fp16 overflow is a row)
+COUNTS_NONFINITE = ("E15",)
 
 
 def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str, Any],
@@ -374,8 +395,16 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
             f"flush denormals {bool(contract.get('flush_denormal', False))}")
         log(affinity.describe(cores))
+        steps.LAST_LOSS[0] = None
         try:
             measure(ctx)
+            # a diverged step (its last loss NaN or inf) measured nothing of training
+            last, steps.LAST_LOSS[0] = steps.LAST_LOSS[0], None
+            if eid not in COUNTS_NONFINITE:
+                # named after the workload built last (the step that ran last is its)
+                name = next(reversed(ctx.workloads_built), contract.get("workload", "?"))
+                target = contract.get("workloads", {}).get(name, {}).get("target", name)
+                workloads.check_finite(target, last, f"the last step {eid} ran")
         except workloads.NotApplicable as exc:  # the rows so far stand; the rest cannot run
             log(f"not applicable to this workload: {exc}")
             ctx.unsupported(variant="experiment", metric="applicable", unit="bool",
@@ -420,6 +449,9 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         io.write_samples(outputs["samples"], ctx.samples)
         io.atomic_write_json(outputs["provenance"], provenance)
         io.write_results(outputs["csv"], ctx.rows)
+        # the bytes written, so a file changed or corrupted since is measured again
+        provenance["files_sha256"] = integrity.record(outputs)
+        io.atomic_write_json(outputs["provenance"], provenance)
         log(f"wrote {len(ctx.rows)} rows, {len(ctx.samples)} samples -> {outputs['csv']}")
         _stop_compile_workers(log)
     return ctx

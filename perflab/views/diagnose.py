@@ -180,9 +180,15 @@ class Diagnosis:
     findings: list[Finding]
     #: what W01 measured, beside the hypothesis (empty when W01 did not run)
     measured: list[str] = field(default_factory=list)
+    #: the other candidate when the deciding number sits near its threshold (:func:`_rival`):
+    #: another run may pick it, so the headline names both, in the order of ORDER
+    rival: str = ""
 
     @property
     def label(self) -> str:
+        if self.rival:
+            pair = sorted((self.verdict, self.rival), key=_rank)
+            return f"{LABELS[pair[0]]} or {LABELS[pair[1]]}"
         return LABELS[self.verdict]
 
     @property
@@ -597,6 +603,39 @@ TESTS = {
 }
 
 
+def _rank(bottleneck: str) -> int:
+    return ORDER.index(bottleneck) if bottleneck in ORDER else len(ORDER)
+
+
+def _rival(findings: list[Finding], verdict: str) -> tuple[str, Finding | None]:
+    """(the candidate another run may pick instead, the near-threshold finding that decides
+    between them), or ("", None).
+
+    A candidate ruled out near its threshold, earlier in the order than the verdict, would
+    take the verdict if it read the other way; a verdict that fits near its threshold would
+    give it to the next candidate that fits (or leave it undetermined)."""
+    earlier = [f for f in findings if f.borderline and f.outcome == RULED_OUT
+               and _rank(f.bottleneck) < _rank(verdict)]
+    if earlier:
+        return earlier[0].bottleneck, earlier[0]
+    own = next((f for f in findings if f.bottleneck == verdict and f.borderline), None)
+    if own is None:
+        return "", None
+    later = [f for f in findings if f.outcome == FITS and _rank(f.bottleneck) > _rank(verdict)]
+    return (later[0].bottleneck if later else "undetermined"), own
+
+
+def separating(f: Finding) -> str:
+    """The measurement that would decide a near-threshold finding one way or the other."""
+    eids = sorted({e.source.split(" ", 1)[0] for e in f.evidence if e.source})
+    fixes = HYPOTHESES.get(f.bottleneck, ())
+    return (f"measure {f.label}'s deciding number over more steps"
+            + (f" ({', '.join(eids)})" if eids else "")
+            + " until its interval clears the threshold"
+            + (f", or apply {fixes[0]} and remeasure the step (W01): it moves beyond its noise "
+               f"only if {f.label} is what the step waits for" if fixes else ""))
+
+
 def diagnose(frame: pd.DataFrame) -> Diagnosis:
     """The verdict from the result rows of one run (any subset of experiments)."""
     from perflab.experiments import w01_whatif
@@ -608,6 +647,7 @@ def diagnose(frame: pd.DataFrame) -> Diagnosis:
          Diagnosis("undetermined", "no candidate's test fits the rows of this run "
                    "(see what each needs)", findings))
     d.measured = w01_whatif.beside_hypothesis(frame, HYPOTHESES.get(d.verdict, ()))
+    d.rival, _ = _rival(findings, d.verdict)
     return d
 
 
@@ -641,8 +681,14 @@ def to_frame(d: Diagnosis) -> pd.DataFrame:
 
 
 def render_markdown(d: Diagnosis) -> str:
-    lines = ["## What is the machine waiting for?", "",
-             f"**Verdict: {d.label}** — {d.because}.", ""]
+    lines = ["## What is the machine waiting for?", ""]
+    _, near_f = _rival(d.findings, d.verdict)
+    if d.rival and near_f:  # too close to call: both candidates, and how to separate them
+        lines += [f"**Verdict: {d.label} — too close to call in this run**: {near_f.borderline}. "
+                  f"As measured, {LABELS[d.verdict]}: {d.because}. To separate them, "
+                  f"{separating(near_f)}.", ""]
+    else:
+        lines += [f"**Verdict: {d.label}** — {d.because}.", ""]
     ev = [e for e in d.evidence if e.value is not None]
     if ev:
         lines.append("Evidence:")

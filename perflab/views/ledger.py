@@ -445,7 +445,17 @@ def render_markdown(ledger: pd.DataFrame) -> str:
         lines.append(f"next        {val('verdict', 'next_intervention')}")
     lines += _whatif_line(ledger)
     lines += _harness_lines(ledger, val, missing)
-    return "```\n" + "\n".join(lines) + "\n```\n"
+    return fenced("\n".join(lines))
+
+
+def fenced(text: str) -> str:
+    """``text`` in a Markdown code fence it cannot close: one backtick longer than the longest
+    run of backticks in it (a workload's description is the user's text)."""
+    import re
+
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}\n"
 
 
 def _harness_lines(ledger: pd.DataFrame, val, missing) -> list[str]:

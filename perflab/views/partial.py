@@ -112,10 +112,14 @@ def diagnosis(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Pa
     import pandas as pd
 
     from perflab.core import io
-    from perflab.views import diagnose
+    from perflab.views import current, diagnose
 
     results = cfgmod.result_dir(cfg)
     failed = failures(cfg, experiments, logs_dir, since)
+    # a result of other code or parameters (its job, to re-measure it, failed) is no evidence
+    for eid, why in current.other_code(cfg, [e for e in experiments if e not in failed]).items():
+        failed[eid] = {"status": "not current", "title": EXPERIMENTS[eid].title, "log": "",
+                       "excerpt": f"its result was {why}"}
     present = [cfgmod.experiment_outputs(cfg, e)["csv"] for e in experiments if e not in failed]
     frame = io.read_results(present) if present else pd.DataFrame(columns=io.COLUMNS)
     d = diagnose.diagnose(frame)
@@ -162,19 +166,26 @@ def build(cfg: Mapping[str, Any], experiments: list[str], logs_dir: str | Path, 
     return written
 
 
-def retire_stale_report(cfg: Mapping[str, Any], experiments: list[str], since: float) -> bool:
-    """Remove ``report.html`` when it predates this (failed) run and no longer describes the
-    results: an experiment's result is missing, or newer than the report. True if removed."""
+def retire_stale_report(cfg: Mapping[str, Any], experiments: list[str], since: float,
+                        outdated: bool = False) -> bool:
+    """Remove ``report.html`` when it predates this run and no longer describes the results:
+    an experiment's rows or provenance are missing, any of its files (rows, samples, provenance, further
+    processes) is newer than the report, or ``outdated`` (its job was due to run in this run
+    and did not). True if removed."""
     out = cfgmod.result_dir(cfg) / "report.html"
     if not out.is_file() or out.stat().st_mtime >= since - 1:
         return False
     made = out.stat().st_mtime
-    csvs = [Path(cfgmod.experiment_outputs(cfg, e)["csv"]) for e in experiments]
-    if all(c.is_file() and c.stat().st_mtime <= made for c in csvs):
+    # rows and provenance every result has (samples may be absent from a shipped run)
+    kept = [Path(cfgmod.experiment_outputs(cfg, e)[k]) for e in experiments
+            for k in ("csv", "provenance")]
+    files = [Path(f) for f in cfgmod.result_files(cfg, experiments)]
+    if not outdated and all(c.is_file() for c in kept) and all(
+            f.stat().st_mtime <= made for f in files if f.is_file()):
         return False  # every result it shows is still the one it shows
     out.unlink()
     print(f"perflab: removed {out}: it was an earlier run's and no longer describes the "
-          "results (this run failed; the next successful run rebuilds it)", file=sys.stderr)
+          "results (the next run that builds the report rebuilds it)", file=sys.stderr)
     return True
 
 

@@ -155,8 +155,31 @@ def reference_inputs():
     )
 
 
+def set_aside_changed_results():
+    """A result whose rows or samples are no longer the bytes its job wrote (an edit, a
+    corrupt file) is measured again: the file is moved aside (kept, renamed), so Snakemake
+    sees it missing and runs its job; it would otherwise see it present and up to date
+    (perflab/core/integrity.py)."""
+    from perflab.core import integrity
+
+    jobs = [exp_outputs(e) for e in selected()]
+    jobs += [process_outputs(e, k) for e, k in perflab_config.process_jobs(RUN)]
+    for f in [f for outs in jobs for f in integrity.changed(outs)]:
+        kept = integrity.set_aside(f)
+        print(
+            f"perflab: {f} changed since its job wrote it: kept as {kept}, measured again",
+            file=sys.stderr,
+        )
+
+
+if not workflow.remote_exec:
+    set_aside_changed_results()
+
+
 def final_outputs():
     return [
+        # targets too, so a deleted result file is measured again (perflab_config.result_files)
+        *perflab_config.result_files(RUN, selected()),
         f"{RESULTS}/ledger.md",
         f"{RESULTS}/claims.csv",
         f"{RESULTS}/report.html",
@@ -192,6 +215,19 @@ import time
 RUN_STARTED = time.time()
 
 
+def retire_stale_report():
+    """An earlier run's report.html is removed once the results it shows have changed (or
+    its own job was due and did not run): never left looking current (perflab/views/partial.py).
+    """
+    from perflab.views import partial
+
+    try:
+        due = any(j.rule.name == "report_html" for j in workflow.dag.needrun_jobs())
+    except Exception:
+        due = False
+    partial.retire_stale_report(RUN, selected(), RUN_STARTED, outdated=due)
+
+
 def partial_report():
     if workflow.remote_exec:
         return
@@ -204,7 +240,7 @@ def partial_report():
 
     # not asked for: still, an earlier run's report must not outlive its results
     if target not in wanted:
-        partial.retire_stale_report(RUN, selected(), RUN_STARTED)
+        retire_stale_report()
         return
 
     try:
@@ -214,6 +250,7 @@ def partial_report():
             f"perflab: partial report failed: {type(exc).__name__}: {exc}",
             file=sys.stderr,
         )
+    retire_stale_report()  # none written (a job downstream of the results failed)
 
 
 # Before the first job (never in a dry run, nor when nothing is to be done): temps left by
@@ -289,6 +326,9 @@ onstart:
 # every run ends with its summary (plain snakemake too); not a dry run, which makes nothing
 onsuccess:
     stop_fork_server()
+    # a run that re-measured without asking for the report
+    if not workflow.remote_exec:
+        retire_stale_report()
     if not workflow.dryrun and not workflow.remote_exec:
         print_summary()
 
