@@ -5,6 +5,7 @@
     perflab diagnose mypkg.models:make_step --report   # and the ledger, figures and report
     perflab whatif mypkg.models:make_step          # each intervention that applies, measured
     perflab bench-pipeline [--run] [--directory D] # a run's wall: measurement vs overhead
+    perflab run [--steps N] -- python train.py [args]   # attach to an unmodified script
 
 ``diagnose`` resolves the config exactly as the Snakefile does (so a bad key
 or target stops here with the same message), runs ``perflab check`` in a child
@@ -311,9 +312,36 @@ def _bench_parser(sub) -> None:
     s.add_argument("--jobs-csv", help="also write one row per job to this CSV")
 
 
+def _run_parser(sub) -> None:
+    s = sub.add_parser("run", help="run an unmodified training script observed and print "
+                       "what the machine is waiting for (docs/run.md)")
+    s.add_argument("--steps", type=int, help="stop after N timed steady steps")
+    s.add_argument("--seconds", type=float, default=60.0,
+                   help="stop after S seconds of steady state (default 60)")
+    s.add_argument("--warmup", type=int, default=3, help="warm-up steps left out (default 3)")
+    s.add_argument("--follow", action="store_true",
+                   help="let the script run on to its end, observing all of it")
+    s.add_argument("--out", help="where the evidence, rows, trace and diagnosis go "
+                   "(default perflab-run/<script>-<time>)")
+    s.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
+
+
+def run(args, extra: list[str]) -> int:
+    from perflab.attach import run as attach
+
+    return attach.run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
+                      follow=args.follow, warmup=args.warmup, out=args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
+    if argv[:1] == ["run"] and "--" not in argv:
+        # `perflab run train.py --epochs 1`: everything from the script on is the script's
+        i = next((k for k, a in enumerate(argv[1:], 1) if not a.startswith("-")
+                  and argv[k - 1] not in ("--steps", "--seconds", "--warmup", "--out")), None)
+        if i is not None:
+            argv, extra = argv[:i], argv[i:]
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
@@ -345,7 +373,10 @@ def main(argv: list[str] | None = None) -> int:
             s.add_argument("--directory", default=".",
                            help="where results/, figures/ and logs/ go (default: here)")
     _bench_parser(sub)
+    _run_parser(sub)
     args = p.parse_args(argv)
+    if args.command == "run":
+        return run(args, extra)
     if args.command == "bench-pipeline":
         return bench_pipeline(args, extra)
     if args.command == "check":

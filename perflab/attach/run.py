@@ -1,0 +1,213 @@
+"""``perflab run``: the parent. Starts the observed child, lets its output through, judges.
+
+The script runs in a fresh process (``python -m perflab.attach.bootstrap``) with this
+process's environment and working directory; the child writes its evidence to the file
+named by ``PERFLAB_ATTACH_EVIDENCE`` (the script's stdout is never parsed). This process
+then prints the verdict, and writes beside the evidence the CSV-contract rows, the diagnosis
+(Markdown and CSV) and the profiled window's trace.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from perflab.attach import EVIDENCE_ENV, SETTINGS_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+_PYTHONS = {"python", "python3", Path(sys.executable).name}
+
+
+class RunError(Exception):
+    """Bad input, said in one line."""
+
+
+def command_of(argv: list[str]) -> list[str]:
+    """The script's command without a leading ``python``: ``[script, args]`` or
+    ``["-m", module, args]``."""
+    argv = list(argv)
+    if argv and (Path(argv[0]).name in _PYTHONS or argv[0] == sys.executable):
+        argv = argv[1:]
+    if not argv:
+        raise RunError("no script given: perflab run [options] -- python train.py [args]")
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise RunError("-m needs a module: perflab run -- python -m package.module")
+        return argv
+    if argv[0].startswith("-"):
+        raise RunError(f"python option {argv[0]!r} is not supported: give the script "
+                       "(or -m module) first")
+    return argv
+
+
+def check_script(command: list[str]) -> None:
+    """The script exists and parses (the module form is left to Python to find)."""
+    if command[0] == "-m":
+        return
+    path = Path(command[0])
+    if not path.is_file():
+        raise RunError(f"no such script: {command[0]} (from {os.getcwd()})")
+    try:
+        ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise RunError(f"{command[0]} does not parse: line {exc.lineno}: {exc.msg}") from None
+
+
+def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, dict | None, float]:
+    """Run the script observed; (its exit status, the evidence or None, wall s)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    evidence = out_dir / "evidence.json"
+    evidence.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env[EVIDENCE_ENV] = str(evidence)
+    env[SETTINGS_ENV] = json.dumps(settings)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "perflab.attach.bootstrap", *command],
+                             env=env)
+    try:
+        rc = child.wait(timeout=settings.get("hard_limit_s"))
+    except KeyboardInterrupt:  # the user stops it: the child got the signal too
+        rc = child.wait()
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGKILL)
+        rc = child.wait()
+    wall = time.perf_counter() - started
+    ev = json.loads(evidence.read_text()) if evidence.is_file() else None
+    return rc, ev, wall
+
+
+def outcome_line(rc: int, ev: dict | None, command: list[str]) -> str:
+    """How the script ended, in one line (what was observed of it)."""
+    if ev is None:
+        return (f"the observed process ended with status {rc} before writing any evidence "
+                "(killed, or os._exit): nothing was observed")
+    st = ev["status"]
+    how = {"stopped": f"stopped cleanly by perflab ({st.get('stopped_by')})",
+           "returned": "ran to its end", "exited": f"exited with status {st.get('code')}",
+           "raised": f"raised {st.get('exception')} (its traceback is above)",
+           None: f"ended with status {rc}"}.get(st.get("exit"), st.get("exit"))
+    line = f"the script {how}"
+    if not ev["steps"]:
+        line += ("; no training step was observed: the script never called "
+                 "optimizer.step() (nor ran a model forward)")
+    return line
+
+
+def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, warmup: int,
+        out: str | None) -> int:
+    from perflab import io
+    from perflab.attach import evidence as evmod
+    from perflab.attach import verdict as vmod
+    from perflab import diagnose as dg
+
+    try:
+        command = command_of(argv)
+        check_script(command)
+    except RunError as exc:
+        print(f"perflab run: {exc}", file=sys.stderr)
+        return 2
+    name = Path(command[1] if command[0] == "-m" else command[0]).stem
+    out_dir = Path(out or Path("perflab-run") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    script_dir = Path(command[0]).resolve().parent if command[0] != "-m" else Path.cwd()
+    settings = {"steps": steps, "seconds": None if steps else seconds, "follow": follow,
+                "warmup": warmup, "roots": [str(script_dir), os.getcwd()],
+                "no_step_s": 0 if follow else max(2 * seconds, 120.0)}
+    print(f"perflab run: observing {' '.join(command)} (evidence in {out_dir})",
+          file=sys.stderr)
+    rc, ev, wall = run_child(command, settings, out_dir)
+    t_verdict = time.perf_counter()
+    print(f"\nperflab run: {outcome_line(rc, ev, command)}", file=sys.stderr)
+    if ev is None or not ev["steps"]:
+        return rc or 1
+    d, s, extra = vmod.judge(ev)
+    frame = io.write_results(out_dir / "results.csv", evmod.rows(ev, s, command))
+    md = render(ev, s, d, extra, command, wall)
+    io.atomic_write_text(out_dir / "diagnosis.md", md)
+    dg.to_frame(d).to_csv(out_dir / "diagnosis.csv", index=False)
+    print(md)
+    print(f"verdict in {time.perf_counter() - t_verdict:.1f} s after the script; "
+          f"rows: {out_dir / 'results.csv'} ({len(frame)}), diagnosis: {out_dir / 'diagnosis.md'}"
+          + (f", trace: {out_dir / ev['profile']['trace']}" if ev["profile"].get("trace")
+             else ""))
+    return rc
+
+
+def _ms(v) -> str:
+    return f"{v:.3g} ms"
+
+
+def render(ev, s, d, extra, command, wall) -> str:
+    import numpy as np
+
+    from perflab import diagnose as dg
+
+    lines = [f"# perflab run: {' '.join(command)}", ""]
+    first = ev.get("first_step_s")
+    steady_s = sum(s.steady_ms) / 1e3
+    lines.append(f"- **Steps**: per {s.unit}" + ("" if s.unit == "optimizer step" else
+                 " (no optimizer step was observed: measured per outermost forward)")
+                 + f"; {s.steps_total} observed, {len(s.warmup_ms) + 1} warm-up, "
+                 f"{len(s.steady_ms)} timed (median {_ms(np.median(s.steady_ms)) if s.steady_ms else 'n/a'}"
+                 + (f", p25..p75 {np.percentile(s.steady_ms, 25):.3g}..{np.percentile(s.steady_ms, 75):.3g} ms"
+                    if s.steady_ms else "") + ")"
+                 + (f", {s.micro_batches:.3g} micro-batches (backward calls) per step"
+                    if s.micro_batches and s.micro_batches != 1 else ""))
+    lines.append(f"- **Time**: {wall:.1f} s in all; start-up to the first step "
+                 f"{first:.1f} s (imports, model build, first call)" if first is not None
+                 else f"- **Time**: {wall:.1f} s")
+    if s.warmup_ms:
+        lines.append(f"- **Warm-up** (left out): " + ", ".join(_ms(w) for w in s.warmup_ms))
+    models, opts = ev["models"], ev["optimizers"]
+    lines.append(f"- **Observed**: model(s) {', '.join(models) or 'none'}; optimizer(s) "
+                 f"{', '.join(opts) or 'none'}" + (f" (a step ends at {opts[0]}'s step)"
+                                                   if len(opts) > 1 else "")
+                 + (f"; DataLoader at {ev['loaders'][0]['site']}" if ev["loaders"] else
+                    "; no DataLoader (the input wait is whatever the loop does first)"))
+    if s.phase_share_pct:
+        lines.append("- **Phases** (mean ms per step, % of the step): " + ", ".join(
+            f"{p} {s.phase_mean_ms[p]:.3g} ({s.phase_share_pct[p]:.0f}%)"
+            for p in s.phase_share_pct))
+    c = s.cost
+    if c:
+        lines.append(f"- **Observers' cost**: phase hooks on vs off, {c['pairs']} paired "
+                     f"stretches: {c['relative_pct']:+.2g}% of the step "
+                     + ("(resolved)" if c["resolved"] else "(inside the noise: unresolved)")
+                     + "; the timed figures include both")
+    else:
+        lines.append("- **Observers' cost**: not measured (fewer than 2 hooks-on/off stretch "
+                     "pairs in the budget: more steps would measure it)")
+    reads = vmod_host_reads(ev)
+    if reads:
+        inst = ("torch's sync debug mode" if ev["cuda"] else
+                "Tensor.item/tolist/cpu/numpy/bool wrapped; free on a CPU, a sync on CUDA")
+        lines.append(f"- **Host reads located** ({inst}): " + "; ".join(
+            f"`{k}` {v:.3g}/step" for k, v in reads[:4]))
+    if ev.get("dynamo_final", {}).get("stats.unique_graphs"):
+        dyn = ev["dynamo_final"]
+        breaks = sum(v for k, v in dyn.items() if k.startswith("graph_break."))
+        ct = sum(ev.get("compile_time_s", {}).values())
+        lines.append(f"- **Compiler**: {dyn.get('stats.unique_graphs')} graphs, "
+                     f"{len(ev.get('recompiles', []))} recompiles, {breaks} graph breaks, "
+                     f"{ct:.1f} s in compile functions"
+                     + ("; a frame hit the recompile limit (fell back to eager)"
+                        if ev.get("limit_hits") else ""))
+    mem = extra["memory"]
+    lines.append(f"- **Memory**: {mem.because}" + (" — **memory grows every step**"
+                                                     if mem.outcome == dg.FITS else ""))
+    lines += ["", dg.render_markdown(d)]
+    if mem.outcome == dg.FITS:
+        lines.append(f"**Also: memory grows every step.** {mem.because}. {mem.intervention}.\n")
+    return "\n".join(lines)
+
+
+def vmod_host_reads(ev):
+    from perflab.attach import verdict as vmod
+
+    return vmod.host_reads(ev)
