@@ -31,6 +31,10 @@ TIMED = ("observed", "bare")
 #: memory growth over the steady steps (MiB) below which a positive slope is not a finding:
 #: a few allocator blocks
 GROWTH_FLOOR_MIB = 4.0
+#: share of consecutive timed steps whose step-end memory rose, at or above which memory
+#: "grows every step" (an allocator that grows its pool once, or a cache that fills and
+#: stops, rises in a few steps and then stays)
+RISING_SHARE = 0.75
 
 
 @dataclass
@@ -47,6 +51,8 @@ class Summary:
     memory_key: str = ""
     memory_series: list[float] = field(default_factory=list)
     memory_slope: tuple[float, float, float] | None = None  # (MiB/step, low, high)
+    memory_steps_span: int = 0  # steps from the first timed step to the last
+    memory_rising_share: float = 0.0  # of consecutive timed steps whose memory rose
     cost: dict | None = None
 
 
@@ -84,6 +90,9 @@ def summarize(ev: dict) -> Summary:
                 x = [r["index"] for r in mem_rows]
                 slope, _, lo, hi = theilslopes(s.memory_series, x)
                 s.memory_slope = (float(slope), float(lo), float(hi))
+                s.memory_steps_span = x[-1] - x[0]
+                rises = np.diff(s.memory_series)
+                s.memory_rising_share = float(np.mean(rises > 0))
     s.cost = _cost(steps, compiled)
     return s
 

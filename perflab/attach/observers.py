@@ -318,18 +318,30 @@ class Observer:
                 elif "hit config." in msg and "limit" in msg:
                     obs.limit_hits.append(msg[:600])
 
-        keep = Keep(level=logging.DEBUG)
-        logging.getLogger("torch._dynamo").addHandler(keep)
+        self._keep = Keep(level=logging.DEBUG)
+        logging.getLogger("torch._dynamo").addHandler(self._keep)  # the cache-limit warning
         if not os.environ.get("TORCH_LOGS"):  # the user's own log settings win
             torch._logging.set_logs(recompiles=True)
-            rec = logging.getLogger("torch._dynamo.guards.__recompiles")
-            rec.propagate = False
-            rec.addHandler(keep)
+            self._quiet_recompiles = True
+        # torch warns once per compiled module that global hooks fire for the wrapper too:
+        # perflab's depth count expects it, and the warning is not the script's
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when "
+                                "there are global hooks")
 
     # ------------------------------------------------------------ per step
     def _dynamo_counters(self) -> dict[str, int]:
         if "torch._dynamo" not in sys.modules:
             return {}
+        guards = sys.modules.get("torch._dynamo.guards")
+        if guards is not None and getattr(self, "_quiet_recompiles", False):
+            # Dynamo's recompile reasons to perflab's own logger: kept, not printed (torch's
+            # log handlers are rebuilt when Dynamo loads, so a filter on them does not hold)
+            import logging
+            quiet = logging.getLogger("perflab.attach.recompiles")
+            quiet.propagate, quiet.level = False, logging.DEBUG
+            quiet.handlers = [self._keep]
+            guards.recompiles_log = quiet
+            self._quiet_recompiles = False
         from perflab import compiling
         return compiling.counters()
 

@@ -122,18 +122,22 @@ def memory_growth(ev: dict, s: evmod.Summary) -> dg.Finding:
                           "needs at least 6 timed steps with their step-end memory")
     slope, lo, hi = s.memory_slope
     n = len(s.memory_series)
-    growth = slope * (s.steps_total - 1)
+    growth = slope * s.memory_steps_span
     what = "allocated" if s.memory_key == "allocated_mib" else "resident set (RSS)"
     sl = dg.Reading(f"RUN memory {s.memory_key}_slope value", slope, "MiB/step",
                     "Theil-Sen slope, 95% interval above 0")
     gr = dg.Reading("RUN memory growth over the run", growth, "MiB",
                     f">= {evmod.GROWTH_FLOOR_MIB:g} MiB")
+    rising = dg.Reading("RUN memory rising share", 100 * s.memory_rising_share, "%",
+                        f">= {100 * evmod.RISING_SHARE:g}% of consecutive timed steps rose")
     sl.passes, gr.passes = lo > 0, growth >= evmod.GROWTH_FLOOR_MIB
-    ok = sl.passes and gr.passes
+    rising.passes = s.memory_rising_share >= evmod.RISING_SHARE
+    ok = sl.passes and gr.passes and rising.passes
     f = dg.Finding("memory_growth", dg.FITS if ok else dg.RULED_OUT,
                    f"{what} memory {'grows' if slope > 0 else 'changes'} {slope:.3g} MiB per "
-                   f"step (95% {lo:.3g}..{hi:.3g}, {n} steps; {growth:.3g} MiB over the run)",
-                   [sl, gr])
+                   f"step (95% {lo:.3g}..{hi:.3g}, {n} timed steps, rising in "
+                   f"{100 * s.memory_rising_share:.0f}% of them; {growth:.3g} MiB over the run)",
+                   [sl, gr, rising])
     if ok:
         f.intervention = ("find what the loop keeps from every step: a loss or output "
                           "appended to a list with its graph (keep loss.item() or "
