@@ -118,7 +118,7 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     script_dir = Path(command[0]).resolve().parent if command[0] != "-m" else Path.cwd()
     settings = {"steps": steps, "seconds": None if steps else seconds, "follow": follow,
                 "warmup": warmup, "roots": [str(script_dir), os.getcwd()],
-                "no_step_s": 0 if follow else max(2 * seconds, 120.0)}
+                "no_step_s": 0 if follow else max(2 * seconds, 6.0)}
     print(f"perflab run: observing {' '.join(command)} (evidence in {out_dir})",
           file=sys.stderr)
     rc, ev, wall = run_child(command, settings, out_dir)
