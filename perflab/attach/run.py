@@ -126,7 +126,7 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     print(f"\nperflab run: {outcome_line(rc, ev, command)}", file=sys.stderr)
     if ev is None or not ev["steps"]:
         return rc or 1
-    d, s, extra = vmod.judge(ev)
+    d, s, extra = vmod.judge(ev, out_dir)
     frame = io.write_results(out_dir / "results.csv", evmod.rows(ev, s, command))
     md = render(ev, s, d, extra, command, wall)
     io.atomic_write_text(out_dir / "diagnosis.md", md)

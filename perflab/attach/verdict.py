@@ -15,6 +15,9 @@ the optimizer's first step, a host read's call.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 
 from perflab import diagnose as dg
@@ -39,8 +42,9 @@ def _row(eid, variant, metric, statistic, value, unit, window, status="ok", reas
                 reason=reason)
 
 
-def engine_rows(ev: dict, s: evmod.Summary) -> pd.DataFrame:
-    """The run's evidence as the rows perflab.diagnose reads."""
+def engine_rows(ev: dict, s: evmod.Summary, out_dir: Path | None = None) -> pd.DataFrame:
+    """The run's evidence as the rows perflab.diagnose reads (``out_dir``: where the trace
+    of the profiled window is, read on CUDA)."""
     out = []
     fed = e05.FED_BY_LOADER if ev["loaders"] else e05.SERVED_BATCH
     for p in PHASES:
@@ -50,6 +54,11 @@ def engine_rows(ev: dict, s: evmod.Summary) -> pd.DataFrame:
     if not ev["cuda"]:
         out.append(_row("R02", r02.BUSY, r02.DEVICE_TIME, "value", None, "ms", ATTACHED,
                         "unsupported", r02.NO_QUEUE))
+    elif out_dir is not None:
+        from perflab.attach import device
+
+        free = float(np.median(s.steady_ms)) if s.steady_ms else None
+        out += device.trace_rows(ev, out_dir, free, lambda *a: _row(*a, device.WINDOW))
     out += _roofline_rows(ev, s)
     frame = io.rows_to_frame(out)
     return frame
@@ -173,10 +182,10 @@ def host_reads(ev: dict) -> list[tuple[str, float]]:
     return sorted(((k, v / n_window) for k, v in by.items()), key=lambda kv: -kv[1])
 
 
-def judge(ev: dict) -> tuple[dg.Diagnosis, evmod.Summary, dict]:
+def judge(ev: dict, out_dir: Path | None = None) -> tuple[dg.Diagnosis, evmod.Summary, dict]:
     """(the time verdict, the summary, the extra findings {'memory': ..., 'recompiling':...})."""
     s = evmod.summarize(ev)
-    frame = engine_rows(ev, s)
+    frame = engine_rows(ev, s, out_dir)
     d = dg.diagnose(frame)
     rec = recompiling(ev, s)
     mem = memory_growth(ev, s)
