@@ -132,7 +132,15 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     io.atomic_write_text(out_dir / "diagnosis.md", md)
     dg.to_frame(d).to_csv(out_dir / "diagnosis.csv", index=False)
     print(md)
-    print(f"verdict in {time.perf_counter() - t_verdict:.1f} s after the script; "
+    verdict_s = time.perf_counter() - t_verdict
+    io.atomic_write_json(out_dir / "timings.json", {
+        "child_wall_s": wall, "first_step_s": ev.get("first_step_s"),
+        "observed_s": ev.get("process_s", 0.0) - (ev.get("first_step_s") or 0.0),
+        "verdict_s": verdict_s, "verdict": d.verdict,
+        "memory_grows": extra["memory"].outcome == dg.FITS,
+        "observers_cost_pct": s.cost["relative_pct"] if s.cost else None,
+        "observers_cost_resolved": s.cost["resolved"] if s.cost else None})
+    print(f"verdict in {verdict_s:.1f} s after the script; "
           f"rows: {out_dir / 'results.csv'} ({len(frame)}), diagnosis: {out_dir / 'diagnosis.md'}"
           + (f", trace: {out_dir / ev['profile']['trace']}" if ev["profile"].get("trace")
              else ""))
