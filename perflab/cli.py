@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+_STARTED_UNIX = time.time()  # `perflab run` splits its command's time from here
+
 from perflab import config as cfgmod
 from perflab import partial, preflight, workloads
 
@@ -329,6 +331,7 @@ def _run_parser(sub) -> None:
 def run(args, extra: list[str]) -> int:
     from perflab.attach import run as attach
 
+    attach.COMMAND_UNIX[0] = _STARTED_UNIX
     return attach.run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
                       follow=args.follow, warmup=args.warmup, out=args.out)
 

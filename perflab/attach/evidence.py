@@ -33,8 +33,10 @@ TIMED = ("observed", "bare")
 GROWTH_FLOOR_MIB = 4.0
 #: share of consecutive timed steps whose step-end memory rose, at or above which memory
 #: "grows every step" (an allocator that grows its pool once, or a cache that fills and
-#: stops, rises in a few steps and then stays)
-RISING_SHARE = 0.75
+#: stops, rises in a few steps and then stays). Not 1: a CPU's resident set is counted in
+#: pages the allocator caches, so a leak of a few MiB per step shows in most steps, not all
+#: (on this CPU: 71-87% for leak.py, 43-47% for steps that keep nothing)
+RISING_SHARE = 0.6
 
 
 @dataclass

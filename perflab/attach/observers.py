@@ -126,6 +126,8 @@ class Observer:
         self.roots = [Path(p).resolve() for p in settings.get("roots", [os.getcwd()])]
         self.cuda = torch.cuda.is_available() and not settings.get("no_cuda_observers")
         self.t0 = _clock()
+        #: the wall clock at t0, so the parent can split its command's time across processes
+        self.unix0 = time.time()
         self.clock = ph.PhaseClock()
         self.ranges: ph.PhaseRanges | None = None
         self.steps: list[dict] = []
@@ -541,7 +543,8 @@ class Observer:
             "recompiles": self.recompiles, "limit_hits": self.limit_hits,
             "compile_time_s": metrics, "dynamo_final": d,
             "profile": self.profile, "work": self.work, "ceilings": self.ceilings, "status": self.status,
-            "process_s": _clock() - self.t0,
+            "process_s": _clock() - self.t0, "unix0": self.unix0,
+            "last_step_s": self.steps[-1]["t_end_s"] if self.steps else None,
         }
 
     def flush(self) -> None:

@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 _PYTHONS = {"python", "python3", Path(sys.executable).name}
 
 
+#: when this command started (the wall clock; set by perflab.cli before its imports)
+COMMAND_UNIX = [time.time()]
+
+
 class RunError(Exception):
     """Bad input, said in one line."""
 
@@ -69,6 +73,7 @@ def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, d
     env[SETTINGS_ENV] = json.dumps(settings)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     started = time.perf_counter()
+    settings["popen_unix"] = time.time()
     child = subprocess.Popen([sys.executable, "-m", "perflab.attach.bootstrap", *command],
                              env=env)
     try:
@@ -133,10 +138,17 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     dg.to_frame(d).to_csv(out_dir / "diagnosis.csv", index=False)
     print(md)
     verdict_s = time.perf_counter() - t_verdict
+    first = ev["unix0"] + ev["first_step_s"]
     io.atomic_write_json(out_dir / "timings.json", {
-        "child_wall_s": wall, "first_step_s": ev.get("first_step_s"),
-        "observed_s": ev.get("process_s", 0.0) - (ev.get("first_step_s") or 0.0),
-        "verdict_s": verdict_s, "verdict": d.verdict,
+        # the command's time, by the wall clock across the two processes: perflab's own
+        # start before the child, the script's start-up (python, imports, model build, first
+        # calls) to its first step, the observed steps, the child's end (the ceilings are
+        # measured there, then the interpreter exits) and the verdict in this process
+        "perflab_start_s": settings["popen_unix"] - COMMAND_UNIX[0],
+        "startup_s": first - settings["popen_unix"],
+        "observed_s": ev["last_step_s"] - ev["first_step_s"],
+        "child_end_s": wall - (ev["unix0"] + ev["last_step_s"] - settings["popen_unix"]),
+        "verdict_s": verdict_s, "child_wall_s": wall, "verdict": d.verdict,
         "memory_grows": extra["memory"].outcome == dg.FITS,
         "observers_cost_pct": s.cost["relative_pct"] if s.cost else None,
         "observers_cost_resolved": s.cost["resolved"] if s.cost else None})
