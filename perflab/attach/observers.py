@@ -137,6 +137,9 @@ class Observer:
         #: end a step (the first stepped)
         self.optimizer_sites: dict[str, str] = {}
         self._primary: int | None = None
+        self._opt_objs: dict[int, torch.optim.Optimizer] = {}
+        #: what holds memory at the end (MiB): parameters, gradients, optimizer state
+        self.owners: dict[str, float] = {}
         self.models: dict[int, torch.nn.Module] = {}
         self.model_names: dict[int, str] = {}
         self.loaders: list[dict] = []
@@ -211,6 +214,7 @@ class Observer:
                                                                  self.roots)
         if self._primary is None:
             self._primary = id(opt)
+        self._opt_objs.setdefault(id(opt), opt)
 
     def _optimizer_post(self, opt, _args, _kwargs):
         self._opt_depth = max(0, self._opt_depth - 1)
@@ -525,6 +529,16 @@ class Observer:
         if self._prof is not None:
             self._stop_profile()
         self._kind = "closed"
+        try:
+            mib = 1024 ** 2
+            mods = [m for m in self.models.values()]
+            self.owners = {
+                "parameters_mib": sum(memory.bytes_of_parameters(m) for m in mods) / mib,
+                "gradients_mib": sum(memory.bytes_of_gradients(m) for m in mods) / mib,
+                "optimizer_state_mib": sum(memory.bytes_of_optimizer_state(o)
+                                           for o in self._opt_objs.values()) / mib}
+        except Exception as exc:  # an owner not counted is said so, never a crash
+            self.owners = {"error": f"{type(exc).__name__}: {exc}"}
 
     def evidence(self) -> dict:
         d = self._dynamo_counters()
@@ -542,7 +556,8 @@ class Observer:
             "host_reads": self.host_reads, "sync_hits": self.sync_hits,
             "recompiles": self.recompiles, "limit_hits": self.limit_hits,
             "compile_time_s": metrics, "dynamo_final": d,
-            "profile": self.profile, "work": self.work, "ceilings": self.ceilings, "status": self.status,
+            "profile": self.profile, "work": self.work, "ceilings": self.ceilings,
+            "owners": self.owners, "status": self.status,
             "process_s": _clock() - self.t0, "unix0": self.unix0,
             "last_step_s": self.steps[-1]["t_end_s"] if self.steps else None,
         }

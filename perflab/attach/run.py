@@ -218,6 +218,17 @@ def render(ev, s, d, extra, command, wall) -> str:
                      f"{ct:.1f} s in compile functions"
                      + ("; a frame hit the recompile limit (fell back to eager)"
                         if ev.get("limit_hits") else ""))
+    own = ev.get("owners") or {}
+    if "parameters_mib" in own:
+        peak = [r["memory"].get("max_allocated_mib") for r in ev["steps"]
+                if r["kind"] in ("observed", "bare") and "max_allocated_mib" in r["memory"]]
+        held = own["parameters_mib"] + own["gradients_mib"] + own["optimizer_state_mib"]
+        lines.append(f"- **Memory owners** (at the end; perflab.memory): parameters "
+                     f"{own['parameters_mib']:.1f} MiB, gradients {own['gradients_mib']:.1f} "
+                     f"MiB, optimizer state {own['optimizer_state_mib']:.1f} MiB"
+                     + (f"; step peak allocated {max(peak):.1f} MiB, of which activations "
+                        f"and temporaries {max(peak) - held:.1f} MiB (the rest)" if peak
+                        else ""))
     mem = extra["memory"]
     lines.append(f"- **Memory**: {mem.because}" + (" — **memory grows every step**"
                                                      if mem.outcome == dg.FITS else ""))
