@@ -124,7 +124,9 @@ class Observer:
         self.s = settings
         self.out = Path(out)
         self.roots = [Path(p).resolve() for p in settings.get("roots", [os.getcwd()])]
-        self.cuda = torch.cuda.is_available() and not settings.get("no_cuda_observers")
+        #: does the script use CUDA? Decided when warm-up ends (a script may run on the CPU of
+        #: a machine with a GPU): the CUDA instruments then, else the CPU ones
+        self.cuda = False
         self.t0 = _clock()
         #: the wall clock at t0, so the parent can split its command's time across processes
         self.unix0 = time.time()
@@ -387,6 +389,7 @@ class Observer:
         n = len(self.steps)
         if self._kind == "warmup" and n >= self.s.get("warmup", 3):
             self.steady_t0 = now
+            self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
             if self.unit == "optimizer step" and self.models:
                 self._phase_hooks(on=True)  # narrowed to the outermost modules
         if self.steady_t0 is None:
