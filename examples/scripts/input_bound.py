@@ -28,12 +28,13 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--delay-ms", type=float, default=1.0)
+    p.add_argument("--workers", type=int, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
 
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(args.device)
     loader = DataLoader(SlowDataset(4096, 64, args.delay_ms), batch_size=args.batch_size,
-                        shuffle=True, num_workers=0)
+                        shuffle=True, num_workers=args.workers)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(args.epochs):

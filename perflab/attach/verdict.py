@@ -182,11 +182,49 @@ def host_reads(ev: dict) -> list[tuple[str, float]]:
     return sorted(((k, v / n_window) for k, v in by.items()), key=lambda kv: -kv[1])
 
 
+def _share_interval(ev: dict, phases: tuple[str, ...]) -> tuple[float, float, int] | None:
+    """95% bootstrap interval of the mean share (%) of ``phases`` in the observed steps."""
+    rows = [r["phases_ms"] for r in ev["steps"] if r["kind"] == "observed" and r["phases_ms"]]
+    if len(rows) < 4:
+        return None
+    tot = np.array([sum(p.values()) for p in rows])
+    part = np.array([sum(p.get(x, 0.0) for x in phases) for p in rows])
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, len(rows), (2000, len(rows)))
+    boot = 100 * part[idx].sum(1) / tot[idx].sum(1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return float(lo), float(hi), len(rows)
+
+
+def _undecided(ev: dict, f: dg.Finding, phases: tuple[str, ...], threshold: float) -> None:
+    """Mark ``f`` when the threshold lies inside its share's interval over the observed
+    steps: this budget cannot decide it; say how many steps would (the interval narrows as
+    one over the square root of the steps)."""
+    got = _share_interval(ev, phases)
+    if got is None or f.outcome == dg.NOT_MEASURED:
+        return
+    lo, hi, n = got
+    if lo <= threshold <= hi:
+        mid = (lo + hi) / 2
+        need = int(np.ceil(n * ((hi - lo) / 2 / max(abs(mid - threshold), 0.5)) ** 2))
+        f.borderline = (f"the {threshold:g}% threshold lies inside the share's 95% interval "
+                        f"over {n} observed steps ({lo:.1f}..{hi:.1f}%): not decided within "
+                        f"this budget; about {max(need, 2 * n)} observed steps would decide "
+                        f"it (--steps {2 * max(need, 2 * n)})")
+
+
 def judge(ev: dict, out_dir: Path | None = None) -> tuple[dg.Diagnosis, evmod.Summary, dict]:
     """(the time verdict, the summary, the extra findings {'memory': ..., 'recompiling':...})."""
     s = evmod.summarize(ev)
     frame = engine_rows(ev, s, out_dir)
     d = dg.diagnose(frame)
+    if not ev["cuda"]:  # on CUDA the trace decides input, with its own spread (R02)
+        for f in d.findings:
+            if f.bottleneck == "input_pipeline" and not f.borderline:
+                _undecided(ev, f, ("input_wait", "host_to_device"), dg.INPUT_SHARE_PCT)
+    for f in d.findings:
+        if f.bottleneck == "optimizer" and not f.borderline:
+            _undecided(ev, f, ("optimizer",), dg.OPTIMIZER_SHARE_PCT)
     rec = recompiling(ev, s)
     mem = memory_growth(ev, s)
     if rec.outcome == dg.FITS:
