@@ -284,3 +284,26 @@ def test_a_share_whose_interval_holds_the_threshold_is_not_decided_and_says_what
     # the same mean, steady: decided
     d, _, _ = verdict.judge(_evidence(_phases(input_wait=30.0, forward=10, backward=5)))
     assert not next(f for f in d.findings if f.bottleneck == "input_pipeline").borderline
+
+
+@pytest.mark.background
+def test_a_module_run_with_dash_m_sees_its_own_argv_and_working_directory(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(
+        "import os, sys\nimport torch\n"
+        "print('argv', sys.argv[1:], 'cwd', os.getcwd() == os.environ['EXPECT_CWD'])\n"
+        "m = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(int(sys.argv[2])):\n"
+        "    loss = m(torch.randn(8, 4)).pow(2).mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n")
+    os.environ["EXPECT_CWD"] = str(tmp_path)
+    try:
+        p, md = perflab_run(tmp_path, "--steps", "4", "--", "python", "-m", "mypkg.train",
+                            "--n", "500")
+    finally:
+        del os.environ["EXPECT_CWD"]
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "argv ['--n', '500'] cwd True" in p.stdout
+    assert "**Verdict" in md
