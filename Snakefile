@@ -19,6 +19,7 @@ include: "workflow/rules/experiments.smk"
 include: "workflow/rules/multi_job.smk"
 include: "workflow/rules/data_parallel.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/run.smk"
 
 
 rule all:

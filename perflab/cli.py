@@ -35,8 +35,8 @@ from pathlib import Path
 
 _STARTED_UNIX = time.time()  # `perflab run` splits its command's time from here
 
-from perflab import config as cfgmod
-from perflab import partial, preflight, workloads
+from perflab import config as cfgmod  # noqa: E402 (after the start time above)
+from perflab import partial, preflight, workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/diagnose.py), by device: C00 first

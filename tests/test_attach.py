@@ -307,3 +307,16 @@ def test_a_module_run_with_dash_m_sees_its_own_argv_and_working_directory(tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     assert "argv ['--n', '500'] cwd True" in p.stdout
     assert "**Verdict" in md
+
+
+@pytest.mark.slow
+def test_the_snakemake_rule_runs_a_script_to_its_verdict(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    script = f"--steps 4 -- {SCRIPTS / 'input_bound.py'} --epochs 1"
+    p = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
+                        "--cores", "1", "--config", f"script={script}", "device=cpu"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    md = next(tmp_path.glob("results/*/run/diagnosis.md")).read_text()
+    assert "Verdict: input pipeline" in md
+    assert "epoch 0 step 0" in next(tmp_path.glob("logs/*/perflab_run.log")).read_text()

@@ -90,8 +90,9 @@ def main(argv: list[str]) -> int:
         try:
             obs.close()
             if obs.work and not settings.get("no_work"):
-                from perflab.attach.observers import measure_ceilings
                 import torch
+
+                from perflab.attach.observers import measure_ceilings
                 obs.ceilings = measure_ceilings(obs.cuda, getattr(torch, obs.work["dtype"]))
         except Exception as exc:  # a ceiling not measured is evidence missing, said so
             obs.ceilings = {"error": f"{type(exc).__name__}: {exc}"}

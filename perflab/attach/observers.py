@@ -25,7 +25,6 @@ hook (the bootstrap catches it); ``follow`` lets it run on.
 
 from __future__ import annotations
 
-import json
 import linecache
 import os
 import sys

@@ -107,10 +107,10 @@ def outcome_line(rc: int, ev: dict | None, command: list[str]) -> str:
 
 def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, warmup: int,
         out: str | None) -> int:
+    from perflab import diagnose as dg
     from perflab import io
     from perflab.attach import evidence as evmod
     from perflab.attach import verdict as vmod
-    from perflab import diagnose as dg
 
     try:
         command = command_of(argv)
@@ -170,7 +170,6 @@ def render(ev, s, d, extra, command, wall) -> str:
 
     lines = [f"# perflab run: {' '.join(command)}", ""]
     first = ev.get("first_step_s")
-    steady_s = sum(s.steady_ms) / 1e3
     lines.append(f"- **Steps**: per {s.unit}" + ("" if s.unit == "optimizer step" else
                  " (no optimizer step was observed: measured per outermost forward)")
                  + f"; {s.steps_total} observed, {len(s.warmup_ms) + 1} warm-up, "
@@ -183,7 +182,7 @@ def render(ev, s, d, extra, command, wall) -> str:
                  f"{first:.1f} s (imports, model build, first call)" if first is not None
                  else f"- **Time**: {wall:.1f} s")
     if s.warmup_ms:
-        lines.append(f"- **Warm-up** (left out): " + ", ".join(_ms(w) for w in s.warmup_ms))
+        lines.append("- **Warm-up** (left out): " + ", ".join(_ms(w) for w in s.warmup_ms))
     models, opts = ev["models"], ev["optimizers"]
     lines.append(f"- **Observed**: model(s) {', '.join(models) or 'none'}; optimizer(s) "
                  f"{', '.join(opts) or 'none'}" + (f" (a step ends at {opts[0]}'s step)"

@@ -156,6 +156,9 @@ def reference_inputs():
 
 
 def final_outputs():
+    # `--config script="train.py --epochs 1"`: that script's verdict alone
+    if RUN["script"]:
+        return [f"{RESULTS}/run/diagnosis.md"]
     return [
         f"{RESULTS}/ledger.md",
         f"{RESULTS}/claims.csv",
