@@ -315,36 +315,28 @@ def _bench_parser(sub) -> None:
 
 
 def _run_parser(sub) -> None:
-    s = sub.add_parser("run", help="run an unmodified training script observed and print "
-                       "what the machine is waiting for (docs/run.md)")
-    s.add_argument("--steps", type=int, help="stop after N timed steady steps")
-    s.add_argument("--seconds", type=float, default=60.0,
-                   help="stop after S seconds of steady state (default 60)")
-    s.add_argument("--warmup", type=int, default=3, help="warm-up steps left out (default 3)")
-    s.add_argument("--follow", action="store_true",
-                   help="let the script run on to its end, observing all of it")
-    s.add_argument("--out", help="where the evidence, rows, trace and diagnosis go "
-                   "(default perflab-run/<script>-<time>)")
-    s.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
+    from perflab.attach import run as attach
+
+    attach.add_arguments(sub.add_parser(
+        "run", help="run an unmodified training script observed and print what the machine "
+        "is waiting for (docs/run.md)"))
 
 
 def run(args, extra: list[str]) -> int:
     from perflab.attach import run as attach
 
     attach.COMMAND_UNIX[0] = _STARTED_UNIX
-    return attach.run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
-                      follow=args.follow, warmup=args.warmup, out=args.out)
+    return attach.run_args(args, extra)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if argv[:1] == ["run"] and "--" not in argv:
-        # `perflab run train.py --epochs 1`: everything from the script on is the script's
-        i = next((k for k, a in enumerate(argv[1:], 1) if not a.startswith("-")
-                  and argv[k - 1] not in ("--steps", "--seconds", "--warmup", "--out")), None)
-        if i is not None:
-            argv, extra = argv[:i], argv[i:]
+        from perflab.attach import run as attach
+
+        head, extra = attach.split_argv(argv[1:])
+        argv = ["run", *head]
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]

@@ -2,7 +2,7 @@
 
     python scripts/bench_run.py --out DIR [--sizes cpu|cuda] [--only a,b] [--timeout S]
 
-Runs ``python -m perflab run --steps N --out DIR/<script> -- python examples/scripts/<script>``
+Runs ``python -m perflab.attach.run --steps N --out DIR/<script> -- python examples/scripts/<script>``
 for each script (a fresh process each), then prints and writes ``DIR/bench_run.csv``: the
 verdict against the one known by construction, and the time from the command to the printed
 verdict split into the script's start-up (process start to its first step: imports, model
@@ -82,7 +82,9 @@ def main() -> int:
         extra = cuda_args if args.sizes == "cuda" else cpu_args
         d = out / Path(name).stem
         d.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "perflab", "run", "--steps", str(args.steps), "--out",
+        # perflab.attach.run, not the `perflab` command: it needs none of the pipeline's
+        # packages (the H200 has no Snakemake)
+        cmd = [sys.executable, "-m", "perflab.attach.run", "--steps", str(args.steps), "--out",
                str(d), "--", "python", str(SCRIPTS / name), *extra]
         print(f"bench_run: {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()

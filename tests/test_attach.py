@@ -320,3 +320,11 @@ def test_the_snakemake_rule_runs_a_script_to_its_verdict(tmp_path):
     md = next(tmp_path.glob("results/*/run/diagnosis.md")).read_text()
     assert "Verdict: input pipeline" in md
     assert "epoch 0 step 0" in next(tmp_path.glob("logs/*/perflab_run.log")).read_text()
+
+
+def test_the_script_starts_at_the_double_dash_or_at_the_first_plain_word():
+    assert run.split_argv(["--steps", "5", "train.py", "--epochs", "1"]) == (
+        ["--steps", "5"], ["train.py", "--epochs", "1"])
+    assert run.split_argv(["--follow", "--", "python", "-m", "pkg.train", "--steps", "3"]) == (
+        ["--follow"], ["python", "-m", "pkg.train", "--steps", "3"])
+    assert run.command_of(["python3", "-m", "pkg.train"]) == ["-m", "pkg.train"]

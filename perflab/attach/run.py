@@ -241,3 +241,53 @@ def vmod_host_reads(ev):
     from perflab.attach import verdict as vmod
 
     return vmod.host_reads(ev)
+
+
+# ------------------------------------------------------------------ command line
+# `perflab run` (perflab.cli) and `python -m perflab.attach.run`, the same options: the
+# second needs none of the pipeline's packages (Snakemake, jsonschema, yaml), for a machine
+# that has only torch and the scientific stack
+
+_VALUED = ("--steps", "--seconds", "--warmup", "--out")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--steps", type=int, help="stop after N timed steady steps")
+    p.add_argument("--seconds", type=float, default=60.0,
+                   help="stop after S seconds of steady state (default 60)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps left out (default 3)")
+    p.add_argument("--follow", action="store_true",
+                   help="let the script run on to its end, observing all of it")
+    p.add_argument("--out", help="where the evidence, rows, trace and diagnosis go "
+                   "(default perflab-run/<script>-<time>)")
+    p.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(perflab's options, the script's command): after ``--``, or from the first word that
+    is not an option or an option's value (``perflab run train.py --epochs 1``)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    i = next((k for k, a in enumerate(argv) if not a.startswith("-")
+              and (k == 0 or argv[k - 1] not in _VALUED)), len(argv))
+    return argv[:i], argv[i:]
+
+
+def run_args(args, extra: list[str]) -> int:
+    return run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
+               follow=args.follow, warmup=args.warmup, out=args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    head, command = split_argv(list(sys.argv[1:] if argv is None else argv))
+    p = argparse.ArgumentParser(prog="python -m perflab.attach.run",
+                                description="perflab run: docs/run.md")
+    add_arguments(p)
+    return run_args(p.parse_args(head), command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
