@@ -328,3 +328,13 @@ def test_the_script_starts_at_the_double_dash_or_at_the_first_plain_word():
     assert run.split_argv(["--follow", "--", "python", "-m", "pkg.train", "--steps", "3"]) == (
         ["--follow"], ["python", "-m", "pkg.train", "--steps", "3"])
     assert run.command_of(["python3", "-m", "pkg.train"]) == ["-m", "pkg.train"]
+
+
+@pytest.mark.background
+def test_a_script_that_never_steps_an_optimizer_is_measured_per_forward_and_says_so(tmp_path):
+    s = tmp_path / "infer.py"
+    s.write_text("import torch\nm = torch.nn.Linear(64, 10).eval()\nwith torch.no_grad():\n"
+                 "    for i in range(100000):\n        y = m(torch.randn(32, 64))\n")
+    p, md = perflab_run(tmp_path, "--steps", "4", str(s))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "per forward (no optimizer step was observed" in md

@@ -377,10 +377,11 @@ class Observer:
         if self.first_step_s is None:
             self.first_step_s = now - self.t0
         self._advance(now)
-        self._last_end = _clock()  # the observers' own step-end work is not the next step's
-        self.enter("logging")
-        if self._last_end - self._last_flush > FLUSH_S:
+        if now - self._last_flush > FLUSH_S:
             self.flush()
+        self._last_end = _clock()  # the observers' own step-end work (the plan's next
+        # instrument, the evidence file) is not the next step's: its wall starts here
+        self.enter("logging")
         self._check_budget()
 
     def _advance(self, now: float) -> None:
