@@ -37,11 +37,11 @@ CASES = {
     "tiny_kernels.py": ("host_overhead", "host_overhead", [], []),
     "leak.py": ("memory_grows", "memory_grows", ["--batch-size", "256"],
                 ["--batch-size", "1024"]),
-    "recompile.py": ("recompiling", "recompiling", ["--backend", "aot_eager"], []),
     "compute_bound.py": ("device_compute", "device_compute", [],
                          ["--width", "4096", "--batch-size", "8192"]),
     "membw_bound.py": ("memory_bandwidth", "memory_bandwidth", ["--rows", "2048"],
                        ["--rows", "32768", "--dim", "4096"]),
+    "recompile.py": ("recompiling", "recompiling", ["--backend", "aot_eager"], []),
     "hf_trainer.py": ("", "", ["--layers", "1", "--seq", "64", "--batch-size", "4"],
                       ["--layers", "2", "--seq", "256", "--batch-size", "16"]),
 }
@@ -110,10 +110,11 @@ def main() -> int:
         rows.append(row)
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items() if k != "script"),
               file=sys.stderr, flush=True)
-    with open(out / "bench_run.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+        # after every script: a run cut short keeps the table of what finished
+        with open(out / "bench_run.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
     right = [r for r in rows if r["right"] != "n/a"]
     print(f"bench_run: {sum(r['right'] == 'yes' for r in right)}/{len(right)} verdicts as "
           f"known; table {out / 'bench_run.csv'}")

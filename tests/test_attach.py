@@ -88,13 +88,17 @@ def test_no_roofline_evidence_leaves_the_device_candidates_not_measured():
 
 
 def test_counted_work_against_the_ceilings_separates_compute_from_bandwidth():
+    from perflab import roofline
+
     ceil = {"peak_flops": 1e11, "bandwidth": 1e10, "dtype": "float32", "matmul_n": 512}
-    ev = _evidence(_phases(forward=10, backward=20),
-                   work={"flops": int(2e9), "bytes": int(2e7), "ops": 10, "dtype": "float32"},
-                   ceilings=ceil)
+    ev = _evidence(_phases(forward=10, backward=20), ceilings=ceil)
+    ev["roofline"] = roofline.fractions(roofline.Work(int(2e9), int(2e7), 10), 30.0, 1e11, 1e10)
     assert verdict.judge(ev)[0].verdict == "device_compute"
-    ev["work"] = {"flops": 0, "bytes": int(2e8), "ops": 10, "dtype": "float32"}
+    ev["roofline"] = roofline.fractions(roofline.Work(0, int(2e8), 10), 30.0, 1e11, 1e10)
     assert verdict.judge(ev)[0].verdict == "memory_bandwidth"
+    # tiny work in a long step: far below both ceilings, per-operator overhead on a CPU
+    ev["roofline"] = roofline.fractions(roofline.Work(int(1e6), int(1e5), 10), 30.0, 1e11, 1e10)
+    assert verdict.judge(ev)[0].verdict == "host_overhead"
 
 
 def test_memory_rising_every_step_is_a_leak_and_a_flat_or_one_jump_is_not():
@@ -338,3 +342,18 @@ def test_a_script_that_never_steps_an_optimizer_is_measured_per_forward_and_says
     p, md = perflab_run(tmp_path, "--steps", "4", str(s))
     assert p.returncode == 0, p.stderr[-2000:]
     assert "per forward (no optimizer step was observed" in md
+
+
+@pytest.mark.background
+def test_a_script_that_raises_mid_run_is_judged_on_the_steps_before(tmp_path):
+    s = tmp_path / "crash.py"
+    s.write_text("import torch\nm = torch.nn.Linear(8, 1)\n"
+                 "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                 "for i in range(10000):\n"
+                 "    loss = m(torch.randn(4, 8)).pow(2).mean()\n"
+                 "    opt.zero_grad(); loss.backward(); opt.step()\n"
+                 "    if i == 40:\n        raise RuntimeError('diverged')\n")
+    p, md = perflab_run(tmp_path, "--steps", "1000", str(s))
+    assert p.returncode == 1
+    assert "RuntimeError: diverged" in p.stderr and "raised RuntimeError: diverged" in p.stderr
+    assert "**Verdict" in md and "41 observed" in md

@@ -92,8 +92,9 @@ def main(argv: list[str]) -> int:
             if obs.work and not settings.get("no_work"):
                 import torch
 
-                from perflab.attach.observers import measure_ceilings
+                from perflab.attach.observers import measure_ceilings, roofline_fractions
                 obs.ceilings = measure_ceilings(obs.cuda, getattr(torch, obs.work["dtype"]))
+                obs.roofline = roofline_fractions(obs)
         except Exception as exc:  # a ceiling not measured is evidence missing, said so
             obs.ceilings = {"error": f"{type(exc).__name__}: {exc}"}
         finally:

@@ -150,6 +150,7 @@ class Observer:
         self.limit_hits: list[str] = []
         self.profile: dict = {}
         self.ceilings: dict = {}
+        self.roofline: dict = {}
         self.work: dict = {}
         self.status: dict = {"stopped_by": "", "exit": None}
         self.first_step_s: float | None = None
@@ -559,7 +560,7 @@ class Observer:
             "host_reads": self.host_reads, "sync_hits": self.sync_hits,
             "recompiles": self.recompiles, "limit_hits": self.limit_hits,
             "compile_time_s": metrics, "dynamo_final": d,
-            "profile": self.profile, "work": self.work, "ceilings": self.ceilings,
+            "profile": self.profile, "work": self.work, "ceilings": self.ceilings, "roofline": self.roofline,
             "owners": self.owners, "status": self.status,
             "process_s": _clock() - self.t0, "unix0": self.unix0,
             "last_step_s": self.steps[-1]["t_end_s"] if self.steps else None,
@@ -587,3 +588,18 @@ def measure_ceilings(cuda: bool, dtype: torch.dtype = torch.float32) -> dict[str
     copy_ms, _ = roofline.per_call_ms(copy, target_ms=20, repeats=5, sync=sync)
     return {"peak_flops": 2 * n ** 3 / (min(mm_ms) / 1e3), "bandwidth": nbytes / (min(copy_ms) / 1e3),
             "dtype": str(dtype).removeprefix("torch."), "matmul_n": n}
+
+
+def roofline_fractions(obs: Observer) -> dict[str, float]:
+    """R01's fractions (perflab.roofline.fractions) of the counted step: its forward + loss +
+    backward work over those phases' mean time in the observed steps, against the ceilings.
+    Computed here, where torch is loaded (the parent judges without importing it)."""
+    from perflab import roofline
+
+    rows = [r["phases_ms"] for r in obs.steps if r["kind"] == "observed" and r["phases_ms"]]
+    ms = sum(sum(p.get(x, 0.0) for x in ("forward", "loss", "backward")) for p in rows)
+    if not rows or not ms or "peak_flops" not in obs.ceilings:
+        return {}
+    w = obs.work
+    return roofline.fractions(roofline.Work(w["flops"], w["bytes"], w["ops"]), ms / len(rows),
+                              obs.ceilings["peak_flops"], obs.ceilings["bandwidth"])

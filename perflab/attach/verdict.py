@@ -66,15 +66,11 @@ def engine_rows(ev: dict, s: evmod.Summary, out_dir: Path | None = None) -> pd.D
 
 def _roofline_rows(ev: dict, s: evmod.Summary) -> list[dict]:
     """R01's forward + backward fractions: one step's counted work over the steady forward +
-    backward time, against the ceilings measured after the script."""
-    work, ceil = ev.get("work") or {}, ev.get("ceilings") or {}
-    ms = sum(s.phase_mean_ms.get(p, 0.0) for p in ("forward", "loss", "backward"))
-    if not work.get("bytes") or "peak_flops" not in ceil or not ms:
+    loss + backward time, against the ceilings measured after the script (computed in the
+    child: observers.roofline_fractions)."""
+    f, ceil = ev.get("roofline") or {}, ev.get("ceilings") or {}
+    if not f or "peak_flops" not in ceil:
         return []
-    from perflab import roofline
-
-    f = roofline.fractions(roofline.Work(work["flops"], work["bytes"], work["ops"]), ms,
-                           ceil["peak_flops"], ceil["bandwidth"])
     window = (f"{ATTACHED}: one step's forward + backward work (FLOP and byte counters) over "
               "the steady forward + loss + backward time")
     out = [_row(*r01.forward_backward_row(m)[:3], "median", f[m], u, window)
