@@ -1,6 +1,7 @@
 # perflab: every measurement of "Performance: What Is the Machine Waiting For?"
 # `snakemake --cores 1` runs each experiment as its own job (a fresh process),
 # then builds the ledger, the figures and the HTML report for this machine.
+import glob
 import os
 
 from snakemake.utils import min_version
@@ -16,8 +17,18 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 # error naming the key stops the run before any job starts
 include: "workflow/rules/common.smk"
 include: "workflow/rules/experiments.smk"
-include: "workflow/rules/multi_job.smk"
-include: "workflow/rules/data_parallel.smk"
+
+
+# experiments of more than one job: each its own rules, workflow/rules/<slug>.smk
+for smk in sorted(
+    glob.glob(
+        os.path.join(workflow.basedir, "workflow", "rules", "[a-z][0-9][0-9]_*.smk")
+    )
+):
+
+    include: smk
+
+
 include: "workflow/rules/report.smk"
 include: "workflow/rules/run.smk"
 

@@ -35,16 +35,21 @@ from pathlib import Path
 
 _STARTED_UNIX = time.time()  # `perflab run` splits its command's time from here
 
-from perflab import config as cfgmod  # noqa: E402 (after the start time above)
-from perflab import partial, preflight, workloads  # noqa: E402
+from perflab.experiments.catalogue import EXPERIMENTS  # noqa: E402 (after the start time)
+from perflab.instruments import workloads  # noqa: E402
+from perflab.pipeline import config as cfgmod  # noqa: E402
+from perflab.pipeline import preflight  # noqa: E402
+from perflab.views import partial  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the experiments whose rows the verdict reads (perflab/diagnose.py), by device: C00 first
-#: (the A/A floor a near-threshold verdict is judged by), E05's phases, R01's roofline and
-#: R02's trace (the step's syncs and the device's idle time); on CUDA also E06 (device time
-#: with the device kept ahead: host-exposed time beside R02's launch wait). E01, E07 and E13
-#: are read when a run has them; the verdict does not need them.
-DIAGNOSE_RUN = {"cuda": "C00,E05,E06,R01,R02", "cpu": "C00,E05,R01,R02"}
+#: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device, as each
+#: declares (``Experiment.diagnosis``): C00 (the A/A floor a near-threshold verdict is judged
+#: by), E05's phases, R01's roofline and R02's trace (the step's syncs and the device's idle
+#: time); on CUDA also E06 (device time with the device kept ahead: host-exposed time beside
+#: R02's launch wait). E01, E07 and E13 are read when a run has them; the verdict does not
+#: need them.
+DIAGNOSE_RUN = {kind: ",".join(eid for eid, e in EXPERIMENTS.items() if kind in e.diagnosis)
+                for kind in ("cuda", "cpu")}
 #: the diagnose contract, merged beneath the user's config files
 DIAGNOSE_CONFIG = ROOT / "config" / "diagnose.yaml"
 #: the what-if step of diagnose (off with --no-whatif), and what `perflab whatif` runs
@@ -102,7 +107,7 @@ def _check_interventions(cfg: dict, w: workloads.Workload, names: list[str]) -> 
     """Each named intervention applies to the built workload, or one error naming it."""
     import torch
 
-    from perflab import transforms, whatif
+    from perflab.experiments.w01_whatif import transforms, whatif
 
     params = cfg["experiments"][WHATIF]
     reasons = whatif.plan(transforms.probe(w, torch.device(cfg["resolved_device"]), params))
@@ -276,9 +281,9 @@ def _partial_diagnosis(cfg: dict, workdir: Path, started: float) -> None:
 
 
 def bench_pipeline(args, snakemake_args: list[str]) -> int:
-    """Print where one invocation's time went (``perflab.bench_pipeline``); with
+    """Print where one invocation's time went (``perflab.views.bench_pipeline``); with
     ``--run``, run the pipeline first (``--cores 1`` and the arguments after ``--``)."""
-    from perflab import bench_pipeline as bench
+    from perflab.views import bench_pipeline as bench
 
     workdir = Path(args.directory).resolve()
     if args.run:

@@ -26,9 +26,12 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import HTML, display
 
-from perflab import claims, io, reference, sanitize, tables
-from perflab import env as perflab_env
-from perflab.catalogue import EXPERIMENTS
+from perflab import experiments
+from perflab.core import env as perflab_env
+from perflab.core import io, sanitize
+from perflab.experiments.catalogue import EXPERIMENTS
+from perflab.kit import claims, tables
+from perflab.views import reference
 
 
 class Markdown(HTML):
@@ -53,7 +56,7 @@ PROVENANCE = {
     for eid, e in PRESENT.items()
     if (RESULTS / f"{e.slug}.json").is_file()
 }
-# a run that did not finish (perflab/partial.py): experiments that failed or did not run
+# a run that did not finish (perflab/views/partial.py): experiments that failed or did not run
 FAILED = (json.loads(Path(os.environ["PERFLAB_FAILED"]).read_text())
           if os.environ.get("PERFLAB_FAILED") else {})
 
@@ -64,7 +67,7 @@ CHAPTER = (reference.load_chapter(REFERENCE) if (REFERENCE / "chapter.csv").is_f
 RUNS = reference.load_runs(REFERENCE)
 # the claims: this run's claims.csv (the `claims` rule), else evaluated here from the rows
 CLAIMS = (io.read_table(RESULTS / "claims.csv", ["claim", "verdict"])
-          if (RESULTS / "claims.csv").is_file() else claims.evaluate(ROWS))
+          if (RESULTS / "claims.csv").is_file() else experiments.evaluate_claims(ROWS))
 
 
 def html_table(frame: pd.DataFrame, index: bool = False) -> HTML:
@@ -171,7 +174,7 @@ else:
     if len(commits) > 1:
         display(Markdown("**Note:** the experiments ran at different commits: "
                          + ", ".join(sorted(map(str, commits)))))
-    # each result records the code it was measured with (perflab.env.instrument_code)
+    # each result records the code it was measured with (perflab.core.env.instrument_code)
     changed = perflab_env.code_changes(PROVENANCE)
     unrecorded = [eid for eid, p in PROVENANCE.items() if not p.get("instrument_code")]
     if changed:
@@ -235,7 +238,7 @@ else:
 
 # %%
 # the floors the calibration (C00) measured: every table below states them
-from perflab import calibration  # noqa: E402
+from perflab.experiments import floors as calibration  # noqa: E402
 
 FLOOR_NOTE = calibration.floor_note(ROWS)
 
@@ -312,7 +315,7 @@ for eid in ORDER:
     for part in contract_tables(rows):
         display(part)
     display(Markdown("**Table**"))
-    display(html_table(tables.format_table(tables.table(eid, rows))))
+    display(html_table(tables.format_table(experiments.table(eid, rows))))
     display(Markdown(f"*{FLOOR_NOTE}*"))  # the harness floor every timing sits above (C00)
     display(Markdown("**Beside the chapter and the reference runs**"))
     display(comparison_html(eid))
@@ -322,14 +325,14 @@ for eid in ORDER:
 # %% [markdown]
 # ## Noise floor, A/B verdicts and GPU-state validity
 #
-# Every A/B comparison of this run, judged by one rule (`perflab.stats.judge`): Wilcoxon
+# Every A/B comparison of this run, judged by one rule (`perflab.instruments.stats.judge`): Wilcoxon
 # signed-rank on the paired block medians, a bootstrap interval of the effect, and C00's A/A
 # floor — the 95% bound of the same statistic (median paired block difference, % of A) between
 # two copies of the step; an effect inside it is inconclusive. Then, for each job, whether
 # the GPU ran throttled or shared (NVML before and after the job).
 
 # %%
-from perflab import env as perflab_env  # noqa: E402
+from perflab.core import env as perflab_env  # noqa: E402
 
 display(Markdown(FLOOR_NOTE))
 comparisons = calibration.ab_comparisons(ROWS)
@@ -378,7 +381,7 @@ else:
 # %% [markdown]
 # ## Diagnosis: what is the machine waiting for?
 #
-# Decided by rule (`perflab/diagnose.py`) from the rows above: each candidate's test, the
+# Decided by rule (`perflab/views/diagnose.py`) from the rows above: each candidate's test, the
 # rows it read, and the one intervention the verdict points to.
 
 # %%

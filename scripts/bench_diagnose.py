@@ -6,7 +6,7 @@ the time:
 
 - pre-flight: the command's own ``perflab check`` child (build the workload, one step),
   until it starts Snakemake;
-- the Snakemake invocation, split by :mod:`perflab.bench_pipeline` (the one reader of a
+- the Snakemake invocation, split by :mod:`perflab.views.bench_pipeline` (the one reader of a
   run's log and provenance, as ``perflab bench-pipeline`` prints it): measurement (each
   job's ``wall_s``), each experiment job's process floor (interpreter, imports, device
   initialization, writing), the diagnosis job (aggregation, under "other jobs"), figures
@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from perflab import bench_pipeline
+from perflab.views import bench_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
-"""Evaluate the chapter's claims (perflab/claims.py) on one run's result CSVs -> claims.csv.
+"""Evaluate the chapter's claims (perflab/kit/claims.py) on one run's result CSVs -> claims.csv.
 
 The run's raw samples CSVs go with them: a claim judged by its statistic's own interval
-(perflab.claims.own_interval) resamples them, and without them is not resolved. So do the
+(perflab.kit.claims.own_interval) resamples them, and without them is not resolved. So do the
 further processes `claim_processes` makes (their rows, and samples, in the same order): a
 claim of such an experiment is decided only where every process decides it alike.
 """
@@ -10,13 +10,15 @@ import sys
 
 import pandas as pd
 
-from perflab import claims, io
+from perflab import experiments
+from perflab.core import io
+from perflab.kit import claims
 
 
 def main(csvs, out, samples=(), processes=(), process_samples=()):
     rows = io.read_results(csvs)
     frames = [f for f in (io.read_samples(p) for p in samples) if not f.empty]
-    frame = claims.evaluate(rows, samples=pd.concat(frames, ignore_index=True)
+    frame = experiments.evaluate_claims(rows, samples=pd.concat(frames, ignore_index=True)
                             if frames else None,
                             processes=io.read_processes(processes, process_samples))
     io.atomic_write_csv(out, frame)

@@ -5,8 +5,8 @@ Under Snakemake (``script:``): input.csv, output.md, output.csv, log[0]. Standal
     python scripts/build_ledger.py results/TAG/*.csv --md ledger.md --out-csv ledger.csv
 """
 
-from perflab import ledger
-from perflab.aggregation import run_aggregation
+from perflab.core.aggregation import run_aggregation
+from perflab.views import ledger
 
 if __name__ == "__main__":
     run_aggregation(ledger.build, __doc__, globals().get("snakemake"),

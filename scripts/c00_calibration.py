@@ -5,7 +5,7 @@ measured in one job that runs first:
 
 * the floor of every timing: one device synchronize on an idle device, the
   clock's resolution, and an empty callable timed through the project's own
-  helper (:func:`perflab.timing.time_calls`);
+  helper (:func:`perflab.instruments.timing.time_calls`);
 * CUDA events: the device time between two events recorded back to back and
   the host cost of recording a pair (CUDA only);
 * the per-process floor: fresh interpreters launched a few times — bare, and
@@ -23,7 +23,7 @@ measured in one job that runs first:
   and, on CUDA, ``triton.testing.do_bench`` on the same step.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from perflab import profiling, stats, timing
+from perflab.core.names import STEP_LATENCY, SYNCED_CALL
 from perflab.experiments.c00_calibration import (
     AA_A,
     AA_B,
@@ -75,7 +75,8 @@ from perflab.experiments.c00_calibration import (
     SYNC_IDLE,
     TICK,
 )
-from perflab.runner import run
+from perflab.instruments import profiling, stats, timing
+from perflab.pipeline.runner import run
 
 #: the calibrations, in order (``parts``; "planted" needs the A/A floor, so runs it too)
 PARTS = ("clock", "events", "process", "aa", "planted", "profiler", "peers")
@@ -260,11 +261,11 @@ def _profiler_overhead(ctx, step):
     window = (f"the reference step: {n} profiled steps (schedule wait 0, warmup 1, active {n}, "
               f"activities {acts}) between {n} unprofiled steps before and {n} after")
     synced = f"{ctx.sync_name} at both ends of each step"
-    ctx.summary(base, variant=PROFILER_UNPROFILED, metric="step_latency", window=window,
+    ctx.summary(base, variant=PROFILER_UNPROFILED, metric=STEP_LATENCY, window=window,
                 sync_boundary=synced + "; no profiler",
                 statistics=("median", "iqr", "p25", "p75", "min", "max"),
                 block=[0] * n + [2] * n)
-    ctx.summary(prof, variant=PROFILER_PROFILED, metric="step_latency", window=window,
+    ctx.summary(prof, variant=PROFILER_PROFILED, metric=STEP_LATENCY, window=window,
                 sync_boundary=synced + "; prof.step() outside the timed region",
                 statistics=("median", "iqr", "p25", "p75", "min", "max"), block=1)
     j = stats.judge(base, prof, paired=False)
@@ -363,16 +364,16 @@ def _peers(ctx, step):
     p, t = ctx.params, ctx.timing
     n = t["repeats"] if p.get("peer_repeats") is None else p["peer_repeats"]  # a scale's
     helper = timing.time_calls(step, warmup=t["warmup"], repeats=n, sync=ctx.sync)
-    h = ctx.summary(helper, variant=PEER_HELPER, metric="step_latency",
+    h = ctx.summary(helper, variant=PEER_HELPER, metric=STEP_LATENCY,
                     window=f"timing.time_calls: warmup {t['warmup']}, repeats {n}",
-                    sync_boundary="synchronized at both ends of each call",
+                    sync_boundary=SYNCED_CALL,
                     statistics=("median", "iqr", "p25", "p75"))
     m = timing.timer_blocked_autorange(step, min_run_time=p["peer_min_run_time_s"])
     tw = f"torch.utils.benchmark.Timer.blocked_autorange(min_run_time={p['peer_min_run_time_s']})"
     tb = f"sync at each block's ends; per-call = block / {m['number_per_run']}"
-    ctx.row(variant=PEER_TIMER, metric="step_latency", statistic="median",
+    ctx.row(variant=PEER_TIMER, metric=STEP_LATENCY, statistic="median",
             value=m["median_ms"], unit="ms", n=m["runs"], window=tw, sync_boundary=tb)
-    ctx.row(variant=PEER_TIMER, metric="step_latency", statistic="iqr", value=m["iqr_ms"],
+    ctx.row(variant=PEER_TIMER, metric=STEP_LATENCY, statistic="iqr", value=m["iqr_ms"],
             unit="ms", n=m["runs"], window=tw, sync_boundary=tb)
     ctx.row(variant=PEER_TIMER_OVER_HELPER, metric=RATIO, value=m["median_ms"] / h["median"],
             unit="x", n=m["runs"], window=tw + " median over the helper's median",
@@ -382,7 +383,7 @@ def _peers(ctx, step):
                  f"rep={p['do_bench_rep_ms']} ms), median; it clears the L2 cache before each "
                  "call and times with CUDA events")
     if not ctx.is_cuda:
-        for variant, metric, unit in ((PEER_DO_BENCH, "step_latency", "ms"),
+        for variant, metric, unit in ((PEER_DO_BENCH, STEP_LATENCY, "ms"),
                                       (PEER_DO_BENCH_OVER_HELPER, RATIO, "x")):
             ctx.unsupported(variant=variant, metric=metric, unit=unit,
                             reason="triton.testing.do_bench times with CUDA events and "
@@ -392,13 +393,13 @@ def _peers(ctx, step):
         ms = _do_bench(step, p["do_bench_warmup_ms"], p["do_bench_rep_ms"])
     except Exception as exc:  # triton missing or broken: say so in a row, do not crash
         reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
-        for variant, metric, unit in ((PEER_DO_BENCH, "step_latency", "ms"),
+        for variant, metric, unit in ((PEER_DO_BENCH, STEP_LATENCY, "ms"),
                                       (PEER_DO_BENCH_OVER_HELPER, RATIO, "x")):
             ctx.unsupported(variant=variant, metric=metric, unit=unit, status="error",
                             reason=reason)
         ctx.log(f"do_bench failed: {reason}")
         return
-    ctx.row(variant=PEER_DO_BENCH, metric="step_latency", statistic="median", value=ms,
+    ctx.row(variant=PEER_DO_BENCH, metric=STEP_LATENCY, statistic="median", value=ms,
             unit="ms", window=db_window, sync_boundary="CUDA events around each call")
     ctx.row(variant=PEER_DO_BENCH_OVER_HELPER, metric=RATIO, value=ms / h["median"],
             unit="x", window=db_window + "; over the helper's median",

@@ -9,8 +9,8 @@ CSVs are, the other is the config key ``compare_to``. Standalone:
 import sys
 from pathlib import Path
 
-from perflab import compare
-from perflab.io import log_to
+from perflab.core.io import log_to
+from perflab.views import compare
 
 
 def main(this_dir, ref_dir, out_dir):

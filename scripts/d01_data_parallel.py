@@ -1,8 +1,8 @@
 """D01 — data parallel: what each rank's step waits for, and for whom.
 
 One job launches N ranks through torch.distributed's standard launcher (torchrun; gloo
-on a CPU, NCCL on GPUs), each a fresh process (perflab.ranks), and merges their
-per-step records into D01's rows (perflab.overlap). Configurations, stepped in
+on a CPU, NCCL on GPUs), each a fresh process (perflab.experiments.d01_data_parallel.ranks), and merges their
+per-step records into D01's rows (perflab.experiments.d01_data_parallel.overlap). Configurations, stepped in
 interleaved blocks: DDP's defaults (the baseline), other bucket sizes, the all-reduce
 forced to wait in its hook (no overlap), K micro-batches under no_sync(), a planted
 straggler (one rank sleeps a known time in a known phase), fp16 gradient compression,
@@ -20,7 +20,7 @@ By hand: ``python scripts/d01_data_parallel.py --configfile config/test.yaml`` (
 ``--device cuda`` on a machine with several GPUs).
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -31,11 +31,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from perflab import devicelock, distributed, io, overlap, stats
+from perflab.core import devicelock, io
 from perflab.experiments import d01_data_parallel as d01
-from perflab.runner import run
+from perflab.experiments.d01_data_parallel import distributed, overlap
+from perflab.instruments import stats
+from perflab.pipeline.runner import run
 
-#: per quantity, what it is (the definitions: perflab.overlap)
+#: per quantity, what it is (the definitions: perflab.experiments.d01_data_parallel.overlap)
 HOW = {
     overlap.STEP: "the step, from its start mark to its last (the optimizer's)",
     overlap.COMPUTE: "forward + backward compute + optimizer",
@@ -87,7 +89,7 @@ def measure(ctx):
 @contextmanager
 def held_devices(ctx, p: distributed.Plan):
     """Every device of the job held for as long as its ranks run, once per job: the
-    harness holds the contract's own (perflab.runner.execute), this the rest (the other
+    harness holds the contract's own (perflab.pipeline.runner.execute), this the rest (the other
     GPUs of an NCCL job). The ranks take no lock of their own."""
     import torch
 
@@ -213,7 +215,7 @@ def _blocks(jobs: dict, config: str, metric: str):
 def aa_floors(ctx, jobs: dict, window: str, execution: str) -> dict[str, float]:
     """Per compared metric, the A/A floor (%): the baseline against its independent copy,
     block by block — the same statistic every comparison on that metric is judged by
-    (:func:`perflab.stats.aa_floor_pct`); the A/A's own judgement beside it."""
+    (:func:`perflab.instruments.stats.aa_floor_pct`); the A/A's own judgement beside it."""
     floors = {}
     for metric, _ in COMPARED:
         if metric not in jobs[d01.BASELINE] or metric not in jobs[d01.AA]:

@@ -12,11 +12,12 @@ On CPU execution is synchronous: the backlog is ~0 and the trap is cold vs
 steady (first call, unwarmed, warmed).
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
-from perflab import timing
+from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments.e01_lying_benchmark import (
     BACKLOG_AT_FINAL_SYNC,
     EID,
@@ -30,9 +31,8 @@ from perflab.experiments.e01_lying_benchmark import (
     UNWARMED,
     naive_loop,
 )
-from perflab.runner import run
-
-SYNCED = "synchronized at both ends of each call"
+from perflab.instruments import timing
+from perflab.pipeline.runner import run
 
 
 def measure(ctx):
@@ -43,12 +43,12 @@ def measure(ctx):
 
     # the first step must be the first thing this process runs on the model
     first = timing.time_first_call(step, ctx.sync)
-    ctx.row(variant=FIRST_STEP, metric="step_latency", value=first, unit="ms",
+    ctx.row(variant=FIRST_STEP, metric=STEP_LATENCY, value=first, unit="ms",
             window="first training step in a fresh process", sync_boundary=SYNCED)
     ctx.log(f"first step {first:.3f} ms")
 
     unwarmed = timing.time_calls(step, warmup=0, repeats=p["loops"][0], sync=ctx.sync)
-    ctx.summary(unwarmed, variant=UNWARMED, metric="step_latency",
+    ctx.summary(unwarmed, variant=UNWARMED, metric=STEP_LATENCY,
                 window=f"calls 2..{len(unwarmed) + 1} of the process, no warmup",
                 sync_boundary=SYNCED)
 
@@ -70,7 +70,7 @@ def measure(ctx):
     # a scale's repeats (the CPU's 200: a median of a 20-30 ms step) or timing's
     repeats = t["repeats"] if p.get("repeats") is None else p["repeats"]
     synced = timing.time_calls(step, warmup=t["warmup"], repeats=repeats, sync=ctx.sync)
-    s = ctx.summary(synced, variant=SYNCHRONIZED_WARMED, metric="step_latency",
+    s = ctx.summary(synced, variant=SYNCHRONIZED_WARMED, metric=STEP_LATENCY,
                     window=f"steady state after warmup {t['warmup']}", sync_boundary=SYNCED)
     ctx.log(f"synchronized + warmed median of {len(synced)}: {s['median']:.3f} ms")
 
@@ -87,7 +87,7 @@ def _host_return_rows(ctx, hosts: list) -> None:
          "completion", "clock read after a sync that follows the call at once"),
     ):
         calls = [getattr(h, attr) for h in hosts]
-        ctx.summary([x for c in calls for x in c], variant=variant, metric="step_latency",
+        ctx.summary([x for c in calls for x in c], variant=variant, metric=STEP_LATENCY,
                     window=f"{window} ({where})", sync_boundary=boundary)
         ctx.summary([float(np.median(c)) for c in calls], variant=variant,
                     metric=ROUND_MEDIAN, window=f"each round's median ({where})",

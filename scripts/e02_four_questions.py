@@ -11,13 +11,14 @@ robin (balanced order, block by block), so the answers are compared like with
 like: measured side by side, not one after another.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import torch
 
-from perflab import steps, timing
+from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments.e02_four_questions import (
     EID,
     FIRST_CALL,
@@ -26,9 +27,8 @@ from perflab.experiments.e02_four_questions import (
     FORWARD_INFERENCE,
     TRAIN_STEP,
 )
-from perflab.runner import run
-
-SYNCED = "synchronized at both ends of each call"
+from perflab.instruments import steps, timing
+from perflab.pipeline.runner import run
 
 
 def four_questions(w, model, opt, x, y, device):
@@ -52,7 +52,7 @@ def _first_compiled_calls(ctx, w, opt, x, y):
     ok = {}
     for variant, (mode, fn) in four_questions(w, compiled, opt, x, y, ctx.device).items():
         if isinstance(fn, str):
-            ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
+            ctx.unsupported(variant=variant, metric=STEP_LATENCY, unit="ms", mode=mode,
                             execution="compiled", reason=fn)
             continue
         torch._dynamo.reset()  # each variant's first call traces and compiles afresh
@@ -81,7 +81,7 @@ def measure(ctx):
     timed = {}
     for variant, (mode, fn) in four_questions(w, w.model, opt, x, y, ctx.device).items():
         if isinstance(fn, str):
-            ctx.unsupported(variant=variant, metric="step_latency", unit="ms", mode=mode,
+            ctx.unsupported(variant=variant, metric=STEP_LATENCY, unit="ms", mode=mode,
                             reason=fn)
             continue
         timed[("eager", variant)] = (mode, fn)
@@ -98,7 +98,7 @@ def measure(ctx):
               f"{inner} calls of each question (eager and compiled interleaved)")
     for (execution, variant), (mode, _) in timed.items():
         s = ctx.summary(res.samples[(execution, variant)], variant=variant,
-                        metric="step_latency", mode=mode, execution=execution, window=window,
+                        metric=STEP_LATENCY, mode=mode, execution=execution, window=window,
                         sync_boundary=f"{SYNCED}; {timing.ROUND_ROBIN_ORDER}",
                         block=res.blocks[(execution, variant)])
         ctx.log(f"{execution} {variant}: median {s['median']:.3f} ms")

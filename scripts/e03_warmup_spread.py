@@ -6,15 +6,15 @@ process's first step), then 400 warmed steps summarised by median, IQR,
 quartiles, mean, std, max and the count of steps above median + 3 IQR.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
-from perflab import timing
+from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments.e03_warmup_spread import EID, SPREAD, SPREAD_STATISTICS, warmup_variant
-from perflab.runner import run
-
-SYNCED = "synchronized at both ends of each call"
+from perflab.instruments import timing
+from perflab.pipeline.runner import run
 
 
 def measure(ctx):
@@ -26,14 +26,14 @@ def measure(ctx):
     for i, wu in enumerate(p["warmups"]):
         samples = timing.time_calls(step, warmup=wu, repeats=p["repeats"], sync=ctx.sync)
         where = "fresh process" if i == 0 else "after the previous series"
-        s = ctx.summary(samples, variant=warmup_variant(wu), metric="step_latency",
+        s = ctx.summary(samples, variant=warmup_variant(wu), metric=STEP_LATENCY,
                         window=f"warmup {wu} ({where}), then {p['repeats']} repeats",
                         sync_boundary=SYNCED)
         ctx.log(f"warmup {wu}: median {s['median']:.3f} mean {s['mean']:.3f} max {s['max']:.3f}")
 
     samples = timing.time_calls(step, warmup=t["warmup"], repeats=p["spread_repeats"],
                                 sync=ctx.sync)
-    s = ctx.summary(samples, variant=SPREAD, metric="step_latency",
+    s = ctx.summary(samples, variant=SPREAD, metric=STEP_LATENCY,
                     window=f"steady state after warmup {t['warmup']}", sync_boundary=SYNCED,
                     statistics=SPREAD_STATISTICS)
     ctx.log(f"spread: median {s['median']:.3f} IQR {s['iqr']:.3f} "

@@ -10,13 +10,13 @@ each round's Timer measurement and helper calls run next to each other, so a dri
 the host lands on both, and their difference is judged as an A/B of paired rounds.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import statistics
 
-from perflab import ab, timing
+from perflab.core.names import STEP_LATENCY, SYNCED_CALL
 from perflab.experiments.e04_timer_vs_helper import (
     EID,
     HELPER,
@@ -25,7 +25,8 @@ from perflab.experiments.e04_timer_vs_helper import (
     TIMER,
     TIMER_MINUS_HELPER,
 )
-from perflab.runner import run
+from perflab.instruments import ab, timing
+from perflab.pipeline.runner import run
 
 
 def measure(ctx):
@@ -59,9 +60,9 @@ def measure(ctx):
     timer_boundary = ("sync (" + ctx.sync_name + ") at each block's ends; per-call time = "
                       f"block / {number}")
     pc = ab.record(ctx, ab.Side(HELPER, helper[0], helper[1], helper[2],
-                                "synchronized at both ends of each call"),
+                                SYNCED_CALL),
                    ab.Side(TIMER, timer[0], timer[1], timer[2], timer_boundary),
-                   metric="step_latency", window=window, diff_variant=TIMER_MINUS_HELPER)
+                   metric=STEP_LATENCY, window=window, diff_variant=TIMER_MINUS_HELPER)
     kw = dict(variant=TIMER, window=window, sync_boundary=timer_boundary)
     ctx.row(metric=NUMBER_PER_RUN, value=number, unit="calls", **kw)
     ctx.row(metric=RUNS, value=len(timer[0]), unit="blocks", n=rounds, **kw)

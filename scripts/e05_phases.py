@@ -10,18 +10,17 @@ reads submission: the first host read (logging) absorbs the backlog.
 
 The step is the workload's own (its train_step fed from its loader) where it
 gives them, else the chapter's with its batch on the host, as from a data
-loader; the phase boundaries come from hooks (perflab/phases.py), so the
+loader; the phase boundaries come from hooks (perflab/instruments/phases.py), so the
 user's code is not edited. Each step ends with a host read of its loss, as a
 loop's logging would. On CPU host_to_device is a no-op copy and the syncs are
 no-ops.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
-from perflab import phases as ph
-from perflab import timing
+from perflab.core.names import STEP_LATENCY
 from perflab.experiments.e05_phases import (
     EID,
     ENTRIES_PER_STEP,
@@ -37,7 +36,9 @@ from perflab.experiments.e05_phases import (
     SYNC,
     UNINSTRUMENTED_TOTAL,
 )
-from perflab.runner import run
+from perflab.instruments import phases as ph
+from perflab.instruments import timing
+from perflab.pipeline.runner import run
 
 
 def measure(ctx):
@@ -67,17 +68,17 @@ def measure(ctx):
         ctx.row(variant=SYNC + phase, metric=PHASE_SHARE, value=100 * med / total_of_medians,
                 unit="%", n=t["repeats"], window=window,
                 sync_boundary=boundary + "; share of the sum of phase medians")
-    ctx.row(variant=SUM_OF_PHASES, metric="step_latency", value=total_of_medians, unit="ms",
+    ctx.row(variant=SUM_OF_PHASES, metric=STEP_LATENCY, value=total_of_medians, unit="ms",
             n=t["repeats"], window=window, sync_boundary="sum of the per-phase medians")
 
-    total = ctx.summary(plain_ms, variant=UNINSTRUMENTED_TOTAL, metric="step_latency",
+    total = ctx.summary(plain_ms, variant=UNINSTRUMENTED_TOTAL, metric=STEP_LATENCY,
                         window=window, sync_boundary="synchronized at both ends of the step only",
                         block=block)
     ctx.row(variant=UNINSTRUMENTED_TOTAL, metric=INTERLEAVED_BLOCKS, value=max(block) + 1,
             unit="count", window=window, sync_boundary="sample i of each series in block i's "
             "pair: C11 resamples them together")
     gap = total_of_medians - total["median"]
-    ctx.row(variant=SUM_MINUS_TOTAL, metric="step_latency", value=gap, unit="ms",
+    ctx.row(variant=SUM_MINUS_TOTAL, metric=STEP_LATENCY, value=gap, unit="ms",
             n=t["repeats"], window=window,
             sync_boundary="sum of phase medians - uninstrumented median")
     ctx.row(variant=SUM_MINUS_TOTAL, metric=STEP_LATENCY_REL,

@@ -4,7 +4,7 @@ The wall clock around a synchronized call answers "how long does my step
 take"; device time answers "how long does the device spend". Device time comes
 from CUDA events with the device kept ahead of the host: a device-side sleep
 is queued before the start event, so the whole step is queued while the device
-sleeps and then runs back to back (perflab.timing.time_wall_and_device).
+sleeps and then runs back to back (perflab.instruments.timing.time_wall_and_device).
 Events recorded into an idle stream, the chapter's way, start counting at
 submission and include every launch gap; they are kept, named as such, to show
 what they include. Their difference from the wall clock, host-exposed time
@@ -13,11 +13,11 @@ how much of the step is the host. CUDA events need a CUDA device: on CPU those
 rows are written as unsupported, with the reason.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
-from perflab import timing
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments.e06_events_vs_wall import (
     CALLS_REDONE,
     DEVICE,
@@ -29,10 +29,10 @@ from perflab.experiments.e06_events_vs_wall import (
     SUBMISSION,
     WALL,
 )
-from perflab.runner import run
+from perflab.instruments import timing
+from perflab.pipeline.runner import run
 
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
-SYNCED = "synchronized at both ends of each call"
 AHEAD = ("CUDA events around the call with the device kept ahead of the host: a device-side "
          "sleep (torch.cuda._sleep) queued before the start event, so the whole call is queued "
          "before the device starts it; calls whose start event had fired before submission "

@@ -12,13 +12,12 @@ foreach and with fused AdamW runs as an interleaved pair, so the end-to-end
 change is measured back to back.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import copy
 
-from perflab import optim, steps, timing
 from perflab.experiments.e07_optimizers import (
     EID,
     FOREACH,
@@ -31,7 +30,8 @@ from perflab.experiments.e07_optimizers import (
     STEP_FUSED,
     UPDATE_SCALE,
 )
-from perflab.runner import run
+from perflab.instruments import optim, steps, timing
+from perflab.pipeline.runner import run
 
 
 def measure(ctx):

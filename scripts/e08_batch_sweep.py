@@ -16,7 +16,7 @@ The aggregation then writes the experiment's rows with its three answers —
 lowest-latency batch, highest-throughput batch, largest batch that fits — and
 the between-process floor: ``replicates`` further fresh processes of one
 batch size's contract (variant ``replicate_<k>/batch_<B>``), the A/A of
-separate processes (see :mod:`perflab.sweep`).
+separate processes (see :mod:`perflab.experiments.e08_batch_sweep.sweep`).
 
 With ``interleaved_blocks`` set, one more job times every batch size in one process, in a
 balanced round robin of blocks (variant ``interleaved/batch_<B>``): the series C19-C21
@@ -33,7 +33,7 @@ aggregation). By hand::
     python scripts/e08_batch_sweep.py --aggregate-only # aggregate the per-batch files present
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -45,8 +45,8 @@ from pathlib import Path
 
 import torch
 
-from perflab import config as cfgmod
-from perflab import memory, sweep, timing, workloads
+from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments.e08_batch_sweep import (
     CPU_PEAK,
     CUDA_PEAKS,
@@ -59,10 +59,12 @@ from perflab.experiments.e08_batch_sweep import (
     PEAK_RESERVED,
     interleaved_variant,
     job_variant,
+    sweep,
 )
-from perflab.runner import base_parser, config_from_args, execute, log_to
+from perflab.instruments import memory, timing, workloads
+from perflab.pipeline import config as cfgmod
+from perflab.pipeline.runner import base_parser, config_from_args, execute, log_to
 
-SYNCED = "synchronized at both ends of each call"
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 #: free-running stretches per batch size, each of repeats / FREE_STRETCHES steps
 FREE_STRETCHES = 4
@@ -150,7 +152,7 @@ def _release(ctx) -> None:
 
 
 #: the interleaved job's metrics (what a size that did not fit gets an oom row for)
-INTERLEAVED_METRICS = (("step_latency", "ms"), (FREE_RUNNING_STEP, "ms"),
+INTERLEAVED_METRICS = ((STEP_LATENCY, "ms"), (FREE_RUNNING_STEP, "ms"),
                        ("throughput", "examples/s"))
 
 
@@ -206,7 +208,7 @@ def measure_interleaved(ctx):
         v = interleaved_variant(b)
         kw = {"input_shape": shapes[b]}
         window = f"after warmup {warmup}; {inner} calls of batch {b} in each of {blocks} blocks"
-        s = ctx.summary(lat[b], variant=v, metric="step_latency", window=window,
+        s = ctx.summary(lat[b], variant=v, metric=STEP_LATENCY, window=window,
                         sync_boundary=f"{SYNCED}; {order}", statistics=STATS,
                         block=lat_block[b], **kw)
         stretch = (f"a free-running stretch of {inner} steps of batch {b} after its calls in "
@@ -247,7 +249,7 @@ def measure(ctx):
         # the exception (and the tensors its traceback held) is gone: give the memory back
         _release(ctx)
         ctx.log(f"batch {batch}: OOM ({oom})")
-        _oom_rows(ctx, v, oom, (("step_latency", "ms"), ("throughput", "examples/s"),
+        _oom_rows(ctx, v, oom, ((STEP_LATENCY, "ms"), ("throughput", "examples/s"),
                                 (FREE_RUNNING_STEP, "ms"), (LATENCY_PER_EXAMPLE, "ms"),
                                 *((m, "MiB") for m, _ in _peak_rows(ctx))))
         return
@@ -255,7 +257,7 @@ def measure(ctx):
         return
 
     window = f"steady state after warmup {warmup}, {repeats} repeats, batch {batch}"
-    s = ctx.summary(result["samples"], variant=v, metric="step_latency", window=window,
+    s = ctx.summary(result["samples"], variant=v, metric=STEP_LATENCY, window=window,
                     sync_boundary=SYNCED, statistics=STATS)
     free = statistics.median(result["free_ms"])
     stretch = (f"{FREE_STRETCHES} free-running stretches of {max(1, repeats // FREE_STRETCHES)} "

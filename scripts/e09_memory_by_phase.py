@@ -20,14 +20,13 @@ step), and the breakdown has no "other" (its percentages are of the counted
 tensors).
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import gc
 from dataclasses import dataclass, field
 
-from perflab import memory
 from perflab.experiments.e09_memory_by_phase import (
     ACTIVATIONS,
     ALLOCATED,
@@ -50,7 +49,8 @@ from perflab.experiments.e09_memory_by_phase import (
     boundary_variant,
     part_variant,
 )
-from perflab.runner import run
+from perflab.instruments import memory
+from perflab.pipeline.runner import run
 
 MiB = memory.MiB
 HOST = "n/a (host bookkeeping)"  # the sync boundary of a tensor-accounting row

@@ -16,7 +16,7 @@ for, then reproduces the failure:
    the larger batch's steps run again. The ``OutOfMemoryError`` is caught and
    becomes an ``oom`` row naming the phase and step where it struck, beside
    allocated / reserved / peak at the failure. The cap is lifted afterwards.
-3. The diagnosis the evidence supports (:func:`perflab.memory.diagnose_oom`).
+3. The diagnosis the evidence supports (:func:`perflab.instruments.memory.diagnose_oom`).
 
 On a CPU no allocator cap exists (capping the process's address space would
 fail anywhere, not in the allocator), so the OOM and the diagnosis are
@@ -24,7 +24,7 @@ fail anywhere, not in the allocator), so the OOM and the diagnosis are
 (peak RSS per batch size, RSS after each step) and tensor accounting.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from perflab import memory
 from perflab.experiments.e10_oom_decomposition import (
     AFTER_STEP,
     ALLOCATED,
@@ -56,7 +55,8 @@ from perflab.experiments.e10_oom_decomposition import (
     diagnosis_variant,
     growth_metric,
 )
-from perflab.runner import run
+from perflab.instruments import memory
+from perflab.pipeline.runner import run
 
 MiB = memory.MiB
 WORKLOAD = "oom_mlp"
@@ -260,7 +260,7 @@ def _capped_run(ctx, w, batch: int, steps: int, budget_gib: float, read) -> dict
 
 
 def _diagnosis_rows(ctx, small: Evidence, large: Evidence, at_failure: dict[str, float]) -> None:
-    """The branch the evidence supports (:func:`perflab.memory.diagnose_oom`), one row each."""
+    """The branch the evidence supports (:func:`perflab.instruments.memory.diagnose_oom`), one row each."""
     if not ctx.is_cuda:
         for verdict in memory.OOM_VERDICTS:
             ctx.unsupported(variant=diagnosis_variant(verdict), metric=SUPPORTED, unit="bool",

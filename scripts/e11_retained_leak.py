@@ -24,7 +24,7 @@ The monitored metric (mean over the iterations of the kept values) is
 reported per variant: identical, because the computation is identical.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -35,7 +35,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from perflab import memory
 from perflab.experiments.e11_retained_leak import (
     ALL,
     ALLOCATED,
@@ -53,7 +52,8 @@ from perflab.experiments.e11_retained_leak import (
     mark_variant,
     median_increment_metric,
 )
-from perflab.runner import run
+from perflab.instruments import memory
+from perflab.pipeline.runner import run
 
 LOOPS = {  # loop -> what it keeps, for the windows
     RETAINED_GRAPH: "kept.append(metric): the tensor, still connected to its graph",

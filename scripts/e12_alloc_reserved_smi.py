@@ -16,7 +16,7 @@ On a CPU the allocator and NVML counters are ``unsupported``; the process
 RSS is read at the same states instead (``empty_cache`` has no CPU state).
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -24,7 +24,6 @@ import gc
 
 import torch
 
-from perflab import memory
 from perflab.experiments.e12_alloc_reserved_smi import (
     AFTER_ALLOC,
     AFTER_DEL,
@@ -38,7 +37,8 @@ from perflab.experiments.e12_alloc_reserved_smi import (
     STATES,
     STEADY,
 )
-from perflab.runner import run
+from perflab.instruments import memory
+from perflab.pipeline.runner import run
 
 #: training steps before the "steady state" reading (optimizer state exists after the first)
 STEADY_STEPS = 3

@@ -21,7 +21,7 @@ On a CPU there is no device queue to run ahead of, so the tax is expected to
 be ~0: the same code runs and the windows say so.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -30,7 +30,6 @@ import math
 
 import torch
 
-from perflab import profiling, steps, timing
 from perflab.experiments.e13_sync_tax import (
     AGREE,
     CONTROLLED,
@@ -52,7 +51,8 @@ from perflab.experiments.e13_sync_tax import (
     side_variant,
     tax_variant,
 )
-from perflab.runner import run
+from perflab.instruments import profiling, steps, timing
+from perflab.pipeline.runner import run
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
 STRETCH = 10

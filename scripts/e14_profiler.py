@@ -2,7 +2,7 @@
 
 The training step (the workload's own where it gives one) with a
 ``record_function`` range per phase (forward, loss, backward, optimizer),
-opened and closed by the phase hooks of perflab/phases.py, runs under ``torch.profiler`` with
+opened and closed by the phase hooks of perflab/instruments/phases.py, runs under ``torch.profiler`` with
 ``schedule(wait, warmup, active, repeat=1)`` and ``profile_memory=True``
 (activities: CPU, plus CUDA on a CUDA device), ``prof.step()`` after each
 step. Rows: the time of each phase range summed over the active steps (on
@@ -16,11 +16,10 @@ profiler's overhead. The ranges, operators and
 chrome trace are the first session's; the trace is written gzipped beside the CSV.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
-from perflab import phases, profiling, timing
 from perflab.experiments.e14_profiler import (
     OP_SELF_CPU_TIME,
     OP_SELF_DEVICE_TIME,
@@ -34,7 +33,8 @@ from perflab.experiments.e14_profiler import (
     op_variant,
     range_variant,
 )
-from perflab.runner import run
+from perflab.instruments import phases, profiling, timing
+from perflab.pipeline.runner import run
 
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 

@@ -12,7 +12,7 @@ A precision this device cannot run (an error on its first step) becomes
 ``unsupported`` rows with the error as the reason.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -21,9 +21,10 @@ import math
 
 import torch
 
-from perflab import interventions as iv
+from perflab.core.names import STEP_LATENCY
 from perflab.experiments import e15_amp as e15
-from perflab.runner import run
+from perflab.instruments import interventions as iv
+from perflab.pipeline.runner import run
 
 
 def _dtype_label(precision):
@@ -50,7 +51,7 @@ def _failed(ctx, prec, exc):
     ctx.unsupported(variant=e15.numerics_variant(prec), metric=e15.LOSS, unit="loss",
                     reason=reason, dtype=_dtype_label(prec))
     for b in ctx.params["batches"]:
-        for metric, unit in (("step_latency", "ms"), ("peak_memory", "MiB")):
+        for metric, unit in ((STEP_LATENCY, "ms"), ("peak_memory", "MiB")):
             ctx.unsupported(variant=e15.batch_variant(b, prec), metric=metric, unit=unit,
                             reason=reason, dtype=_dtype_label(prec))
 

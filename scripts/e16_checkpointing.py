@@ -9,16 +9,17 @@ gradient norm of both, their differences and the largest gradient difference;
 VmHWM of a fresh process per variant) and the saving.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import copy
 
-from perflab import interventions as iv
-from perflab import steps
+from perflab.core.names import STEP_LATENCY
 from perflab.experiments import e16_checkpointing as e16
-from perflab.runner import run
+from perflab.instruments import interventions as iv
+from perflab.instruments import steps
+from perflab.pipeline.runner import run
 
 
 def _model(fresh, device, variant):
@@ -102,7 +103,7 @@ def measure(ctx):
         iv.Checkpointed(fresh)
     except iv.NotApplicable as exc:
         for v in e16.VARIANTS:
-            ctx.unsupported(variant=v, metric="step_latency", unit="ms", reason=str(exc))
+            ctx.unsupported(variant=v, metric=STEP_LATENCY, unit="ms", reason=str(exc))
         return
     for batch in p["batches"]:
         correctness(ctx, w, fresh, batch)

@@ -9,15 +9,16 @@ optimizer step over the full batch for every K as an interleaved round robin
 peaks; CPU: VmHWM of a fresh process per K), and % of K=1.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import copy
 
-from perflab import interventions as iv
+from perflab.core.names import STEP_LATENCY
 from perflab.experiments import e17_accumulation as e17
-from perflab.runner import run
+from perflab.instruments import interventions as iv
+from perflab.pipeline.runner import run
 
 
 def equivalence(ctx, w, fresh, batch, ks):
@@ -86,7 +87,7 @@ def measure(ctx):
     ks = []
     for k in p["ks"]:
         if batch % k:
-            ctx.unsupported(variant=e17.k_variant(k), metric="step_latency", unit="ms", status="error",
+            ctx.unsupported(variant=e17.k_variant(k), metric=STEP_LATENCY, unit="ms", status="error",
                             reason=f"K={k} does not divide the batch of {batch}")
         else:
             ks.append(k)

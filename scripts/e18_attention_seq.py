@@ -12,7 +12,7 @@ manual path's out-of-memory at long T reproduces on a large GPU; an OOM
 becomes ``oom`` rows with the reason, never a crash.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -21,10 +21,11 @@ import gc
 
 import torch
 
-from perflab import interventions as iv
-from perflab import memory, timing
+from perflab.core.names import SYNCED_CALL
 from perflab.experiments import e18_attention_seq as e18
-from perflab.runner import run
+from perflab.instruments import interventions as iv
+from perflab.instruments import memory, timing
+from perflab.pipeline.runner import run
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -132,7 +133,7 @@ def timed(ctx, w, qkv, impl, T):
                         reason=reason, model=w.description)
         return None
     s = ctx.summary(samples, variant=v, metric=e18.FWD_BWD_LATENCY, window=window,
-                    sync_boundary="synchronized at both ends of each call", model=w.description,
+                    sync_boundary=SYNCED_CALL, model=w.description,
                     statistics=("median", "iqr", "p25", "p75", "mean", "min", "max"))
     return s["median"]
 

@@ -11,7 +11,7 @@ input) and the peak memory of each side alone (CUDA allocator counters; on the
 CPU an in-process peak cannot separate the two, so those rows say so).
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -19,11 +19,10 @@ import copy
 
 import torch
 
-from perflab import compiling, timing
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments import e19_compile_ab as e19
-from perflab.runner import run
-
-SYNCED = "synchronized at both ends of each call"
+from perflab.instruments import compiling, timing
+from perflab.pipeline.runner import run
 
 
 def one_workload(ctx, name):
@@ -48,7 +47,7 @@ def one_workload(ctx, name):
             execution="compiled", sync_boundary=SYNCED,
             window="first call of the compiled copy: tracing + compilation + one forward "
                    "(Inductor cache private to this job)", **kw)
-    d = compiling.compare_with_eager(ctx, name, eager, fn, w.batch_size, **kw)
+    d = e19.compare_with_eager(ctx, name, eager, fn, w.batch_size, **kw)
     ctx.log(f"{name}: first compiled call {first / 1e3:.2f} s; eager {d['a']:.3f} ms, "
             f"compiled {d['b']:.3f} ms ({d['a'] / d['b']:.2f}x, Wilcoxon p {d['p']:.3g})")
 

@@ -20,7 +20,7 @@ warm job, which depends on the cold one). By hand::
     python scripts/e20_compile_cache.py --phase cold   # one phase in this process
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -34,8 +34,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab import compiling, io, timing
-from perflab import config as cfgmod
+from perflab.core import io
+from perflab.core.names import SYNCED_CALL as SYNCED
+from perflab.experiments import e19_compile_ab as e19
 from perflab.experiments import e20_compile_cache as e20
 from perflab.experiments.e19_compile_ab import (
     COMPILED,
@@ -44,9 +45,9 @@ from perflab.experiments.e19_compile_ab import (
     comparison_variant,
     side_variant,
 )
-from perflab.runner import base_parser, config_from_args, execute, run
-
-SYNCED = "synchronized at both ends of each call"
+from perflab.instruments import compiling, timing
+from perflab.pipeline import config as cfgmod
+from perflab.pipeline.runner import base_parser, config_from_args, execute, run
 
 
 def _cache_ready(ctx, phase: str) -> str | None:
@@ -178,7 +179,7 @@ def measure_phase(ctx, phase: str) -> None:
     ctx.row(variant=e20.cache_variant(phase), metric=e20.CACHE_FILES_AFTER,
             value=compiling.cache_files(cache), unit="count", sync_boundary="n/a",
             window="files in the shared cache after the first compiled call", **kw)
-    d = compiling.compare_with_eager(ctx, phase, eager, fn, w.batch_size, **kw)
+    d = e19.compare_with_eager(ctx, phase, eager, fn, w.batch_size, **kw)
     n = _break_even(ctx, phase, first, d)
     if phase == e20.COLD:
         _cached_artifact_pair(ctx, w.model, x, fn)
@@ -233,8 +234,8 @@ def measure(ctx):
 
 def run_phase(cfg: dict, phase: str, log_path: str | None = None):
     d = cfgmod.result_dir(cfg)
-    contract = compiling.e20_contract(cfgmod.contract(cfg, "E20"), phase, d)
-    outputs = (compiling.e20_cold_outputs(d) if phase == e20.COLD
+    contract = e20.e20_contract(cfgmod.contract(cfg, "E20"), phase, d)
+    outputs = (e20.e20_cold_outputs(d) if phase == e20.COLD
                else cfgmod.experiment_outputs(cfg, "E20"))
     return execute("E20", measure, contract, outputs, log_path)
 

@@ -14,18 +14,18 @@ the graph break it reports becomes a row, with ``torch._dynamo.explain``'s
 graph and break counts for the same function compiled without fullgraph.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import torch
 
-from perflab import compiling, timing
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments import e21_recompile as e21
 from perflab.experiments.e19_compile_ab import FIRST_CALL, FORWARD_LATENCY, MAX_ABS_DIFF, POINTWISE
-from perflab.runner import run
+from perflab.instruments import compiling, timing
+from perflab.pipeline.runner import run
 
-SYNCED = "synchronized at both ends of each call"
 STATS = ("median", "iqr", "p25", "p75", "min", "max")
 
 

@@ -14,7 +14,7 @@ one process, so those rows say so), and the correctness column: the first
 step's loss against eager fp32's.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -24,11 +24,11 @@ import gc
 
 import torch
 
-from perflab import compiling, memory, steps, timing
+from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments import e22_matrix as e22
-from perflab.runner import run
-
-SYNCED = "synchronized at both ends of each call"
+from perflab.instruments import compiling, memory, steps, timing
+from perflab.pipeline.runner import run
 
 
 def make_step(ctx, model, w, opt, x, y, amp_dtype):
@@ -71,7 +71,7 @@ def first_step(ctx, cell, compiled, step, kw):
         msg = ("torch.compile failed: " if compiled else "step failed: ") \
             + compiling.failure(exc)
         ctx.log(f"{cell}: {msg}")
-        ctx.unsupported(variant=cell, metric="step_latency", unit="ms", status="error",
+        ctx.unsupported(variant=cell, metric=STEP_LATENCY, unit="ms", status="error",
                         reason=msg, **kw)
         return None
     ctx.row(variant=cell, metric=e22.FIRST_STEP, value=first, unit="ms", sync_boundary=SYNCED,
@@ -87,7 +87,7 @@ def steady_state(ctx, cell, step, batch_size, kw):
     window = f"steady state after warmup {t['warmup']}, {p['repeats']} repeats"
     s = ctx.summary(timing.time_calls(step, warmup=t["warmup"], repeats=p["repeats"],
                                       sync=ctx.sync),
-                    variant=cell, metric="step_latency", window=window, sync_boundary=SYNCED,
+                    variant=cell, metric=STEP_LATENCY, window=window, sync_boundary=SYNCED,
                     statistics=("median", "iqr", "p25", "p75", "min", "max"), **kw)
     ctx.row(variant=cell, metric="throughput", value=batch_size / s["median"] * 1e3,
             unit="examples/s", statistic="median", n=p["repeats"],
@@ -124,7 +124,7 @@ def measure(ctx):
         kw = dict(execution="compiled" if compiled else "eager",
                   dtype=f"autocast {p['amp_dtype']}" if use_amp else ctx.contract["dtype"])
         if use_amp and w.train_step is not None:
-            ctx.unsupported(variant=cell, metric="step_latency", unit="ms", reason=(
+            ctx.unsupported(variant=cell, metric=STEP_LATENCY, unit="ms", reason=(
                 "the workload's own train_step decides its precision: perflab does not wrap "
                 "it in autocast"), **kw)
             continue

@@ -22,13 +22,12 @@ the cost in ms and %, and whether the cost exceeds the block-to-block
 spread. This regenerates the chapter's forensic-vs-performance-mode table.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import math
 
-from perflab import phases, profiling, steps, timing
 from perflab.experiments.e23_instrument_cost import (
     BRACKET_DRIFT,
     COST,
@@ -41,8 +40,9 @@ from perflab.experiments.e23_instrument_cost import (
     cost_variant,
     instrumented_variant,
 )
-from perflab.runner import run
-from perflab.steps import PHASES
+from perflab.instruments import phases, profiling, steps, timing
+from perflab.instruments.steps import PHASES
+from perflab.pipeline.runner import run
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
 STRETCH = 10

@@ -1,7 +1,7 @@
 """E24 — is the step waiting for its input? A DataLoader-fed training step.
 
 The controlled training step, fed by a DataLoader whose dataset spends a
-configured CPU cost preparing each example (perflab.pipeline). For each
+configured CPU cost preparing each example (perflab.experiments.e24_input_pipeline.dataset). For each
 worker count (0, 1, 2, ... up to the cores this job may use): per step, the
 wait for the next batch, the host-to-device copy (``non_blocking=True``) and
 the compute, with the device synchronized at each boundary; the input-wait
@@ -20,17 +20,18 @@ a pageable and from a pinned tensor as an interleaved pair (ms, GB/s). On the
 CPU there is no host-to-device copy to pin for: those rows say so.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import copy
 
-from perflab import pipeline, stats, timing
+from perflab.core.names import SYNCED_PHASES as SYNCED
 from perflab.experiments import e24_input_pipeline as e24
-from perflab.runner import run
+from perflab.experiments.e24_input_pipeline import dataset as pipeline
+from perflab.instruments import stats, timing
+from perflab.pipeline.runner import run
 
-SYNCED = "device synchronized at each phase boundary"
 DRAINED = SYNCED + "; " + timing.DRAINED_THROUGHPUT
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
 CPU_PIN_REASON = ("CPU device: there is no host-to-device copy, so pinned memory and "

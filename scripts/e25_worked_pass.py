@@ -11,7 +11,7 @@ of each variant alone (CUDA: each in isolation, allocator peaks reset; on CPU
 an in-process RSS peak cannot separate two variants, so those rows say so).
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -20,7 +20,7 @@ import gc
 
 import torch
 
-from perflab import memory, optim, phases, stats, steps, timing
+from perflab.core.names import SYNCED_CALL
 from perflab.experiments.e25_worked_pass import (
     BASELINE,
     DIFFERENCE,
@@ -37,7 +37,8 @@ from perflab.experiments.e25_worked_pass import (
     THROUGHPUT_REL,
     localize_variant,
 )
-from perflab.runner import run
+from perflab.instruments import memory, optim, phases, stats, steps, timing
+from perflab.pipeline.runner import run
 
 
 def isolated_peak(ctx, fresh, w, opt_name, lr, calls):
@@ -69,7 +70,7 @@ def _measure(ctx, w, base_step, window: str) -> dict[str, float]:
     base = ctx.summary(timing.time_calls(base_step, warmup=t["warmup"], repeats=repeats,
                                          sync=ctx.sync),
                        variant=BASELINE, metric=STEP_LATENCY, window=window,
-                       sync_boundary="synchronized at both ends of each call")
+                       sync_boundary=SYNCED_CALL)
     ctx.row(variant=BASELINE, metric=THROUGHPUT, statistic="median",
             value=w.batch_size / base["median"] * 1e3, unit="examples/s", n=repeats,
             window=window, sync_boundary=timing.DRAINED_THROUGHPUT)

@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from perflab import io
+from perflab.core import io
 
 
 def main(plan):
-    from perflab.figures import draw_figures  # matplotlib: after the log is open
+    from perflab.experiments import draw_figures  # matplotlib: after the log is open
 
     t0 = time.perf_counter()
     failed = draw_figures(plan)
@@ -32,8 +32,8 @@ def main(plan):
 
 def plan_for(results, figures_dir, eids):
     """The plan for a result directory: ``eids``, or every experiment with a result CSV."""
-    from perflab import config
-    from perflab.catalogue import EXPERIMENTS
+    from perflab.experiments.catalogue import EXPERIMENTS
+    from perflab.pipeline import config
 
     results = Path(results)
     cfg = {"results_dir": results.parent, "figures_dir": figures_dir, "resolved_tag": results.name}

@@ -17,7 +17,7 @@ Under Snakemake (rule ``memory_snapshot``) the contract is E09's; by hand::
     python scripts/memory_snapshot.py --out snapshot.html [--configfile config/test.yaml]
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from perflab import config as cfgmod
-from perflab.runner import Context, log_to
+from perflab.pipeline import config as cfgmod
+from perflab.pipeline.runner import Context, log_to
 
 PAGE = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>perflab memory snapshot</title></head>

@@ -1,8 +1,8 @@
 """Does an ended torch.profiler session leave a process's step slower afterwards?
 
-The chapter's controlled step (``perflab.workloads.mlp``, built by ``perflab.steps.build``)
-in one fresh process: ``--before`` blocks of synchronized calls (``perflab.timing.time_calls``)
-before any profiling, then ``--sessions`` profiling sessions (``perflab.profiling
+The chapter's controlled step (``perflab.instruments.workloads.mlp``, built by ``perflab.instruments.steps.build``)
+in one fresh process: ``--before`` blocks of synchronized calls (``perflab.instruments.timing.time_calls``)
+before any profiling, then ``--sessions`` profiling sessions (``perflab.instruments.profiling
 .profile_steps``, CPU + CUDA activities on a GPU), each followed by ``--after`` blocks.
 One row per block: its median (ms), the sessions that had ended before it, and the
 ``TEARDOWN_CUPTI`` setting of the process (whether Kineto finalizes CUPTI when a session
@@ -24,10 +24,12 @@ import sys
 
 import pandas as pd
 
+from perflab.core.names import STEP_LATENCY
+
 
 def blocks(step, sync, *, n: int, calls: int) -> list[float]:
     """``n`` block medians (ms) of ``calls`` synchronized calls each, no warmup."""
-    from perflab import timing
+    from perflab.instruments import timing
 
     return [statistics.median(timing.time_calls(step, warmup=0, repeats=calls, sync=sync))
             for _ in range(n)]
@@ -38,7 +40,7 @@ def probe(device: str, *, batch: int, calls: int, before: int, after: int, sessi
     """The block medians of one process, in time order (see the module docstring)."""
     import torch
 
-    from perflab import profiling, steps, timing, workloads
+    from perflab.instruments import profiling, steps, timing, workloads
 
     dev = torch.device(device)
     step = steps.build(workloads.mlp(dev, batch=batch), dev)
@@ -51,12 +53,12 @@ def probe(device: str, *, batch: int, calls: int, before: int, after: int, sessi
     return pd.DataFrame({
         "block": range(len(out)), "sessions_ended": [s for s, _ in out],
         "value": [m for _, m in out], "unit": "ms", "statistic": "median",
-        "metric": "step_latency", "calls_per_block": calls, "batch": batch,
+        "metric": STEP_LATENCY, "calls_per_block": calls, "batch": batch,
         "workload": "mlp", "dtype": "float32", "mode": "train", "execution": "eager",
         "device": str(dev), "teardown_cupti": os.environ.get("TEARDOWN_CUPTI", "unset"),
         "window": f"{calls} calls after warmup {warmup}; sessions schedule(wait=5, "
                   "warmup=5, active=10, repeat=1)",
-        "instrument": "perflab.timing.time_calls",
+        "instrument": "perflab.instruments.timing.time_calls",
         "sync_boundary": "device synchronized at both ends of every call"})
 
 

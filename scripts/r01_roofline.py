@@ -10,20 +10,20 @@ at both ends, so launch latency does not pose as a ceiling.
 
 Then the controlled workload: the work of each phase of a steady-state
 training step (FLOPs from the flop counter, bytes from tensor sizes; see
-perflab/roofline.py), each phase's median time with the device synchronized
+perflab/instruments/roofline.py), each phase's median time with the device synchronized
 at every boundary (as in E05), and the achieved FLOP/s and bytes/s as a
 fraction of the ceilings. A workload without an optimizer gets ceilings only.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import torch
 
-from perflab import phases, roofline, timing
 from perflab.experiments import r01_roofline as r01
-from perflab.runner import run
+from perflab.instruments import phases, roofline, timing
+from perflab.pipeline.runner import run
 
 STATS = ("median", "iqr", "min", "max")
 
@@ -201,7 +201,7 @@ def phase_fractions(ctx, peak: float | None, link: float | None, bandwidth: floa
                     variants=tuple(r01.phase_variant(ph) for ph in r01.WORK_PHASES))
     if step is None:
         return
-    work = roofline.step_work(step)  # the phases from the hooks (perflab/phases.py)
+    work = roofline.step_work(step)  # the phases from the hooks (perflab/instruments/phases.py)
 
     window = (f"steady-state step (optimizer state allocated); phase times: median of "
               f"{ctx.params['repeats']} after warmup {ctx.timing['warmup']}")

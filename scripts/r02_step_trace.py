@@ -3,14 +3,14 @@
 The training step as the workload defines it (its own train_step fed from its own loader
 where it gives them; else the chapter's step on a host batch copied every step, as from a
 loader), with a record_function range per phase opened and closed by the hooks of
-perflab/phases.py, nothing added to it (no host read of the loss, no sync between steps).
+perflab/instruments/phases.py, nothing added to it (no host read of the loss, no sync between steps).
 
 1. Syncs, counted and located (CUDA): a few steps under
    torch.cuda.set_sync_debug_mode("warn"); each "synchronizing CUDA operation" warning
-   is recorded with the phase and the Python frame that made the call (perflab/syncs.py).
+   is recorded with the phase and the Python frame that made the call (perflab/instruments/syncs.py).
 2. One short profiled window (torch.profiler, schedule(wait=0, warmup, active,
    repeat=1); activities CPU + CUDA; the device drained before the window and after
-   it, nothing in between): its chrome trace is kept and read (perflab/trace.py) for
+   it, nothing in between): its chrome trace is kept and read (perflab/instruments/trace.py) for
    the blocking runtime calls (stream/device/event synchronize, device-to-host copies)
    with the operator that made each, the phase, and the host's time blocked in them;
    the device's busy time (union of kernels, copies and memsets) and its idle gaps,
@@ -22,7 +22,7 @@ On a CPU there is no device queue: the window is still profiled (the step's host
 step), and the sync and device rows are unsupported, with the reason.
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -31,7 +31,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from perflab import phases, profiling, syncs, timing, trace
+from perflab.core.names import PHASES
 from perflab.experiments.r02_step_trace import (
     BLOCKED_TIME,
     BUSY,
@@ -55,8 +55,8 @@ from perflab.experiments.r02_step_trace import (
     phase_variant,
     site_variant,
 )
-from perflab.runner import run
-from perflab.vocabulary import PHASES
+from perflab.instruments import phases, profiling, syncs, timing, trace
+from perflab.pipeline.runner import run
 
 STATS = ("mean", "median", "p25", "p75", "min", "max")
 
@@ -83,7 +83,7 @@ def _device_rows(ctx, w, att, window):
     for cause in trace.CAUSES:
         _series(ctx, att.per_step[cause], att.step_ms, variant=idle_variant(cause),
                 metric=IDLE_TIME, window=window,
-                how=how + f": idle gaps, the time charged to {cause} (perflab/trace.py)")
+                how=how + f": idle gaps, the time charged to {cause} (perflab/instruments/trace.py)")
     for (cause, phase), ms in sorted(att.by_phase.items()):
         ctx.row(variant=phase_variant(phase, cause), statistic="mean", value=ms / att.steps,
                 metric=DEVICE_TIME if cause == trace.BUSY else IDLE_TIME, unit="ms",

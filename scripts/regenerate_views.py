@@ -26,7 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflab import claims, compare, diagnose, io, ledger, reference, tables
+from perflab import experiments
+from perflab.core import io
+from perflab.kit import tables
+from perflab.views import compare, diagnose, ledger, reference
 
 
 def _experiments(rows: pd.DataFrame) -> list[str]:
@@ -52,7 +55,7 @@ def regenerate(run: Path, out: Path, compare_to: Path | None = None) -> list[Pat
         written.append(out / name)
 
     # the raw samples beside the CSVs, where the run has them (the shipped ones carry none)
-    save("claims.csv", claims.evaluate(rows, samples=compare.load_samples(csv_dir),
+    save("claims.csv", experiments.evaluate_claims(rows, samples=compare.load_samples(csv_dir),
                                        processes=io.read_processes(*io.process_files(csv_dir))))
     led, md = ledger.build(csvs)[:2]
     save("ledger.csv", led)
@@ -62,7 +65,7 @@ def regenerate(run: Path, out: Path, compare_to: Path | None = None) -> list[Pat
     save_text("diagnosis.md", diag_md)
     chapter = reference.load_chapter()
     for eid in _experiments(rows):
-        save(f"table_{eid}.csv", tables.format_table(tables.table(eid, rows)))
+        save(f"table_{eid}.csv", tables.format_table(experiments.table(eid, rows)))
         save(f"side_by_side_{eid}.csv", reference.side_by_side(rows, eid, chapter))
     if compare_to is not None:
         # compare reads this run's claims and diagnosis from beside its CSVs: give it the

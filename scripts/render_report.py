@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from perflab import io
+from perflab.core import io
 
 #: a report template without scripts fetched from a CDN: the "lab" page with the
 #: require.js, MathJax and mermaid loaders removed (the report needs none of them)

@@ -11,7 +11,7 @@ run, then commit the new directory:
 import argparse
 from pathlib import Path
 
-from perflab import reference
+from perflab.views import reference
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -3,7 +3,7 @@
 Three kinds of job, each a fresh process (rules in workflow/rules/whatif.smk):
 
 - the plan (``w01_plan``): builds the workload once, reads which interventions of
-  :mod:`perflab.whatif` apply (each that does not is a row saying why) and the memory its
+  :mod:`perflab.experiments.w01_whatif.whatif` apply (each that does not is a row saying why) and the memory its
   step holds (activations saved for backward, persistent state), and lists the ones that
   apply in ``applies.json``. Naming interventions that do not apply is an error, naming them.
 - one job per intervention (``w01_intervention``): the baseline loop and the intervened one,
@@ -12,7 +12,7 @@ Three kinds of job, each a fresh process (rules in workflow/rules/whatif.smk):
   intervention's tolerance (on CUDA, where TF32 may run, widened to a multiple of the
   baseline's own TF32 rounding: its first step once more, in strict fp32); each warmed on its
   own; then interleaved blocks of free-running stretches (a sync at the two ends of each, as
-  a training loop runs) through the one A/B writer, perflab.ab; the break-even number of
+  a training loop runs) through the one A/B writer, perflab.instruments.ab; the break-even number of
   steps; the peak memory of each side alone.
   An intervention that fails (a compile error, an OOM) is a row saying why.
 - the aggregation (``w01_whatif``): W01's csv, samples and provenance, each job's wall time,
@@ -24,7 +24,7 @@ By hand (every job in a subprocess of its own, then the aggregation)::
     python scripts/w01_whatif.py --intervention fused_optimizer   # one, in this process
 """
 
-from perflab.forkserver import delegate
+from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
@@ -40,10 +40,13 @@ from pathlib import Path
 
 import torch
 
-from perflab import ab, interventions, io, profiling, sweep, timing, transforms, whatif, workloads
-from perflab import config as cfgmod
+from perflab.core import io
 from perflab.experiments import w01_whatif as names
-from perflab.runner import base_parser, config_from_args, execute, log_to
+from perflab.experiments.e08_batch_sweep import sweep
+from perflab.experiments.w01_whatif import transforms, whatif
+from perflab.instruments import ab, interventions, profiling, timing, workloads
+from perflab.pipeline import config as cfgmod
+from perflab.pipeline.runner import base_parser, config_from_args, execute, log_to
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
 STRETCH = 10
@@ -75,14 +78,14 @@ def measure_plan(ctx):
                             window=window)
         else:
             ctx.row(variant=v, metric=names.APPLIES, value=1.0, unit="bool", window=window,
-                    sync_boundary="applicability tests of perflab.whatif")
+                    sync_boundary="applicability tests of perflab.experiments.w01_whatif.whatif")
     for metric, mib, how in ((names.ACTIVATION_MEMORY, pr.activation_mib,
                               "bytes autograd saved for backward by one forward + loss"),
                              (names.PERSISTENT_MEMORY, pr.persistent_mib,
                               "parameters + gradients + optimizer state after one step")):
         if mib is not None:
             ctx.row(variant=names.PROBE, metric=metric, value=mib, unit="MiB", window=window,
-                    sync_boundary=f"tensor accounting (perflab.memory): {how}")
+                    sync_boundary=f"tensor accounting (perflab.instruments.memory): {how}")
     applies = [n for n, why in reasons.items() if not why]
     io.atomic_write_json(ctx.outputs["applies"], applies)
     ctx.log(f"applies: {', '.join(applies) or 'none'}; not: "
@@ -251,7 +254,7 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
                 sync_boundary=stretch, **kw_of[side])
     ctx.row(variant=names.variant(iv.name, names.CHANGE), metric=names.THROUGHPUT_REL,
             value=names.throughput_change(pc.judgement.relative_pct), unit="%", n=p["blocks"],
-            window=window, sync_boundary="from the judged change of the time (perflab.stats."
+            window=window, sync_boundary="from the judged change of the time (perflab.instruments.stats."
             "judge's effect): 1 / (1 + change) - 1")
     ctx.log(f"{iv.name}: baseline {pc.a_median:.4g} ms {unit}, intervened {pc.b_median:.4g} "
             f"(judged change {pc.judgement.relative_pct:+.1f}%, Wilcoxon p {pc.judgement.p:.3g}, "
@@ -312,7 +315,7 @@ def _peaks(ctx, iv) -> None:
         return
     got = {}
     for side in (names.BASELINE, names.INTERVENED):
-        got[side] = interventions.variant_peak(ctx.contract, "whatif", {"side": side}, calls)
+        got[side] = interventions.variant_peak(ctx.contract, transforms.VARIANT_BUILDER, {"side": side}, calls)
         interventions.peak_rows(ctx, names.variant(iv.name, side), got[side], window)
     a, b = (got[s].get(metric) for s in (names.BASELINE, names.INTERVENED))
     v = names.variant(iv.name, names.CHANGE)
@@ -394,7 +397,7 @@ def _wall_rows(frame, provenances, span: dict) -> list[dict]:
 
 def context_csvs(result_dir: Path) -> list[Path]:
     """The localization and calibration results beside W01's (its bounds and floor read them)."""
-    from perflab.catalogue import EXPERIMENTS
+    from perflab.experiments.catalogue import EXPERIMENTS
 
     return [p for e in whatif.CONTEXT if e in EXPERIMENTS
             and (p := result_dir / f"{EXPERIMENTS[e].slug}.csv").is_file()]

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from perflab.workloads import Workload
+from perflab.instruments.workloads import Workload
 
 VOCAB, CLASSES = 32, 5
 

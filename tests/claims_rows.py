@@ -11,9 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from perflab import ab, claims, io
+from perflab import experiments
+from perflab.core import io
 from perflab.experiments import e08_batch_sweep as e08
 from perflab.experiments.c00_calibration import AA_FLOOR
+from perflab.instruments import ab
+from perflab.kit import claims
 
 
 def rows(*specs: tuple) -> pd.DataFrame:
@@ -119,7 +122,7 @@ def verdict(cid: str, frame: pd.DataFrame) -> claims.Verdict:
     # frames, and a DataFrame in them has no truth value (a run's rows carry none)
     bare = frame.copy()
     bare.attrs = {}
-    return claims.registry()[cid].evaluate(claims.Evidence(bare, frame.attrs.get("samples")))
+    return experiments.claim_registry()[cid].evaluate(experiments.evidence(bare, frame.attrs.get("samples")))
 
 
 def as_error(frame: pd.DataFrame, i: int) -> pd.DataFrame:

@@ -91,7 +91,7 @@ def fake_device():
 @pytest.fixture(scope="session")
 def default_config_raw() -> dict:
     """config/config.yaml as written (not validated)."""
-    from perflab import config
+    from perflab.pipeline import config
 
     return config.load_yaml(config.DEFAULT_CONFIG)
 
@@ -234,7 +234,7 @@ def pipeline_run(_shared_run) -> Path:
 @pytest.fixture(scope="session")
 def tiny_cfg() -> dict:
     """The resolved test contract (config/test.yaml) on the CPU."""
-    from perflab import config
+    from perflab.pipeline import config
 
     return config.load([TEST_CONFIG], {"device": "cpu"})
 
@@ -242,7 +242,7 @@ def tiny_cfg() -> dict:
 @pytest.fixture
 def tiny_contract(tiny_cfg):
     """Factory: the tiny contract of experiment ``eid`` (a fresh copy each call)."""
-    from perflab import config
+    from perflab.pipeline import config
 
     def make(eid: str = "E01") -> dict:
         return copy.deepcopy(config.contract(tiny_cfg, eid))

@@ -3,7 +3,7 @@
 :func:`records` lays out each step of every configuration on every rank the way DDP runs it
 — forward, a backward whose buckets become ready one after another, an all-reduce per
 bucket that completes ``transfer / buckets`` ms after the last rank handed it over (and
-after the one before it), the optimizer — and writes the records :mod:`perflab.ranks`
+after the one before it), the optimizer — and writes the records :mod:`perflab.experiments.d01_data_parallel.ranks`
 writes. So a test knows what the rows must say (a planted sleep of S ms in rank 1's forward
 makes rank 0 wait S ms at the first all-reduce) and can make a claim hold, fail, or drown
 in jitter.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from perflab.distributed import Config, configurations
+from perflab.experiments.d01_data_parallel.distributed import Config, configurations
 
 
 @dataclass(frozen=True)

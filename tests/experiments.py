@@ -12,8 +12,8 @@ from types import ModuleType
 
 import torch
 
-from perflab import config, runner
-from perflab.catalogue import EXPERIMENTS
+from perflab.experiments.catalogue import EXPERIMENTS
+from perflab.pipeline import config, runner
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -58,7 +58,7 @@ def one_value(rows, variant: str, metric: str, statistic: str = "value") -> floa
 
 def assert_outputs_obey_the_contract(eid: str, rows, samples, out: dict[str, str]) -> None:
     """Every row measured, of this experiment; samples in their columns; provenance written."""
-    from perflab import io
+    from perflab.core import io
 
     assert (rows.status == "ok").all()
     assert (rows.experiment == eid).all()
@@ -90,7 +90,7 @@ def tiny_results(tiny_cfg: dict, eid: str, out_dir: Path):
     """Run ``eid`` on the tiny contract: (rows, samples, contract, outputs), rows validated."""
     import pandas as pd
 
-    from perflab import io
+    from perflab.core import io
 
     contract, out = run_tiny(tiny_cfg, eid, out_dir)
     return io.read_results([out["csv"]]), pd.read_csv(out["samples"]), contract, out
@@ -104,7 +104,7 @@ def pipeline_results(run_dir: Path, tiny_cfg: dict, eid: str):
 
     import pandas as pd
 
-    from perflab import io
+    from perflab.core import io
 
     out = {k: str(Path(run_dir) / v) for k, v in config.experiment_outputs(tiny_cfg, eid).items()}
     contract = json.loads(Path(out["provenance"]).read_text())["contract"]
@@ -114,7 +114,7 @@ def pipeline_results(run_dir: Path, tiny_cfg: dict, eid: str):
 def assert_only_cuda_rows_unsupported(eid: str, rows, samples,
                                       allowed=("peak_allocated", "peak_reserved")) -> None:
     """Rows of ``eid`` only; on a CPU the only rows not measured are CUDA-only, saying so."""
-    from perflab import io
+    from perflab.core import io
 
     assert (rows.experiment == eid).all()
     assert list(samples.columns) == io.SAMPLE_COLUMNS
@@ -126,8 +126,9 @@ def assert_only_cuda_rows_unsupported(eid: str, rows, samples,
 def assert_round_robin_takes_the_warmup(tiny_cfg: dict, eid: str, out_dir: Path, monkeypatch,
                                         **params) -> None:
     """`experiments.<eid>.warmup` (2 here) replaces timing.warmup in the round robin of
-    :func:`perflab.interventions.timed_variants`, and every timed row's window says so."""
-    from perflab import io, timing
+    :func:`perflab.instruments.interventions.timed_variants`, and every timed row's window says so."""
+    from perflab.core import io
+    from perflab.instruments import timing
 
     seen, real = [], timing.interleaved_round_robin
 

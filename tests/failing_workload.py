@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from perflab.workloads import mlp
+from perflab.instruments.workloads import mlp
 
 
 def _fault(spec: str, only: str) -> tuple[str, str]:
@@ -41,7 +41,7 @@ def make(device: torch.device, **params):
     mode, only = _fault(os.environ.get("PERFLAB_TEST_FAIL", ""),
                         os.environ.get("PERFLAB_TEST_FAIL_ONLY", ""))
     # the faults are the measured job's: the run's pre-flight (a child process that sets
-    # PERFLAB_PREFLIGHT, perflab/preflight.py) builds the workload unharmed
+    # PERFLAB_PREFLIGHT, perflab/pipeline/preflight.py) builds the workload unharmed
     if os.environ.get("PERFLAB_PREFLIGHT"):
         mode = ""
     if mode and (not only or only in " ".join(sys.argv)):

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from perflab import memory
+from perflab.instruments import memory
 
 
 class FakeAllocator:
@@ -42,7 +42,7 @@ class FakeAllocator:
 
 
 def patch(monkeypatch, *modules) -> FakeAllocator:
-    """Make ``perflab.memory`` and torch.cuda's memory calls answer from a FakeAllocator."""
+    """Make ``perflab.instruments.memory`` and torch.cuda's memory calls answer from a FakeAllocator."""
     fake = FakeAllocator()
     monkeypatch.setattr(memory, "cuda_counters", fake.counters)
     monkeypatch.setattr(memory, "reset_cuda_peaks", fake.reset)
@@ -94,7 +94,7 @@ class FakeEvent:
 
 
 class FakeCudaClock:
-    """What :func:`perflab.timing.time_wall_and_device` asks of CUDA, on a FakeAsyncDevice."""
+    """What :func:`perflab.instruments.timing.time_wall_and_device` asks of CUDA, on a FakeAsyncDevice."""
 
     def __init__(self, device) -> None:
         self.device = device

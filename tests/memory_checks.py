@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perflab import config
+from perflab.pipeline import config
 
 CUDA_CONFIG_OVERRIDES = {"device": "cuda"}
 
@@ -47,7 +47,7 @@ def run_rows(cfg: dict, eid: str, out_dir, **kw):
     """Run ``eid`` (tests/experiments.run_tiny); returns (rows, contract, outputs)."""
     from experiments import run_tiny
 
-    from perflab import io
+    from perflab.core import io
 
     contract, out = run_tiny(cfg, eid, out_dir, **kw)
     return io.read_results([out["csv"]]), contract, out
@@ -58,7 +58,7 @@ def run_fake_cuda(cfg: dict, eid: str, out_dir, monkeypatch, prepare=None):
     import fake_cuda
     from experiments import load_script
 
-    from perflab.catalogue import EXPERIMENTS
+    from perflab.experiments.catalogue import EXPERIMENTS
 
     fake_cuda.patch(monkeypatch)
     mod = load_script(EXPERIMENTS[eid].slug)

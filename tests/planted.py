@@ -12,7 +12,8 @@ import time
 
 import torch
 
-from perflab import whatif, workloads
+from perflab.experiments.w01_whatif import whatif
+from perflab.instruments import workloads
 
 
 class SleepyAdamW(torch.optim.AdamW):

@@ -1,10 +1,10 @@
 """The A/A floor and the judgement it gates, on seeded synthetic noise.
 
-The floor (:func:`perflab.stats.aa_floor_pct`) bounds the statistic
-:func:`perflab.stats.judge` decides on — the median paired block difference in
+The floor (:func:`perflab.instruments.stats.aa_floor_pct`) bounds the statistic
+:func:`perflab.instruments.stats.judge` decides on — the median paired block difference in
 % — under A/A. These tests simulate whole interleaved runs of a 3 ms step:
 lognormal per-call noise, a multiplicative effect per block, a slow drift
-across the run (sides placed AB, BA, ... in time, as :func:`perflab.timing.interleaved_ab`
+across the run (sides placed AB, BA, ... in time, as :func:`perflab.instruments.timing.interleaved_ab`
 runs them) and a fixed offset between the two copies of the step (two
 independent models are never exactly alike). One A/A run gives the floor,
 another run with a fresh pair of copies is judged against it: under A/A it
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perflab import stats
+from perflab.instruments import stats
 
 RUNS = 200  # simulated runs per question; seeded, so the rates below are exact for this seed
 BLOCKS, INNER, STEP_MS = 12, 30, 3.0

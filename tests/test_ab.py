@@ -7,7 +7,9 @@ import statistics
 import pandas as pd
 import pytest
 
-from perflab import ab, io, profiling, runner, timing
+from perflab.core import io
+from perflab.instruments import ab, profiling, timing
+from perflab.pipeline import runner
 
 A_BLOCKS = [1.0, 1.1, 1.0, 1.05, 0.98, 1.02, 1.0, 1.04]
 INNER = 3

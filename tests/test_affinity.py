@@ -1,11 +1,11 @@
-"""The host cores a job measures on (perflab/affinity.py): which are kept, and that the
+"""The host cores a job measures on (perflab/core/affinity.py): which are kept, and that the
 process really runs on them afterwards."""
 
 import os
 
 import pytest
 
-from perflab import affinity
+from perflab.core import affinity
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),
                                 reason="the OS cannot pin a process to cores")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from perflab import diagnose as dg
 from perflab.attach import evidence as evmod
 from perflab.attach import observers, run, verdict
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASES
+from perflab.views import diagnose as dg
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "examples" / "scripts"
@@ -88,7 +88,7 @@ def test_no_roofline_evidence_leaves_the_device_candidates_not_measured():
 
 
 def test_counted_work_against_the_ceilings_separates_compute_from_bandwidth():
-    from perflab import roofline
+    from perflab.instruments import roofline
 
     ceil = {"peak_flops": 1e11, "bandwidth": 1e10, "dtype": "float32", "matmul_n": 512}
     ev = _evidence(_phases(forward=10, backward=20), ceilings=ceil)
@@ -137,7 +137,7 @@ def test_the_plan_times_only_stretches_with_the_hooks_on_and_off():
 
 
 def test_rows_keep_the_csv_contract_and_name_the_script_and_its_hash(tmp_path):
-    from perflab import io
+    from perflab.core import io
 
     script = tmp_path / "train.py"
     script.write_text("print(1)\n")

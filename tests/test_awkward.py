@@ -18,7 +18,9 @@ import awkward_workloads as aw
 import pytest
 from experiments import run_tiny
 
-from perflab import config, interventions, io, memory, optim, phases, steps, workloads
+from perflab.core import io
+from perflab.instruments import interventions, memory, optim, phases, steps, workloads
+from perflab.pipeline import config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from shared_run import first_log, results_dir
 
-from perflab import bench_pipeline as bench
 from perflab import cli
-from perflab.sweep import combines_jobs
+from perflab.experiments.e08_batch_sweep.sweep import combines_jobs
+from perflab.views import bench_pipeline as bench
 
 LOG_NAME = "2026-01-05T100000.000000.snakemake.log"
 T0 = dt.datetime(2026, 1, 5, 10, 0, 0)
@@ -51,7 +51,7 @@ def fake_run(work: Path, elapsed: bool = True) -> Path:
             if out.endswith(".json"):
                 prov = {"experiment": "X", "wall_s": wall}
                 if aggregated:
-                    # as perflab.sweep.combined_provenance writes an aggregation's
+                    # as perflab.experiments.e08_batch_sweep.sweep.combined_provenance writes an aggregation's
                     prov.update(batches={"4": {"wall_s": wall}},
                                 environment_differs_across_batches=[])
                 p.write_text(json.dumps(prov))

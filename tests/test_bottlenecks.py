@@ -20,7 +20,10 @@ import pandas as pd
 import pytest
 from experiments import run_tiny
 
-from perflab import cli, config, diagnose, io
+from perflab import cli
+from perflab.core import io
+from perflab.pipeline import config
+from perflab.views import diagnose
 
 ROOT = config.ROOT
 EXAMPLES = ROOT / "examples"

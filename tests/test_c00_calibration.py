@@ -16,7 +16,9 @@ import pandas as pd
 import pytest
 from experiments import assert_cpu_scale_sets, one_value, run_tiny
 
-from perflab import calibration, config, env, figures, io, ledger, stats, tables, timing
+from perflab import experiments
+from perflab.core import env, io
+from perflab.experiments import floors as calibration
 from perflab.experiments.c00_calibration import (
     AA_BLOCK,
     AA_FLOOR,
@@ -25,6 +27,10 @@ from perflab.experiments.c00_calibration import (
     FLOOR_PAIRS_VARIANT,
     FLOOR_REFERENCE_PAIRS,
 )
+from perflab.instruments import stats, timing
+from perflab.kit import tables
+from perflab.pipeline import config
+from perflab.views import ledger
 
 #: experiments.C00.peer_repeats of the module's run (null would be timing.repeats, 30 here)
 PEER_REPEATS = 7
@@ -172,13 +178,13 @@ def test_profiler_overhead_row_matches_its_samples(c00):
 
 def test_table_figure_ledger_and_note(c00, tmp_path):
     rows, _, _, out = c00
-    t = tables.table("C00", rows)
+    t = experiments.table("C00", rows)
     label = "A/A floor: 95% bound of |median paired block difference|"
     assert label in t.measurement.tolist()
     floor_cell = t[t.measurement == label].value.iloc[0]
     assert floor_cell == pytest.approx(one_value(rows, *AA_FLOOR))
     assert not tables.format_table(t).empty
-    png = figures.make_figure("C00", out["csv"], out["samples"], tmp_path / "c00.png")
+    png = experiments.make_figure("C00", out["csv"], out["samples"], tmp_path / "c00.png")
     assert png.stat().st_size > 1000
     led, md = ledger.build([out["csv"]])
     assert "harness     timer floor" in md
@@ -269,7 +275,7 @@ def test_aa_runs_on_two_independent_copies(tiny_contract, monkeypatch):
     """The A/A's sides are two copies of the step (model, optimizer, batch), not one object."""
     from experiments import load_script
 
-    from perflab import runner
+    from perflab.pipeline import runner
 
     sides = []
 
@@ -461,7 +467,8 @@ def test_the_diagnose_parts_are_the_clock_and_the_aa_floor(tiny_cfg, tmp_path):
     """`perflab diagnose` runs C00 with parts [clock, aa] (config/diagnose.yaml): the A/A floor
     the verdict's near-threshold notes read, and none of the rest (process floor, planted 2x,
     profiler, peers), whose views then say not run."""
-    from perflab import cli, config
+    from perflab import cli
+    from perflab.pipeline import config
 
     parts = config.load([cli.DIAGNOSE_CONFIG], {"device": "cpu"})["experiments"]["C00"]["parts"]
     cfg = copy.deepcopy(tiny_cfg)

@@ -24,25 +24,26 @@ from cases_c01_c22 import (
 from cases_c23_c47 import e13_rows, e14_ranges, e21_rows, e23_rows, e24_workers
 from claims_rows import CASES, as_error, floor, rows, verdict, without_process_floor
 
-from perflab import claims
+from perflab import experiments
 from perflab.experiments import e05_phases as e05
 from perflab.experiments import e13_sync_tax as e13
 from perflab.experiments import e24_input_pipeline as e24
+from perflab.kit import claims
 
 # ------------------------------------------------------------------ the tests
 
 IDS = sorted(CASES, key=lambda c: int(c[1:]))
-EXACT = [c for c in IDS if claims.registry()[c].exact]
+EXACT = [c for c in IDS if experiments.claim_registry()[c].exact]
 
 
 def test_every_claim_has_its_cases():
-    assert set(CASES) == set(claims.registry())
+    assert set(CASES) == set(experiments.claim_registry())
 
 
 def test_a_claim_without_an_inside_case_says_why():
     """No inside case: the claim declares why it has no noise question (``exact``)."""
     for cid, c in CASES.items():
-        assert (c.inside is None) == bool(claims.registry()[cid].exact), cid
+        assert (c.inside is None) == bool(experiments.claim_registry()[cid].exact), cid
 
 
 @pytest.mark.parametrize("cid", IDS)
@@ -86,7 +87,7 @@ def test_missing_noise_evidence_is_never_support(cid):
     frame = without_process_floor(CASES[cid].holds())
     frame = frame[frame.experiment != "C00"]
     v = verdict(cid, frame)
-    if claims.registry()[cid].exact:
+    if experiments.claim_registry()[cid].exact:
         assert v.verdict == claims.REPRODUCED, (cid, v)
     else:
         assert v.verdict in (claims.REPRODUCED, claims.INCONCLUSIVE), (cid, v)
@@ -101,7 +102,7 @@ def test_an_instrument_error_is_never_a_finding(cid):
     the claim does not need, or only its noise) what it was; never DIFFERS."""
     frame = CASES[cid].holds()
     before = verdict(cid, frame).verdict
-    own = [i for i, e in enumerate(frame.experiment) if e == claims.registry()[cid].eid
+    own = [i for i, e in enumerate(frame.experiment) if e == experiments.claim_registry()[cid].eid
            and frame.status.iloc[i] == "ok"]
     got = {verdict(cid, as_error(frame, i)).verdict for i in own}
     assert claims.ERROR in got, cid

@@ -1,5 +1,5 @@
 """claim_processes: a claim of an experiment run in several fresh processes is decided only
-where every process decides it alike (perflab.claims.agree), judged from each process's own
+where every process decides it alike (perflab.kit.claims.agree), judged from each process's own
 rows and samples with the rest of the run as it is."""
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ import pytest
 from cases_c01_c22 import e05_sampled
 from claims_rows import floor, rows
 
-from perflab import claims, config, io
-from perflab.claims import DIFFERS, ERROR, INCONCLUSIVE, NOT_RUN, REPRODUCED, Verdict
+from perflab import experiments
+from perflab.core import io
+from perflab.kit import claims
+from perflab.kit.claims import DIFFERS, ERROR, INCONCLUSIVE, NOT_RUN, REPRODUCED, Verdict
+from perflab.pipeline import config
 
 R, D, U = (Verdict(REPRODUCED, "r", noise_tested=True), Verdict(DIFFERS, "d", noise_tested=True),
            Verdict(INCONCLUSIVE, "i", noise_tested=True))
@@ -59,7 +62,7 @@ def c11(main_gap: float, *process_gaps: float) -> claims.Verdict:
     for g in process_gaps:
         r, s = e05_run(g)
         further.append((r[r.experiment == "E05"], s))
-    frame = claims.evaluate(rows_, {"C11": claims.registry()["C11"]}, samples=smp,
+    frame = experiments.evaluate_claims(rows_, {"C11": experiments.claim_registry()["C11"]}, samples=smp,
                             processes={"E05": further} if further else None)
     return frame.iloc[0]
 
@@ -81,7 +84,7 @@ def test_c11_flip_of_one_process_each_is_undecided_with_a_second():
 def test_a_further_process_replaces_only_its_experiments_rows():
     main, smp = e05_run(7.9)
     other, other_smp = e05_run(12.7)
-    ev = claims.in_process(claims.Evidence(main, smp), "E05",
+    ev = claims.in_process(experiments.evidence(main, smp), "E05",
                            other[other.experiment == "E05"], other_smp)
     assert ev.has("C00") and len(ev.rows) == len(main)  # C00's floor is the run's, kept
     assert ev.value("E05", "sum_minus_total", "step_latency_rel", "value") == pytest.approx(12.7)

@@ -18,9 +18,12 @@ from claims_rows import (
     with_samples,
 )
 
-from perflab import claims, io, reference
-from perflab.catalogue import EXPERIMENTS
+from perflab import experiments
+from perflab.core import io
 from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments.catalogue import EXPERIMENTS
+from perflab.kit import claims
+from perflab.views import reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workflow_rules import rule_names  # noqa: E402
@@ -186,7 +189,7 @@ def test_the_chapter_reproduces_itself():
     """Every predicate holds on the chapter's published rows, or lacks a row the chapter never
     gave. The chapter publishes no A/A floor and few spreads, so a claim that needs one is
     INCONCLUSIVE on its rows; every such part holds as measured."""
-    frame = claims.evaluate(reference.load_chapter().rows)
+    frame = experiments.evaluate_claims(reference.load_chapter().rows)
     # comparisons between separate processes are judged by the spread of the chapter's own
     # medians of the controlled step in its separate sections (E01, E03, E04, E08; E14's
     # unprofiled calls follow profiling sessions, so it is no peer);
@@ -206,16 +209,16 @@ def test_the_chapter_reproduces_itself():
     # the chapter publishes no interleaved E07 pair (only "roughly 13 ms"), no tensor
     # accounting of the retained graph (C28), and no numbers for the companion article's
     # findings (recompilation, input pipeline): those are NOT RUN
-    article = {c.cid for c in claims.registry().values() if c.chapter.startswith("article:")}
+    article = {c.cid for c in experiments.claim_registry().values() if c.chapter.startswith("article:")}
     assert article == {"C44", "C45", "C46", "C47"}
     # nor for the findings beyond both texts (D01: data parallel)
-    beyond = {c.cid for c in claims.registry().values() if c.chapter.startswith("extension:")}
+    beyond = {c.cid for c in experiments.claim_registry().values() if c.chapter.startswith("extension:")}
     assert beyond == {"C48", "C49", "C50", "C51", "C52"}
     assert set(frame[frame.verdict == claims.NOT_RUN].claim) == {"C18", "C28"} | article | beyond
 
 
 def test_every_claim_is_not_run_on_an_empty_run():
-    frame = claims.evaluate(pd.DataFrame(columns=io.COLUMNS))
+    frame = experiments.evaluate_claims(pd.DataFrame(columns=io.COLUMNS))
     assert set(frame.verdict) == {claims.NOT_RUN}
     assert list(frame.columns) == claims.CLAIM_COLUMNS
 
@@ -225,7 +228,7 @@ def test_every_claim_is_not_run_on_an_empty_run():
 
 def test_every_claim_names_a_target_that_exists():
     rules = rule_names()
-    for c in claims.registry().values():
+    for c in experiments.claim_registry().values():
         assert c.eid in EXPERIMENTS, c.cid
         if c.eid in EXPERIMENTS:
             assert c.target in rules, f"{c.cid}: no rule {c.target}"
@@ -235,7 +238,7 @@ def test_every_claim_names_a_target_that_exists():
 
 
 def test_every_implemented_experiment_with_a_chapter_finding_has_a_claim():
-    claimed = {c.eid for c in claims.registry().values()}
+    claimed = {c.eid for c in experiments.claim_registry().values()}
     for eid in ("E01", "E02", "E03", "E04", "E05", "E06", "E07", "E08", "E13", "E14", "E23", "E25"):
         assert eid in claimed, eid
 

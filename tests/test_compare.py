@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import compare, io
+from perflab.core import io
+from perflab.views import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 

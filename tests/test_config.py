@@ -1,4 +1,4 @@
-"""perflab.config: resolution, contracts, and errors that name the offending key."""
+"""perflab.pipeline.config: resolution, contracts, and errors that name the offending key."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perflab import config
-from perflab.catalogue import EXPERIMENTS
+from perflab.experiments.catalogue import EXPERIMENTS
+from perflab.pipeline import config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_CONFIG = REPO_ROOT / "config" / "test.yaml"
@@ -140,11 +140,11 @@ def test_a_bad_data_parallel_contract_is_not_checked_when_d01_does_not_run(base_
 
 
 def test_user_workload_target_resolves(base_config):
-    base_config["workloads"]["mine"] = {"target": "perflab.workloads:mlp", "dim": 8}
+    base_config["workloads"]["mine"] = {"target": "perflab.instruments.workloads:mlp", "dim": 8}
     base_config["workload"] = "mine"
     cfg = config.resolve(base_config)
     target, params = config.workload_spec(cfg)
-    assert target == "perflab.workloads:mlp"
+    assert target == "perflab.instruments.workloads:mlp"
     assert params == {"dim": 8, "seed": 0}
 
 
@@ -230,9 +230,9 @@ BAD = [
     ("empty-workload", {"workload": ""}, "workload", ""),
     ("missing-module", {"workloads": {"mine": {"target": "perflab_no_such_module_xyz:make"}}},
      "workloads.mine.target", "cannot import"),
-    ("missing-attribute", {"workloads": {"mine": {"target": "perflab.workloads:no_such_fn"}}},
+    ("missing-attribute", {"workloads": {"mine": {"target": "perflab.instruments.workloads:no_such_fn"}}},
      "workloads.mine.target", "no_such_fn"),
-    ("not-callable", {"workloads": {"mine": {"target": "perflab.catalogue:EXPERIMENTS"}}},
+    ("not-callable", {"workloads": {"mine": {"target": "perflab.experiments.catalogue:EXPERIMENTS"}}},
      "workloads.mine.target", "not callable"),
     ("malformed-target", {"workloads": {"mine": {"target": ":make"}}},
      "workloads.mine.target", "package.module:function"),

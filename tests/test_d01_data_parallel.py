@@ -23,8 +23,13 @@ import pytest
 from d01_timeline import Shape, default_shapes, records
 from experiments import load_script
 
-from perflab import claims, config, diagnose, distributed, figures, io, overlap, runner, tables
+from perflab import experiments
+from perflab.core import io
 from perflab.experiments import d01_data_parallel as d01
+from perflab.experiments.d01_data_parallel import distributed, overlap
+from perflab.kit import claims, tables
+from perflab.pipeline import config, runner
+from perflab.views import diagnose
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = load_script("d01_data_parallel")
@@ -128,21 +133,21 @@ def test_forcing_the_all_reduce_to_wait_exposes_all_of_it(real):
 @pytest.mark.background
 def test_the_planted_straggler_is_named_with_its_phase(real):
     rows, _, _, _ = real
-    c = claims.registry()["C50"].evaluate(claims.Evidence(rows))
+    c = experiments.claim_registry()["C50"].evaluate(experiments.evidence(rows))
     assert c.verdict == claims.REPRODUCED, c.measured
     for cid in ("C48", "C49", "C51", "C52"):  # every claim reads this run's rows
-        assert claims.registry()[cid].evaluate(claims.Evidence(rows)).verdict != claims.NOT_RUN
+        assert experiments.claim_registry()[cid].evaluate(experiments.evidence(rows)).verdict != claims.NOT_RUN
 
 
 @pytest.mark.background
 def test_table_figure_and_verdict_of_the_run(real, tmp_path):
     rows, _, _, out = real
-    t = tables.table("D01", rows)
+    t = experiments.table("D01", rows)
     n = len(d01.ranks_of(rows, d01.BASELINE))
     assert len(t) == len(d01.configs_of(rows)) * (n + 1)  # each rank and "all" per configuration
     straggler = t[(t.config == d01.STRAGGLER) & (t["rank"] == "all")].iloc[0]
     assert straggler.late_rank == 1 and straggler.late_phase == "forward"
-    png = figures.make_figure("D01", out["csv"], out["samples"], tmp_path / "d01.png")
+    png = experiments.make_figure("D01", out["csv"], out["samples"], tmp_path / "d01.png")
     assert png.stat().st_size > 0
     d = diagnose.diagnose(rows)
     found = {f.bottleneck: f for f in d.findings}
@@ -181,7 +186,7 @@ def timeline(contract) -> pd.DataFrame:
 
 
 def verdict(cid: str, rows: pd.DataFrame) -> claims.Verdict:
-    return claims.registry()[cid].evaluate(claims.Evidence(rows))
+    return experiments.claim_registry()[cid].evaluate(experiments.evidence(rows))
 
 
 def shapes_of(contract) -> dict[str, Shape]:
@@ -333,11 +338,11 @@ def _awkward(contract, case: str) -> dict:
 
 
 def test_a_workload_without_the_steps_parts_is_one_unsupported_row(contract, tmp_path):
-    from perflab import ranks
+    from perflab.experiments.d01_data_parallel import ranks
 
     c = _awkward(contract, "own_step")
     p = distributed.Plan(2, "gloo", 1, "cpu")
-    record = ranks.measure_rank(c, p, "cpu", 0, 2, lambda msg: None)
+    record = ranks.measure_rank(c, p, "cpu", 0, 2, lambda msg: None, runner.Context)
     assert record["steps"] == [] and "loss_fn" in record["unsupported"]
     ctx = runner.Context("D01", c, lambda msg: None)
     ctx.outputs = {"ranks": str(tmp_path / "ranks.json")}
@@ -348,7 +353,7 @@ def test_a_workload_without_the_steps_parts_is_one_unsupported_row(contract, tmp
 
 
 def test_parameters_without_a_gradient_are_found_before_ddp_wraps_the_model(contract):
-    from perflab import ranks
+    from perflab.experiments.d01_data_parallel import ranks
 
     ctx = runner.Context("D01", _awkward(contract, "unused_head"), lambda msg: None)
     w = ctx.workload()
@@ -388,11 +393,11 @@ def test_the_launcher_passes_the_environment_through(monkeypatch):
     assert env["PYTHONPATH"].split(":")[0] == str(ROOT)
     cmd = distributed.torchrun_command(p, Path("job.json"))
     assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node" in cmd
-    assert cmd[-3:] == ["--module", "perflab.ranks", "job.json"]
+    assert cmd[-2:] == [str(ROOT / "scripts" / "data_parallel_rank.py"), "job.json"]
 
 
 def test_one_slurm_job_of_n_tasks():
-    from perflab.distributed import job_resources
+    from perflab.experiments.d01_data_parallel.distributed import job_resources
 
     gpu = job_resources(distributed.Plan(4, "nccl", 2, "cuda"), gpus=True)
     assert gpu == {"tasks": 4, "nodes": 1, "mpi": "torchrun", "gpu": 4, "tasks_per_gpu": 1}

@@ -15,7 +15,9 @@ import time
 import pytest
 import torch
 
-from perflab import io, tables, timing
+from perflab.core import io
+from perflab.instruments import timing
+from perflab.kit import tables
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

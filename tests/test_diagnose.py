@@ -5,11 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from perflab import config, diagnose, io, ledger
+from perflab.core import io
+from perflab.core.names import PHASES
 from perflab.experiments import e06_events_vs_wall as e06
 from perflab.experiments import r02_step_trace as r02
 from perflab.experiments.c00_calibration import AA_FLOOR
-from perflab.vocabulary import PHASES
+from perflab.pipeline import config
+from perflab.views import diagnose, ledger
 
 
 def _row(eid, variant, metric, value, statistic="value", device="cpu", unit="x"):
@@ -367,8 +369,8 @@ def _half_run(tmp_path):
     import shutil
     from pathlib import Path
 
-    from perflab import config
-    from perflab.catalogue import EXPERIMENTS
+    from perflab.experiments.catalogue import EXPERIMENTS
+    from perflab.pipeline import config
 
     root = Path(__file__).resolve().parents[1]
     cfg = config.load([root / "config" / "test.yaml"],
@@ -390,7 +392,7 @@ def _half_run(tmp_path):
 def test_a_failed_experiment_does_not_cost_the_verdict(tmp_path, monkeypatch):
     import time
 
-    from perflab import partial
+    from perflab.views import partial
 
     cfg, present = _half_run(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -432,7 +434,8 @@ def test_the_verdict_is_printed_before_the_what_if_measures(monkeypatch, tmp_pat
     """`perflab diagnose` (what-if on): one pre-flight, then Snakemake on the evidence alone
     and the verdict printed, then Snakemake again with W01 and the diagnosis printed with it;
     a failed first invocation prints what ran and measures no intervention."""
-    from perflab import cli, preflight
+    from perflab import cli
+    from perflab.pipeline import preflight
 
     tag = config.load([config.ROOT / "config" / "test.yaml"], {"device": "cpu"})["resolved_tag"]
     md = tmp_path / "results" / tag / "diagnosis.md"
@@ -474,7 +477,7 @@ def test_the_workflow_does_not_preflight_again_what_diagnose_did(monkeypatch, tm
     spec is pre-flighted as before."""
     from pathlib import Path
 
-    from perflab import config, preflight
+    from perflab.pipeline import config, preflight
 
     test_yaml = Path(__file__).resolve().parents[1] / "config" / "test.yaml"
     cfg = config.load([test_yaml], {"device": "cpu"})

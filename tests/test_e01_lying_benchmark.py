@@ -7,7 +7,7 @@ import copy
 import pandas as pd
 from experiments import assert_cpu_scale_sets, run_tiny
 
-from perflab import io
+from perflab.core import io
 from perflab.experiments import e01_lying_benchmark as e01
 
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from experiments import assert_cpu_scale_sets, run_tiny
 
-from perflab import io, tables
+from perflab import experiments
+from perflab.core import io
 
 
 def test_four_questions_are_interleaved(tiny_cfg, tmp_path):
@@ -32,6 +33,6 @@ def test_four_questions_are_interleaved(tiny_cfg, tmp_path):
         med = rows[(rows.variant == q) & (rows.statistic == "median")].value.iloc[0]
         assert med == pytest.approx(s.value.median())
     assert rows.sync_boundary.str.contains("Williams").all()
-    t = tables.table("E02", rows)
+    t = experiments.table("E02", rows)
     assert t.question.tolist() == questions
     assert_cpu_scale_sets("E02", "repeats", 200, 400)

@@ -1,6 +1,6 @@
 """E08 batch sweep: per-batch jobs through the harness, then the aggregation, on the tiny contract.
 
-Each batch size runs through ``perflab.runner.execute`` exactly as its
+Each batch size runs through ``perflab.pipeline.runner.execute`` exactly as its
 Snakemake job does (here in the test's process, not a fresh one: these tests
 check the contract and the answers, not the peaks). No test asserts an
 absolute time; the answers are recomputed from the rows and compared.
@@ -19,9 +19,13 @@ import pytest
 import torch
 from experiments import load_script, one_value
 
-from perflab import config, io, stats, sweep, tables, timing
-from perflab.experiments.e08_batch_sweep import FREE_RUNNING_STEP
-from perflab.runner import execute
+from perflab import experiments
+from perflab.core import io
+from perflab.experiments.e08_batch_sweep import FREE_RUNNING_STEP, sweep
+from perflab.instruments import stats, timing
+from perflab.kit import tables
+from perflab.pipeline import config
+from perflab.pipeline.runner import execute
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_CONFIG = REPO_ROOT / "config" / "test.yaml"
@@ -231,7 +235,7 @@ def test_replicate_measures_what_its_batch_size_measures(swept, contract):
 
 
 def test_floor_rows_bound_the_gap_between_the_processes(swept, contract):
-    """The floor is perflab.stats.process_floor_pct of the R medians, above the largest
+    """The floor is perflab.instruments.stats.process_floor_pct of the R medians, above the largest
     gap seen among them; the method and the processes are in the row."""
     root, rows = swept
     for metric in ("step_latency", "throughput"):
@@ -308,7 +312,7 @@ def test_oom_becomes_a_row_and_is_not_a_fit(e08, contract, tmp_path, monkeypatch
     assert set(il8.status) == {"oom"} and il8.reason.str.contains("OutOfMemoryError").all()
     assert (rows[rows.variant == "interleaved/batch_4"].status == "ok").all()
     # the table shows the status where the numbers would be, with the reason
-    t = tables.table("E08", rows)
+    t = experiments.table("E08", rows)
     b8_row = t[t.batch == 8].iloc[0]
     assert b8_row.median_ms == "oom" and "OutOfMemoryError" in b8_row.note
     fits = t[t.answer == "largest batch that fits"].iloc[0]
@@ -344,7 +348,7 @@ def test_aggregate_refuses_a_batch_measured_under_another_contract(swept, contra
 
 def test_table_and_figure(swept, tmp_path):
     root, rows = swept
-    t = tables.table("E08", rows)
+    t = experiments.table("E08", rows)
     assert list(t.columns[:4]) == ["batch", "median_ms", "iqr_ms", "examples_per_s"]
     assert "peak_rss_mib" in t.columns and "per_example_ms" in t.columns
     sweep_rows = t[t.answer == ""]
@@ -361,7 +365,7 @@ def test_table_and_figure(swept, tmp_path):
                         ("largest batch that fits", "largest_that_fits")):
         assert t[t.answer == label].batch.iloc[0] == want[name]
     tables.format_table(t)
-    from perflab.figures import make_figure
+    from perflab.experiments import make_figure
 
     png = make_figure("E08", outputs(root)["csv"], outputs(root)["samples"], tmp_path / "e08.png")
     assert png.stat().st_size > 1000

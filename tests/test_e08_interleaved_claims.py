@@ -15,8 +15,8 @@ import pytest
 from cases_c01_c22 import e08_rows
 from claims_rows import rows, sample_series, verdict, with_samples
 
-from perflab import claims
 from perflab.experiments import e08_batch_sweep as e08
+from perflab.kit import claims
 
 BATCHES = (32, 64, 128, 2048)
 #: the per-batch processes' medians (ms), as one slow-then-fast H200 run read them

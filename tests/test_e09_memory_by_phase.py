@@ -8,7 +8,8 @@ import pytest
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
-from perflab import figures, ledger, tables
+from perflab import experiments
+from perflab.views import ledger
 
 BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
 PARTS = ("parameters", "gradients", "optimizer_state")
@@ -59,10 +60,10 @@ def test_optimizer_state_appears_on_the_first_step(e09):
 
 def test_table_figure_and_ledger_line(e09, tmp_path):
     rows, _, out = e09
-    t = tables.table("E09", rows)
+    t = experiments.table("E09", rows)
     assert list(t.row[:2]) == ["step 1 (cold)", "step 3 (steady)"]
     assert "peak_rss_mib" in t.columns
-    assert figures.make_figure("E09", out["csv"], out["samples"], tmp_path / "e09.png").is_file()
+    assert experiments.make_figure("E09", out["csv"], out["samples"], tmp_path / "e09.png").is_file()
     led, md = ledger.build([out["csv"]])
     mem = led[led.section == "memory"]
     assert set(mem.field) == {"peak_rss", "persistent"}
@@ -84,7 +85,7 @@ def test_cuda_branch_through_a_fake_allocator(tiny_cfg, tmp_path, monkeypatch):
     led, _ = ledger.build([out["csv"]])
     assert {"peak_allocated", "peak_reserved", "persistent", "activations"} <= set(
         led[led.section == "memory"].field)
-    assert tables.table("E09", rows).shape[0] == 11
+    assert experiments.table("E09", rows).shape[0] == 11
 
 
 def test_cuda_first_step_allocates_the_optimizer_state(tmp_path):

@@ -13,7 +13,8 @@ import torch
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
-from perflab import figures, memory, tables
+from perflab import experiments
+from perflab.instruments import memory
 
 BRANCHES = memory.OOM_VERDICTS
 
@@ -79,9 +80,9 @@ def test_the_oom_is_caught_and_recorded_as_a_row_with_the_evidence(tiny_cfg, tmp
             assert status(rows, f"batch_{b}", metric) == "ok"
     verdicts = [value(rows, f"diagnosis/{b}", "supported") for b in BRANCHES]
     assert sorted(verdicts) == [0.0] * (len(BRANCHES) - 1) + [1.0]  # exactly one branch
-    t = tables.table("E10", rows)
+    t = experiments.table("E10", rows)
     assert (t.value == "OOM").sum() == 1
-    assert figures.make_figure("E10", out["csv"], out["samples"], tmp_path / "e10.png").is_file()
+    assert experiments.make_figure("E10", out["csv"], out["samples"], tmp_path / "e10.png").is_file()
 
 
 @pytest.mark.parametrize("evidence, branch", [

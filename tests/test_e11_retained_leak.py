@@ -20,7 +20,8 @@ import pytest
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_rows, status, value
 
-from perflab import figures, io, tables
+from perflab import experiments
+from perflab.core import io
 
 TESTS = Path(__file__).resolve().parent
 VARIANTS = ("retained_graph", "no_grad", "item")
@@ -114,10 +115,10 @@ def test_rss_grows_with_the_leak_only(tiny_cfg, tmp_path):
 
 def test_table_and_figure(e11, tmp_path):
     rows, _, _, out = e11
-    t = tables.table("E11", rows)
+    t = experiments.table("E11", rows)
     assert list(t.variant[:6]) == [v for v in VARIANTS for _ in range(2)]
     assert {"i00", "final", "growth_mib_per_iter", "monitored_metric"} <= set(t.columns)
-    png = figures.make_figure("E11", out["csv"], out["samples"], tmp_path / "e11.png")
+    png = experiments.make_figure("E11", out["csv"], out["samples"], tmp_path / "e11.png")
     assert png.stat().st_size > 10_000
 
 

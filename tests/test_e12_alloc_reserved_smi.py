@@ -11,7 +11,7 @@ import pytest
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
-from perflab import figures, tables
+from perflab import experiments
 
 STATES = ("steady", "after_alloc", "after_del", "after_empty_cache")
 
@@ -43,9 +43,9 @@ def test_rss_sees_the_written_tensor_and_deltas_add_up(e12):
 
 def test_table_and_figure(e12, tmp_path):
     rows, _, out = e12
-    t = tables.table("E12", rows)
+    t = experiments.table("E12", rows)
     assert len(t) == 6 and {"allocated_mib", "reserved_mib", "rss_mib"} <= set(t.columns)
-    assert figures.make_figure("E12", out["csv"], out["samples"], tmp_path / "e12.png").is_file()
+    assert experiments.make_figure("E12", out["csv"], out["samples"], tmp_path / "e12.png").is_file()
 
 
 def test_cuda_branch_writes_every_counter_row(tiny_cfg, tmp_path, monkeypatch):

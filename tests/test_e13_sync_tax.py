@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
-from perflab import ab, figures, profiling, stats, tables
+from perflab import experiments
+from perflab.instruments import ab, profiling, stats
+from perflab.kit import tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e13_sync_tax.py"
 
@@ -118,12 +120,12 @@ def test_running_means_agree(e13):
 
 def test_table_and_figure(e13, tmp_path):
     rows, _, _, out = e13
-    t = tables.table("E13", rows)
+    t = experiments.table("E13", rows)
     assert t.measurement.tolist()[:2] == ["controlled step", "small fast step"]
     assert t.difference_ms.iloc[0] == pytest.approx(one_value(rows, "controlled/tax", "tax"))
     assert t.measurement.str.startswith("running mean").sum() == 4
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E13", out["csv"], out["samples"], tmp_path / "e13.png")
+    png = experiments.make_figure("E13", out["csv"], out["samples"], tmp_path / "e13.png")
     assert png.stat().st_size > 0
 
 

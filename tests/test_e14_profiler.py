@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import pytest
 from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results, run_tiny
 
-from perflab import figures, phases, profiling, steps, tables, workloads
+from perflab import experiments
+from perflab.instruments import phases, profiling, steps, workloads
+from perflab.kit import tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e14_profiler.py"
 
@@ -97,11 +99,11 @@ def test_profiled_vs_unprofiled_and_overhead(e14):
 
 def test_table_and_figure(e14, tmp_path):
     rows, _, _, out = e14
-    t = tables.table("E14", rows)
+    t = experiments.table("E14", rows)
     assert [f"range {n}" for n in profiling.PHASE_RANGES] == t.measurement.tolist()[:4]
     assert "profiler overhead" in t.measurement.tolist()
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E14", out["csv"], out["samples"], tmp_path / "e14.png")
+    png = experiments.make_figure("E14", out["csv"], out["samples"], tmp_path / "e14.png")
     assert png.stat().st_size > 0
 
 

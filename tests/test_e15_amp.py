@@ -18,7 +18,10 @@ from experiments import (
     run_tiny,
 )
 
-from perflab import figures, interventions, io, tables
+from perflab import experiments
+from perflab.core import io
+from perflab.instruments import interventions
+from perflab.kit import tables
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +79,14 @@ def test_time_and_memory_ratios_are_consistent(e15):
 
 def test_table_and_figure(e15, tmp_path):
     rows, _, contract, out = e15
-    t = tables.table("E15", rows)
+    t = experiments.table("E15", rows)
     b = contract["params"]["batches"][-1]
     line = t[(t.measurement == f"batch {b}") & (t.config == "bf16")]
     assert float(line.time_pct.iloc[0]) == pytest.approx(one_value(rows, f"b{b}/bf16",
                                                                    "time_pct_of_fp32"))
     assert (t.measurement == "one step vs fp32").sum() == 3
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E15", out["csv"], out["samples"], tmp_path / "e15.png")
+    png = experiments.make_figure("E15", out["csv"], out["samples"], tmp_path / "e15.png")
     assert png.stat().st_size > 0
 
 
@@ -105,7 +108,7 @@ def test_a_precision_that_fails_becomes_unsupported_rows(tiny_cfg, tmp_path, mon
     assert fp16.reason.str.contains("not implemented here").all()
     assert {"numerics/fp16", "b8/fp16"} <= set(fp16.variant)
     assert one_value(rows, "b8/bf16", "time_pct_of_fp32") > 0  # the others still ran
-    t = tables.table("E15", rows)
+    t = experiments.table("E15", rows)
     assert "unsupported" in set(t[t.config == "fp16"].median_ms)
 
 

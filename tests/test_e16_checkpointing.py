@@ -12,7 +12,9 @@ from experiments import (
     pipeline_results,
 )
 
-from perflab import figures, interventions, tables, workloads
+from perflab import experiments
+from perflab.instruments import interventions, workloads
+from perflab.kit import tables
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +57,11 @@ def test_saving_and_ratios_come_from_the_peaks(e16):
 
 def test_table_and_figure(e16, tmp_path):
     rows, _, contract, out = e16
-    t = tables.table("E16", rows)
+    t = experiments.table("E16", rows)
     assert len(t) == 2 * len(contract["params"]["batches"])
     assert list(t.config[:2]) == ["normal", "checkpointed"]
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E16", out["csv"], out["samples"], tmp_path / "e16.png")
+    png = experiments.make_figure("E16", out["csv"], out["samples"], tmp_path / "e16.png")
     assert png.stat().st_size > 0
 
 

@@ -12,7 +12,9 @@ from experiments import (
     run_tiny,
 )
 
-from perflab import figures, io, tables
+from perflab import experiments
+from perflab.core import io
+from perflab.kit import tables
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +71,16 @@ def test_a_k_that_does_not_divide_the_batch_is_an_error_row(tiny_cfg, tmp_path):
 
 def test_table_and_figure(e17, tmp_path):
     rows, _, contract, out = e17
-    t = tables.table("E17", rows)
+    t = experiments.table("E17", rows)
     assert list(t.K) == contract["params"]["ks"]
     assert t.grad_max_abs_diff.iloc[0] == ""
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E17", out["csv"], out["samples"], tmp_path / "e17.png")
+    png = experiments.make_figure("E17", out["csv"], out["samples"], tmp_path / "e17.png")
     assert png.stat().st_size > 0
 
 
 def test_the_ledger_carries_the_worst_equivalence(e17):
-    from perflab import ledger
+    from perflab.views import ledger
 
     rows, _, _, out = e17
     table, md = ledger.build([out["csv"]])

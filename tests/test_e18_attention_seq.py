@@ -8,8 +8,11 @@ import pytest
 import torch
 from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results, run_tiny
 
-from perflab import figures, interventions, io, memory, tables, workloads
+from perflab import experiments
+from perflab.core import io
 from perflab.experiments import e18_attention_seq
+from perflab.instruments import interventions, memory, workloads
+from perflab.kit import tables
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +61,10 @@ def test_manual_memory_grows_with_t_in_a_fresh_process(e18):
 
 def test_table_and_figure(e18, tmp_path):
     rows, _, contract, out = e18
-    t = tables.table("E18", rows)
+    t = experiments.table("E18", rows)
     assert list(t["T"]) == contract["params"]["seqs"]
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E18", out["csv"], out["samples"], tmp_path / "e18.png")
+    png = experiments.make_figure("E18", out["csv"], out["samples"], tmp_path / "e18.png")
     assert png.stat().st_size > 0
 
 
@@ -82,17 +85,17 @@ def test_an_oom_becomes_rows_not_a_crash(tiny_cfg, tmp_path, monkeypatch):
     assert set(oom.variant) == {f"T{longest}/manual", f"T{longest}/sdpa_vs_manual"}
     assert oom.reason.str.contains("out of memory").all()
     assert one_value(rows, f"T{longest}/sdpa", "fwd_bwd_latency", "median") > 0
-    t = tables.table("E18", rows)
+    t = experiments.table("E18", rows)
     last = t[t["T"] == longest].iloc[0]
     assert last.manual_ms == "oom" and last.out_max_abs_diff == "oom"
-    png = figures.make_figure("E18", out["csv"], out["samples"], tmp_path / "e18.png")
+    png = experiments.make_figure("E18", out["csv"], out["samples"], tmp_path / "e18.png")
     assert png.stat().st_size > 0
 
 
 def test_each_cpu_variant_peak_comes_from_a_process_of_its_own(tiny_cfg):
     """A small variant measured after a large one reads its own peak (no other variant ran
     in its process); a variant whose process dies is an error reading, and the next runs."""
-    from perflab import config
+    from perflab.pipeline import config
 
     contract = config.contract(tiny_cfg, "E18")
     big = interventions.variant_peak(contract, "attention", {"impl": "manual", "seq": 512}, 1)

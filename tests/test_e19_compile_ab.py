@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 from experiments import one_value, pipeline_results
 
-from perflab import figures, io, tables
+from perflab import experiments
+from perflab.core import io
+from perflab.kit import tables
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +61,17 @@ def test_compiled_output_within_tolerance(e19):
 
 def test_table_and_figure(e19, tmp_path):
     rows, _, _, out = e19
-    t = tables.table("E19", rows)
+    t = experiments.table("E19", rows)
     assert t.workload.tolist() == ["mlp", "pointwise"]
     assert t.speedup_x.iloc[1] == pytest.approx(
         one_value(rows, "pointwise/compiled_vs_eager", "speedup", "median"))
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E19", out["csv"], out["samples"], tmp_path / "e19.png")
+    png = experiments.make_figure("E19", out["csv"], out["samples"], tmp_path / "e19.png")
     assert png.stat().st_size > 0
 
 
 def test_ledger_cites_the_compile_correctness(e19):
-    from perflab import ledger
+    from perflab.views import ledger
 
     rows, _, _, out = e19
     book, md = ledger.build([out["csv"]])

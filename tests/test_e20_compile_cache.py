@@ -14,7 +14,10 @@ import pytest
 from conftest import TEST_CONFIG
 from experiments import load_script, one_value, pipeline_results
 
-from perflab import compiling, figures, tables
+from perflab import experiments
+from perflab.experiments import e20_compile_cache as e20_slice
+from perflab.instruments import compiling
+from perflab.kit import tables
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def test_outputs_hold_both_phases(e20):
     for phase in ("cold", "warm"):
         assert ((rows.variant == f"{phase}/compiled") & (rows.metric == "first_call")).any()
         assert (samples.variant == f"{phase}/compiled").any()
-    assert Path(compiling.e20_cold_outputs(d)["csv"]).is_file()
+    assert Path(e20_slice.e20_cold_outputs(d)["csv"]).is_file()
 
 
 def test_warm_first_call_faster_than_cold(e20):
@@ -52,7 +55,7 @@ def test_the_cache_was_wiped_then_reused(e20):
     assert one_value(rows, "warm/cache", "cache_files_before") > 0
     assert one_value(rows, "warm/compiled", "inductor/fxgraph_cache_hit") >= 1
     assert one_value(rows, "warm/compiled", "inductor/fxgraph_cache_miss") == 0
-    assert Path(compiling.e20_cache_dir(d)).is_dir()
+    assert Path(e20_slice.e20_cache_dir(d)).is_dir()
 
 
 def test_the_cold_job_times_what_its_cache_serves_against_its_own_code(e20):
@@ -101,7 +104,7 @@ def test_by_hand_runs_cold_then_warm_each_in_a_fresh_process(monkeypatch):
     monkeypatch.setattr(mod.subprocess, "run", fake_run)
     passed = ["--configfile", str(TEST_CONFIG), "--device", "cpu", "--outdir", "out"]
     mod.main(passed)
-    assert [c[c.index("--phase") + 1] for c in started] == list(compiling.CACHE_PHASES)
+    assert [c[c.index("--phase") + 1] for c in started] == list(e20_slice.CACHE_PHASES)
     for cmd in started:
         assert cmd[1] == str(Path(mod.__file__).resolve())  # this script, a new interpreter
         assert cmd[-len(passed):] == passed
@@ -115,21 +118,21 @@ def test_by_hand_runs_cold_then_warm_each_in_a_fresh_process(monkeypatch):
 
 
 def test_by_hand_phase_writes_where_the_rules_do(tiny_cfg, monkeypatch):
-    from perflab import config
+    from perflab.pipeline import config
 
     mod = load_script("e20_compile_cache")
     ran = {}
     monkeypatch.setattr(mod, "execute", lambda eid, measure, contract, outputs, log: ran.update(
         {contract["params"]["phase"]: (eid, contract, outputs)}))
-    for phase in compiling.CACHE_PHASES:
+    for phase in e20_slice.CACHE_PHASES:
         mod.run_phase(tiny_cfg, phase)
     d = config.result_dir(tiny_cfg)
-    assert ran["cold"][2] == compiling.e20_cold_outputs(d)
+    assert ran["cold"][2] == e20_slice.e20_cold_outputs(d)
     assert ran["warm"][2] == config.experiment_outputs(tiny_cfg, "E20")
     for phase, (eid, contract, _) in ran.items():
         assert eid == "E20"
-        assert contract["params"]["inductor_cache_dir"] == compiling.e20_cache_dir(d)
-    assert ran["warm"][1]["params"]["cold_outputs"] == compiling.e20_cold_outputs(d)
+        assert contract["params"]["inductor_cache_dir"] == e20_slice.e20_cache_dir(d)
+    assert ran["warm"][1]["params"]["cold_outputs"] == e20_slice.e20_cold_outputs(d)
 
 
 def test_break_even_formula():
@@ -140,7 +143,7 @@ def test_break_even_formula():
 
 def test_table_and_figure(e20, tmp_path):
     rows, _, _, out = e20
-    t = tables.table("E20", rows)
+    t = experiments.table("E20", rows)
     assert t.cache.tolist() == ["cold", "warm", "cold: cache-loaded vs fresh code", "warm vs cold"]
     loaded = t.iloc[2]
     assert loaded.fxgraph_cache_hits >= 1
@@ -149,7 +152,7 @@ def test_table_and_figure(e20, tmp_path):
     assert t.first_call_ratio.iloc[3] == pytest.approx(
         one_value(rows, "warm_vs_cold", "first_call_ratio"))
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E20", out["csv"], out["samples"], tmp_path / "e20.png")
+    png = experiments.make_figure("E20", out["csv"], out["samples"], tmp_path / "e20.png")
     assert png.stat().st_size > 0
 
 
@@ -157,7 +160,7 @@ _POOL_CHILD = """
 import json, sys, time
 import torch
 from torch._inductor import async_compile as ac
-from perflab import compiling
+from perflab.instruments import compiling
 ac.AsyncCompile.warm_pool()  # what importing async_compile does where Triton is installed
 ac.AsyncCompile.wakeup()
 (pool,) = ac._pool_set

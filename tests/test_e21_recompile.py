@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from experiments import one_value, pipeline_results
 
-from perflab import figures, tables
+from perflab import experiments
+from perflab.kit import tables
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +58,10 @@ def test_graph_break_is_counted(e21):
 
 def test_table_and_figure(e21, tmp_path):
     rows, _, _, out = e21
-    t = tables.table("E21", rows)
+    t = experiments.table("E21", rows)
     assert t.case.iloc[0] == "shapes/default"
     assert t.case.iloc[-2] == "fullgraph=True, data-dependent branch"
     assert t.graph_breaks.iloc[-2] == "error"
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E21", out["csv"], out["samples"], tmp_path / "e21.png")
+    png = experiments.make_figure("E21", out["csv"], out["samples"], tmp_path / "e21.png")
     assert png.stat().st_size > 0

@@ -7,7 +7,8 @@ import math
 import pytest
 from experiments import one_value, pipeline_results
 
-from perflab import figures, tables
+from perflab import experiments
+from perflab.kit import tables
 
 CELLS = ("eager_fp32", "eager_amp", "compiled_fp32", "compiled_amp")
 
@@ -54,9 +55,9 @@ def test_correctness_column(e22):
 
 def test_table_and_figure(e22, tmp_path):
     rows, _, _, out = e22
-    t = tables.table("E22", rows)
+    t = experiments.table("E22", rows)
     assert t.cell.tolist() == list(CELLS)
     assert (t.peak_allocated_mib == "unsupported").all()
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E22", out["csv"], out["samples"], tmp_path / "e22.png")
+    png = experiments.make_figure("E22", out["csv"], out["samples"], tmp_path / "e22.png")
     assert png.stat().st_size > 0

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
-from perflab import figures, tables
+from perflab import experiments
+from perflab.kit import tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e23_instrument_cost.py"
 INSTRUMENTS = ("phase_sync", "item", "profiler")
@@ -87,11 +88,11 @@ def test_block_counts_match_params(e23):
 
 def test_table_and_figure(e23, tmp_path):
     rows, _, _, out = e23
-    t = tables.table("E23", rows)
+    t = experiments.table("E23", rows)
     assert len(t) == 3
     for i, key in enumerate(INSTRUMENTS):
         assert t.cost_ms.iloc[i] == pytest.approx(one_value(rows, f"{key}/cost", "cost"))
         assert t.cost_pct.iloc[i] == pytest.approx(one_value(rows, f"{key}/cost", "cost_rel"))
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E23", out["csv"], out["samples"], tmp_path / "e23.png")
+    png = experiments.make_figure("E23", out["csv"], out["samples"], tmp_path / "e23.png")
     assert png.stat().st_size > 0

@@ -8,7 +8,10 @@ import pandas as pd
 import pytest
 from experiments import one_value, run_tiny
 
-from perflab import figures, io, pipeline, tables
+from perflab import experiments
+from perflab.core import io
+from perflab.experiments.e24_input_pipeline import dataset as pipeline
+from perflab.kit import tables
 
 TOO_MANY = 4096  # more workers than any test machine has cores: must be skipped, not run
 
@@ -63,7 +66,7 @@ def test_same_batches_same_losses_whatever_the_workers(e24):
 
 def test_most_workers_judged_against_none_block_by_block(e24):
     rows, samples, contract, _ = e24
-    from perflab import stats
+    from perflab.instruments import stats
 
     most = f"workers_{max(_run_counts())}"
     s = samples[samples.metric == "step_latency"]
@@ -88,9 +91,9 @@ def test_dataset_serves_the_pool_unchanged():
 
 def test_table_and_figure(e24, tmp_path):
     rows, _, _, out = e24
-    t = tables.table("E24", rows)
+    t = experiments.table("E24", rows)
     assert t.configuration.tolist()[0] == "workers_0"
     assert t.configuration.tolist()[-2:] == ["bare copy/pageable", "bare copy/pinned"]
     assert not tables.format_table(t).empty
-    png = figures.make_figure("E24", out["csv"], out["samples"], tmp_path / "e24.png")
+    png = experiments.make_figure("E24", out["csv"], out["samples"], tmp_path / "e24.png")
     assert png.stat().st_size > 0

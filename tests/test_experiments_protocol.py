@@ -19,7 +19,8 @@ import jinja2
 import pytest
 from docutils.core import publish_doctree
 
-from perflab import claims, config, experiments
+from perflab import experiments
+from perflab.pipeline import config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,12 +51,12 @@ def test_entry_names_its_module_and_its_script(eid):
 @pytest.mark.parametrize("eid", list(MODULES))
 def test_the_script_hands_its_job_to_the_fork_server_before_any_import(eid):
     """A job pays for its imports unless delegate(globals()) comes before them
-    (perflab/forkserver.py); the module docstring and a __future__ import may precede it."""
+    (perflab/core/forkserver.py); the module docstring and a __future__ import may precede it."""
     tree = ast.parse((ROOT / "scripts" / f"{MODULES[eid].ENTRY.slug}.py").read_text())
     body = [n for n in tree.body[1:] if not (isinstance(n, ast.ImportFrom)
                                            and n.module == "__future__")]
     first_two = [ast.unparse(n) for n in body[:2]]
-    assert first_two == ["from perflab.forkserver import delegate", "delegate(globals())"]
+    assert first_two == ["from perflab.core.forkserver import delegate", "delegate(globals())"]
 
 
 @pytest.mark.parametrize("eid", list(MODULES))
@@ -72,7 +73,7 @@ def test_table_figure_caption_and_report_section(eid):
 @pytest.mark.parametrize("eid", list(MODULES))
 def test_claims_or_the_reason_for_none(eid):
     mod = MODULES[eid]
-    own = [c for c in claims.registry().values() if c.eid == eid]
+    own = [c for c in experiments.claim_registry().values() if c.eid == eid]
     reason = getattr(mod, "NO_CLAIMS", None)
     if own:
         assert reason is None, f"{eid} has claims and a reason for having none"
@@ -90,7 +91,7 @@ def test_claims_that_read_samples_keep_them_in_a_shipped_run(eid):
 
 
 def test_each_claim_is_registered_with_its_modules_experiment():
-    for c in claims.registry().values():
+    for c in experiments.claim_registry().values():
         defined_in = inspect.getmodule(c.check)
         owner = next((eid for eid, m in MODULES.items() if m is defined_in), None)
         if owner is not None:
@@ -105,7 +106,7 @@ def test_every_experiment_has_its_rule():
 @pytest.mark.parametrize("eid", list(MODULES))
 def test_caption_renders_as_the_report_reads_it(eid):
     """Through Jinja (as `snakemake --report` does) to reStructuredText without a warning."""
-    from perflab.figures import caption, caption_rst
+    from perflab.experiments import caption, caption_rst
 
     text = jinja2.Environment().from_string(caption_rst(eid)).render()
     assert text.strip() == caption(eid)
@@ -129,7 +130,7 @@ def _plan(tmp_path: Path, eids: list[str]) -> list[dict[str, str]]:
 
 
 def test_every_figure_draws_from_a_shipped_run(tmp_path):
-    from perflab.figures import draw_figures
+    from perflab.experiments import draw_figures
 
     # every experiment a shipped run has: D01 needs two devices, so no shipped run holds it
     # (tests/test_d01_data_parallel.py draws its figure from its own run); the shipped runs
@@ -146,7 +147,7 @@ def test_every_figure_draws_from_a_shipped_run(tmp_path):
 
 
 def test_a_figure_that_fails_leaves_the_others_and_says_why(tmp_path):
-    from perflab.figures import draw_figures
+    from perflab.experiments import draw_figures
 
     plan = _plan(tmp_path, ["E01", "E05"])
     plan[1]["csv"] = str(tmp_path / "missing.csv")  # E05 cannot be drawn
@@ -163,8 +164,74 @@ def test_reading_the_experiments_imports_neither_torch_nor_plotting():
     import at module level costs each of them seconds (timing jobs must never draw)."""
     import subprocess
 
-    code = ("import sys; import perflab.catalogue, perflab.claims; "
+    code = ("import sys; import perflab.experiments.catalogue, perflab.kit.claims; "
             "print(sorted(m for m in ('torch', 'matplotlib', 'seaborn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1], check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------ the slice is the unit
+
+
+def _schema_defaults(schema: dict) -> dict:
+    return {k: v.get("default") for k, v in schema.get("properties", {}).items()}
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_the_slice_declares_its_parameters_with_the_chapters_values(eid):
+    """Its parameters are its module's (``SCHEMA``, a JSON-schema fragment): the run's schema
+    holds them under experiments.<id>, and what the chapter runs (the default config on a
+    CUDA machine, scale chapter) is their defaults, nothing else."""
+    import yaml
+
+    own = yaml.safe_load(MODULES[eid].SCHEMA) or {}
+    schema = config.load_schema()["properties"]["experiments"]["properties"][eid]
+    assert schema["properties"] == own
+    chapter = config.load([], {"device": "cpu", "scale": "chapter"})["experiments"][eid]
+    assert chapter == {**_schema_defaults(schema), **chapter} == {
+        k: chapter[k] for k in _schema_defaults(schema)}
+    assert {k: chapter[k] for k in own} == {k: v.get("default") for k, v in own.items()}
+
+
+def test_a_schema_default_unlike_what_the_chapter_runs_is_caught(monkeypatch):
+    """It can fail: a slice whose default differs from the chapter's value set in the config."""
+    chapter = config.load([], {"device": "cpu", "scale": "chapter"})
+    defaults = _schema_defaults(config.load_schema()["properties"]["experiments"]["properties"]["E03"])
+    assert chapter["experiments"]["E03"]["spread_repeats"] == defaults["spread_repeats"]
+    other = config.load([], {"device": "cpu", "scale": "chapter",
+                             "experiments": {"E03": {"spread_repeats": 7}}})
+    assert other["experiments"]["E03"]["spread_repeats"] != defaults["spread_repeats"]
+
+
+@pytest.mark.parametrize("eid", [e for e, m in MODULES.items() if "tiny" in getattr(m, "SCALES", {})])
+def test_the_slice_declares_its_test_sizes(eid):
+    """Its sizes at the test contract (``SCALES['tiny']``) are what config/test.yaml runs."""
+    tiny = config.load([ROOT / "config" / "test.yaml"], {"device": "cpu"})["experiments"][eid]
+    declared = MODULES[eid].SCALES["tiny"]
+    assert declared and config.deep_merge(tiny, declared) == tiny
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_an_experiment_of_several_jobs_keeps_its_rules_beside_its_slug(eid):
+    """own_rules: its rules in workflow/rules/<slug>.smk (included by the Snakefile's glob);
+    one job: made by the loop of experiments.smk, and no such file."""
+    entry = MODULES[eid].ENTRY
+    smk = ROOT / "workflow" / "rules" / f"{entry.slug}.smk"
+    assert smk.is_file() == entry.own_rules
+    if entry.own_rules:
+        assert f"rule {entry.slug}:" in smk.read_text()
+
+
+def test_the_lists_of_experiments_are_read_from_the_slices():
+    """What diagnose runs, the experiments of several jobs and those that build the contract
+    are each slice's own declaration, not a list kept elsewhere."""
+    from perflab import cli
+    from perflab.views import ledger
+
+    assert cli.DIAGNOSE_RUN["cpu"].split(",") == [
+        e for e, m in MODULES.items() if "cpu" in m.ENTRY.diagnosis]
+    assert "E06" in cli.DIAGNOSE_RUN["cuda"] and "E06" not in cli.DIAGNOSE_RUN["cpu"]
+    assert set(config.OWN_JOBS) == {e for e, m in MODULES.items() if m.ENTRY.own_rules}
+    assert set(ledger.BENCHMARK_EXPERIMENTS) == {
+        e for e, m in MODULES.items() if m.ENTRY.builds_the_contract}

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perflab import io
-from perflab.catalogue import EXPERIMENTS
+from perflab.core import io
+from perflab.experiments.catalogue import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "failures"
@@ -200,7 +200,7 @@ def test_bad_config_stops_a_real_run_before_any_job(tmp_path, patch, key):
 def test_failures_tell_failed_from_incomplete_from_not_run(tmp_path):
     """A run stopped mid-way (the H200 case): E08's batches that finished and E20's cold job
     are not failures; only a job that left a log and no result failed."""
-    from perflab import partial
+    from perflab.views import partial
 
     cfg = {"results_dir": str(tmp_path / "results"), "resolved_tag": TAG}
     results, logs = tmp_path / "results" / TAG, tmp_path / "logs" / TAG

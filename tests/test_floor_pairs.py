@@ -10,8 +10,10 @@ from __future__ import annotations
 import pytest
 from claims_rows import ab_rows, rows
 
-from perflab import calibration, claims
+from perflab import experiments
+from perflab.experiments import floors as calibration
 from perflab.experiments.c00_calibration import AA_FLOOR, FLOOR_PAIRS_VARIANT
+from perflab.kit import claims
 
 #: C00's bounds by pair count (%), and the run's floor (the 12-pair one)
 BOUNDS = {4: 10.0, 12: 6.0, 24: 3.5}
@@ -59,9 +61,9 @@ def test_an_ab_is_judged_against_the_floor_of_its_own_pairs():
 def test_the_claims_read_the_floor_of_the_abs_own_pairs(pairs, decided):
     # against 0 (claims.resolved) and against a 5% bound (claims.ab_against): +1% is 4
     # points from 5%, beyond 3.5 but not 6
-    ev = claims.Evidence(tax_ab(5.0, pairs), None)
+    ev = experiments.evidence(tax_ab(5.0, pairs), None)
     assert claims.resolved(ev, "E13", "small/tax", 0.5)[0] is decided
-    ev = claims.Evidence(tax_ab(1.0, pairs), None)
+    ev = experiments.evidence(tax_ab(1.0, pairs), None)
     assert claims.ab_against(ev, "E13", "small/tax", 5.0)[0] is decided
 
 

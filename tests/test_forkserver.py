@@ -1,4 +1,4 @@
-"""The fork server (perflab/forkserver.py): a job handed to it runs as a new process with the
+"""The fork server (perflab/core/forkserver.py): a job handed to it runs as a new process with the
 caller's stdio, cwd, environment and argv, its exit status comes back, and a cancelled caller
 takes its job with it. Jobs here are small scripts that look like Snakemake's (a ``snakemake``
 global); the pipeline's own jobs go through the server in every tests/shared_run.py run."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from perflab import forkserver
+from perflab.core import forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def _job(tmp_path: Path, body: str) -> Path:
     script.write_text(textwrap.dedent("""
         import os, sys
         snakemake = object()  # what Snakemake's preamble defines
-        from perflab.forkserver import delegate
+        from perflab.core.forkserver import delegate
         delegate(globals())
     """) + textwrap.dedent(body))
     return script
@@ -83,12 +83,12 @@ def test_the_job_imports_perflab_from_its_own_path_not_the_servers(server, tmp_p
     alt = tmp_path / "alt"
     shutil.copytree(ROOT / "perflab", alt / "perflab",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    script = _job(tmp_path, "import perflab.config\nprint(perflab.config.__file__)\n")
+    script = _job(tmp_path, "import perflab.pipeline.config\nprint(perflab.pipeline.config.__file__)\n")
     env = {**os.environ, "PYTHONPATH": str(alt), forkserver.ENV_SOCKET: str(server[0])}
     env.pop(forkserver.ENV_CHILD, None)
     out = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=60, check=True).stdout
-    assert out.strip() == str(alt / "perflab" / "config.py")
+    assert out.strip() == str(alt / "perflab" / "pipeline" / "config.py")
 
 
 def test_without_a_server_the_script_runs_in_its_own_interpreter(tmp_path):

@@ -1,4 +1,4 @@
-"""perflab.io: the CSV contract, atomic writes, and reading results back."""
+"""perflab.core.io: the CSV contract, atomic writes, and reading results back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import stat
 import pandas as pd
 import pytest
 
-from perflab import io
+from perflab.core import io
 
 
 def _ok_row(**kw) -> dict:

@@ -13,9 +13,12 @@ import torch
 import torch.nn.functional as F
 from experiments import assert_cpu_scale_sets, load_script, pipeline_results, run_tiny
 
-from perflab import io, optim, phases, steps, tables, timing, workloads
+from perflab import experiments
+from perflab.core import io
 from perflab.experiments import e05_phases
 from perflab.experiments import e06_events_vs_wall as e06
+from perflab.instruments import optim, phases, steps, timing, workloads
+from perflab.kit import tables
 
 
 def _run(eid, pipeline_run, tiny_cfg):
@@ -164,7 +167,7 @@ def test_e06_on_cpu_measures_the_wall_and_says_why_not_the_rest(pipeline_run, ti
     assert {(v, m) for v, m in zip(bad.variant, bad.metric)} == {
         e06.DEVICE, e06.IDLE_EVENTS, e06.HOST_EXPOSED, e06.HOST_EXPOSED_SHARE, e06.SUBMISSION}
     assert bad.reason.str.contains("CUDA").all()
-    t = tables.table("E06", rows)
+    t = experiments.table("E06", rows)
     assert len(t) == len(e06.SERIES) + 1
 
 

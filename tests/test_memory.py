@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perflab import memory
+from perflab.instruments import memory
 
 
 def test_rss_and_high_water_mark_move_with_a_touched_allocation():

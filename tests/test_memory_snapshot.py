@@ -5,7 +5,7 @@ from __future__ import annotations
 from experiments import load_script
 from memory_checks import cuda_cfg
 
-from perflab import config
+from perflab.pipeline import config
 
 
 def test_cpu_page_says_why_there_is_no_snapshot(tiny_cfg, tmp_path):

@@ -15,8 +15,10 @@ import pytest
 from cases_c01_c22 import e08_rows
 from claims_rows import rows, verdict
 
-from perflab import claims, stats, sweep
 from perflab.experiments import e08_batch_sweep as e08
+from perflab.experiments.e08_batch_sweep import sweep
+from perflab.instruments import stats
+from perflab.kit import claims
 
 BATCHES = (32, 64, 1024, 2048)
 

@@ -1,6 +1,6 @@
 """The between-process A/A floor, on seeded synthetic processes.
 
-The floor (:func:`perflab.stats.process_floor_pct`) bounds how far the statistic of one fresh
+The floor (:func:`perflab.instruments.stats.process_floor_pct`) bounds how far the statistic of one fresh
 process (a median step latency, a throughput) lands from another's when both ran the same
 contract. These tests simulate whole processes of a 3 ms step: each has an offset of its own
 drawn from a known distribution (what a fresh process changes: where its memory landed,
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perflab import stats
+from perflab.instruments import stats
 
 RUNS = 2000  # simulated runs per question; seeded, so the rates below are exact for this seed
 CALLS, STEP_MS = 200, 3.0
@@ -155,7 +155,7 @@ def test_every_declared_peer_times_the_controlled_step_in_the_shipped_runs(run):
     helper in the shipped reference runs, on the shape E08 sweeps at the controlled batch."""
     from pathlib import Path
 
-    from perflab import io
+    from perflab.core import io
     from perflab.experiments import e08_batch_sweep as e08
 
     results = Path(__file__).resolve().parents[1] / "report" / "reference" / run / "results"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
-from perflab import roofline
+from perflab.instruments import roofline
 
 
 def test_counters_count_a_matmul_exactly():

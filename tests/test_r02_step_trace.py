@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 from experiments import pipeline_results, run_tiny
 
-from perflab import config, io, trace
+from perflab.core import io
 from perflab.experiments import r02_step_trace as r02
-from perflab.trace import Activity, Span, SyncCall, Window
+from perflab.instruments import trace
+from perflab.instruments.trace import Activity, Span, SyncCall, Window
+from perflab.pipeline import config
 
 ROOT = config.ROOT
 
@@ -220,7 +222,7 @@ def test_the_scripts_cuda_rows_locate_the_sync(tmp_path, monkeypatch, tiny_cfg):
 
 def _draws(tmp_path, rows):
     """R02's figure and caption from these rows (the shipped runs predate R02)."""
-    from perflab.figures import make_figure
+    from perflab.experiments import make_figure
 
     csv = tmp_path / "figure_rows.csv"
     io.write_results(csv, rows.to_dict("records"))

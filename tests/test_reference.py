@@ -7,8 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from perflab import claims, compare, io, reference
-from perflab.catalogue import EXPERIMENTS
+from perflab import experiments
+from perflab.core import io
+from perflab.experiments.catalogue import EXPERIMENTS
+from perflab.views import compare, reference
 
 #: experiments of the chapter that publish at least one number (E21, E22, E24 are the
 #: article's, which publishes none)
@@ -92,7 +94,7 @@ def fake_results(d, value: float):
         "experiment": "E01", "contract": {"device": "cpu", "scale": "cpu"},
         "environment": {"git_commit": "abc123", "device_name": "Intel"},
         "started": "2026-01-01T00:00:00+00:00", "finished": "2026-01-01T00:01:00+00:00"})
-    claims.evaluate(io.read_results([d / "e01_lying_benchmark.csv"])).to_csv(
+    experiments.evaluate_claims(io.read_results([d / "e01_lying_benchmark.csv"])).to_csv(
         d / "claims.csv", index=False)
     (d / "ledger.md").write_text("```\nPERFORMANCE LEDGER\n```\n")
     return d

@@ -32,21 +32,11 @@ import yaml
 from experiments import forget_package, write_user_package
 from test_user_workload import USER_MODULE
 
-from perflab import (
-    cli,
-    compare,
-    config,
-    devicelock,
-    diagnose,
-    env,
-    io,
-    ledger,
-    partial,
-    preflight,
-    reference,
-    runner,
-)
-from perflab.catalogue import EXPERIMENTS
+from perflab import cli
+from perflab.core import devicelock, env, io
+from perflab.experiments.catalogue import EXPERIMENTS
+from perflab.pipeline import config, preflight, runner
+from perflab.views import compare, diagnose, ledger, partial, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONFIG = ROOT / "config" / "test.yaml"
@@ -318,7 +308,7 @@ def user_module(tmp_path, monkeypatch):
 
 PREFLIGHT = _cases(BAD_INPUTS, [
     ("preflight-wrong-type", "a builder that returns no Workload", "wrong_shape",
-     "returned tuple, expected perflab.workloads.Workload"),
+     "returned tuple, expected perflab.instruments.workloads.Workload"),
     ("preflight-loss-not-scalar", "a loss that is not a scalar", "scalar_loss_missing",
      "loss_fn must return a scalar tensor, got [2, 1]"),
     ("preflight-forward-raises", "a model whose forward raises", "model_raises",
@@ -449,7 +439,7 @@ def _readers(d: Path, kind: str):
     csvs = [_csv(d, e) for e in FIXTURE_EXPERIMENTS]
     if kind == "samples":
         return [("compare", lambda: compare.load_samples(d)),
-                ("figures", lambda: __import__("perflab.figures").figures.read_samples(
+                ("figures", lambda: __import__("perflab.kit.figures").kit.figures.read_samples(
                     d / "e01_lying_benchmark_samples.csv"))]
     return [("ledger", lambda: ledger.build(csvs)), ("claims", lambda: io.read_results(csvs)),
             ("diagnosis", lambda: diagnose.build(csvs)),
@@ -610,7 +600,7 @@ def test_report_renders_no_payload_live(tmp_path, run_dir, monkeypatch):
     # one result measured with other code than this checkout: the report must say so
     prov = json.loads((run_dir / "e05_phases.json").read_text())
     code = env.instrument_code(ROOT / "scripts" / "e05_phases.py")
-    code["files"]["perflab/timing.py"] = "0" * 12  # timing.py has changed since
+    code["files"]["perflab/instruments/timing.py"] = "0" * 12  # timing.py has changed since
     prov["instrument_code"] = code
     (run_dir / "e05_phases.json").write_text(json.dumps(prov))
     monkeypatch.setenv("PERFLAB_REFERENCE", str(refs))
@@ -624,7 +614,7 @@ def test_report_renders_no_payload_live(tmp_path, run_dir, monkeypatch):
     # the payloads are there, shown as text: escaped, not dropped
     assert "&lt;script&gt;alert(" in page and "onerror=alert(" in page
     assert "Measured with other instrument code than this checkout" in page
-    assert "E05 (perflab/timing.py)" in page
+    assert "E05 (perflab/instruments/timing.py)" in page
 
 
 # ---------------------------------------------------------------- faults: writes killed
@@ -634,7 +624,7 @@ def _killed_mid_write(path: Path) -> None:
     """A child process that dies (SIGKILL) halfway through an atomic write of ``path``."""
     code = textwrap.dedent(f"""
         import os, signal
-        from perflab import io
+        from perflab.core import io
         def write(fh):
             fh.write("experiment,variant\\n" * 100)
             fh.flush()
@@ -683,7 +673,7 @@ def test_temp_of_a_live_writer_is_kept(tmp_path):
 def _hold_lock_in_child(lock_dir: Path, key: str = "cpu") -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import sys, time
-        from perflab import devicelock
+        from perflab.core import devicelock
         devicelock.device_key = lambda d: {key!r}
         with devicelock.held("cpu", "E03 of another run", mode="wait"):
             print("held", flush=True)
@@ -856,15 +846,15 @@ def test_changed_instrument_code_is_flagged(run_dir):
     """Fault instrument-code-changed (the report's flag: test_report_renders_no_payload_live)."""
     script = ROOT / "scripts" / "e01_lying_benchmark.py"
     now = env.instrument_code(script)
-    assert set(now["files"]) >= {"perflab/timing.py", "perflab/runner.py",
+    assert set(now["files"]) >= {"perflab/instruments/timing.py", "perflab/pipeline/runner.py",
                                  "scripts/e01_lying_benchmark.py"}
-    assert "perflab/claims.py" not in now["files"]  # the read side measures nothing
+    assert "perflab/kit/claims.py" not in now["files"]  # the read side measures nothing
     same = {"E01": {"instrument_code": now}}
     assert env.code_changes(same) == {}
     edited = json.loads(json.dumps(now))
-    edited["files"]["perflab/timing.py"] = "0" * 12
+    edited["files"]["perflab/instruments/timing.py"] = "0" * 12
     assert env.code_changes({"E01": {"instrument_code": edited}}) == {
-        "E01": ["perflab/timing.py"]}
+        "E01": ["perflab/instruments/timing.py"]}
 
 
 # ---------------------------------------------------------------- the counts in the README

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perflab import io
-from perflab.rows import NOT_RECORDED, NOT_RUN, Absent, Missing, Rows, Unmeasured, pick
+from perflab.core import io
+from perflab.core.rows import NOT_RECORDED, NOT_RUN, Absent, Missing, Rows, Unmeasured, pick
 
 
 def _row(eid, variant, metric, statistic, value, status="ok", reason=""):

@@ -1,4 +1,4 @@
-"""perflab.runner.execute: three outputs on success, none on failure."""
+"""perflab.pipeline.runner.execute: three outputs on success, none on failure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perflab import env, io, runner
+from perflab.core import env, io
+from perflab.pipeline import runner
 
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
@@ -81,7 +82,7 @@ def test_the_job_measures_on_the_cores_it_kept(tmp_path, tiny_contract, monkeypa
     """host_cores fast: the measure runs on the cores within 10% of the fastest (a planted
     slow core is left out), the provenance records each core's time and the kept ones, and
     the process's cores are the job's own business (restored here for the other tests)."""
-    from perflab import affinity
+    from perflab.core import affinity
 
     before = sorted(os.sched_getaffinity(0))
     slow = before[-1]
@@ -209,7 +210,7 @@ def test_context_rejects_unknown_default_columns(tiny_contract):
 
 def test_run_from_command_line(tmp_path, monkeypatch):
     """`python scripts/eXX.py --configfile config/test.yaml --outdir ...` path of run()."""
-    from perflab import config
+    from perflab.pipeline import config
 
     test_yaml = str(config.ROOT / "config" / "test.yaml")
     ctx = runner.run("E01", _tiny_measure, None,

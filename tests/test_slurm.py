@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perflab.catalogue import EXPERIMENTS
+from perflab.experiments.catalogue import EXPERIMENTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import slurm_cluster  # noqa: E402
@@ -77,7 +77,7 @@ def test_the_data_parallel_job_is_one_slurm_job_of_n_tasks():
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
     from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    from perflab.distributed import Plan, job_resources
+    from perflab.experiments.d01_data_parallel.distributed import Plan, job_resources
 
     class Resources(dict):
         __getattr__ = dict.__getitem__

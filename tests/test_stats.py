@@ -1,4 +1,4 @@
-"""perflab.stats: summaries checked against values worked out by hand."""
+"""perflab.instruments.stats: summaries checked against values worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from perflab import stats
+from perflab.instruments import stats
 
 
 def test_summarize_known_data_by_hand():

@@ -1,4 +1,4 @@
-"""perflab.timing against a fake asynchronous device (no CUDA needed).
+"""perflab.instruments.timing against a fake asynchronous device (no CUDA needed).
 
 The fake (tests/conftest.py) queues work on a background thread and returns
 from ``submit`` at once; ``synchronize`` waits for the queue to drain. An
@@ -16,7 +16,7 @@ import time
 import pytest
 from fake_cuda import FakeCudaClock
 
-from perflab import timing
+from perflab.instruments import timing
 
 WORK_S = 0.020
 WORK_MS = WORK_S * 1e3

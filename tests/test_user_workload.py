@@ -18,8 +18,12 @@ import pytest
 import torch
 from experiments import forget_package, run_tiny, write_user_package
 
-from perflab import cli, config, io, ledger, steps, workloads
-from perflab.workloads import WorkloadError
+from perflab import cli
+from perflab.core import io
+from perflab.instruments import steps, workloads
+from perflab.instruments.workloads import WorkloadError
+from perflab.pipeline import config
+from perflab.views import ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONFIG = ROOT / "config" / "test.yaml"
@@ -28,7 +32,7 @@ USER_MODULE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from perflab.workloads import Workload
+from perflab.instruments.workloads import Workload
 
 
 def make_step(device, *, width=8, batch=4):  # no seed: the pipeline must not pass one
@@ -198,7 +202,7 @@ def test_missing_module_stops_snakemake_naming_the_target(tmp_path):
 
 
 @pytest.mark.parametrize("attr, message", [
-    ("wrong_shape", "returned tuple, expected perflab.workloads.Workload"),
+    ("wrong_shape", "returned tuple, expected perflab.instruments.workloads.Workload"),
     ("model_raises", "the model's forward raised \\(RuntimeError: boom in forward\\)"),
     ("builder_raises", "raised while building \\(ValueError: no such checkpoint\\)"),
     ("scalar_loss_missing", "loss_fn must return a scalar tensor, got \\[2, 1\\]"),

@@ -20,9 +20,13 @@ import torch
 from conftest import TEST_CONFIG
 from experiments import load_script
 
-from perflab import calibration, config, io, runner, transforms, whatif, workloads
+from perflab.core import io
+from perflab.experiments import floors as calibration
 from perflab.experiments import w01_whatif as w01
 from perflab.experiments.c00_calibration import AA_FLOOR
+from perflab.experiments.w01_whatif import transforms, whatif
+from perflab.instruments import workloads
+from perflab.pipeline import config, runner
 
 SCRIPT = load_script("w01_whatif")
 PLANTED = {"target": "planted:slow_optimizer_mlp", "params": {"seed": 0}}
@@ -161,7 +165,7 @@ def test_bad_names_stop_the_config(name, bad, message):
 def test_runs_only_when_asked_and_its_plan_counts_the_whole_set(tiny_cfg):
     """Out of the default chapter run (``all``), in when named; the pre-flight's estimate
     counts the plan job (its intervention jobs are not known yet) once per intervention."""
-    from perflab import preflight
+    from perflab.pipeline import preflight
 
     assert "W01" not in config.by_default(8)
     asked = config.load([TEST_CONFIG], {"device": "cpu", "run": "all,W01"})
@@ -446,7 +450,7 @@ def test_compile_on_the_tiny_mlp(tiny_cfg, tmp_path):
 
 
 def test_the_diagnosis_names_the_best_measured_beside_the_hypothesis(planted_runs):
-    from perflab import diagnose
+    from perflab.views import diagnose
 
     def share(ph, v):
         return {**_floor_row(), "experiment": "E05", "variant": f"sync/{ph}",

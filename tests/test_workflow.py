@@ -18,8 +18,10 @@ import pandas as pd
 import pytest
 from shared_run import ROOT, TAG, snakemake
 
-from perflab import config, io
-from perflab.catalogue import EXPERIMENTS as CATALOGUE
+from perflab import experiments
+from perflab.core import io
+from perflab.experiments.catalogue import EXPERIMENTS as CATALOGUE
+from perflab.pipeline import config
 
 #: what the run below selects (`run: all` on a CPU): every experiment that needs one device
 EXPERIMENTS = {eid: CATALOGUE[eid] for eid in config.by_default()}
@@ -88,10 +90,9 @@ def test_report_holds_every_table_and_figure(run_dir):
 def test_second_invocation_has_nothing_to_do(run_dir):
     """One dry run: the default target and every target a claim's command names (``claims``
     included) exist and are already up to date."""
-    from perflab import claims
 
     # the claims of the experiments this run selected (D01 needs two GPUs or to be named)
-    targets = sorted({c.target for c in claims.registry().values()
+    targets = sorted({c.target for c in experiments.claim_registry().values()
                       if c.target and c.eid in EXPERIMENTS} | {"claims"})
     proc = snakemake(run_dir, "--cores", "1", "-n", "all", *targets)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -152,13 +153,13 @@ def test_a_further_process_of_e05_decides_its_claims_with_it(run_dir):
 
 
 def test_claims_table_is_written_and_shown_first(run_dir):
-    from perflab import claims
+    from perflab.kit import claims
 
     results = run_dir / "results" / TAG
     frame = pd.read_csv(results / "claims.csv", keep_default_na=False)
     assert list(frame.columns) == claims.CLAIM_COLUMNS
     assert set(frame.verdict) <= set(claims.VERDICTS)
-    assert set(frame.claim) == set(claims.registry())
+    assert set(frame.claim) == set(experiments.claim_registry())
     html = (results / "report.html").read_text()
     # the claims table comes before the ledger and every experiment section
     first = html.index('class="claims"')
@@ -218,7 +219,7 @@ def test_report_escapes_text_from_config_and_model_names(run_dir, tmp_path):
 
 
 def test_report_zip_has_a_category_per_chapter_section(report_zip):
-    from perflab import reference
+    from perflab.views import reference
 
     zf = report_zip
     # the zip's top folder is named after the zip; its index is <top>/report.html

@@ -1,4 +1,4 @@
-"""perflab.workloads: registered builders, user targets and the workload contract."""
+"""perflab.instruments.workloads: registered builders, user targets and the workload contract."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 import torch
 from experiments import forget_package, write_user_package
 
-from perflab import config, workloads
-from perflab.workloads import Workload, WorkloadError
+from perflab.instruments import workloads
+from perflab.instruments.workloads import Workload, WorkloadError
+from perflab.pipeline import config
 
 TINY = {
     "mlp": dict(dim=8, depth=2, num_classes=3, batch=4),
@@ -42,9 +43,9 @@ def test_registered_names():
 
 
 def test_registered_parameters_read_from_the_source_are_the_builders():
-    """What the workflow checks a config against without torch (perflab/targets.py) is what
+    """What the workflow checks a config against without torch (perflab/core/targets.py) is what
     inspecting each registered builder gives."""
-    from perflab import targets
+    from perflab.core import targets
 
     assert set(targets.registered()) == set(workloads.REGISTRY)
     for name, fn in workloads.REGISTRY.items():
@@ -89,7 +90,7 @@ USER_MODULE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from perflab.workloads import Workload
+from perflab.instruments.workloads import Workload
 
 NOT_CALLABLE = 42
 
@@ -148,7 +149,7 @@ def test_user_target_builds(user_pkg):
 
 
 def test_user_target_through_config(user_pkg):
-    from perflab import config
+    from perflab.pipeline import config
 
     cfg = config.load(
         overrides={"device": "cpu", "workload": "mine",
@@ -164,7 +165,7 @@ def test_user_target_through_config(user_pkg):
     [
         ("no_such_function", "has no 'no_such_function'"),
         ("NOT_CALLABLE", "'NOT_CALLABLE' is not callable"),
-        ("wrong_type", "returned dict, expected perflab.workloads.Workload"),
+        ("wrong_type", "returned dict, expected perflab.instruments.workloads.Workload"),
         ("batch_not_tuple", "make_batch must return \\(x, y\\).*got Tensor"),
         ("batch_first_not_tensor", "make_batch must return \\(x, y\\)"),
     ],
@@ -183,7 +184,7 @@ def test_bad_user_targets(user_pkg, attr, exc_match):
         ("perflab.no_such_submodule:make", "cannot import 'perflab.no_such_submodule'"),
         ("resnet50", "unknown workload 'resnet50'"),
         (":make", "must look like 'package.module:function'"),
-        ("perflab.workloads:", "must look like 'package.module:function'"),
+        ("perflab.instruments.workloads:", "must look like 'package.module:function'"),
     ],
 )
 def test_bad_targets(target, exc_match):

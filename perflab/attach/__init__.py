@@ -6,7 +6,7 @@
 - :mod:`perflab.attach.bootstrap` — the child's entry: installs the observers, then runs
   the script as ``__main__`` with its own ``sys.argv``;
 - :mod:`perflab.attach.evidence` — the evidence file as CSV-contract rows;
-- :mod:`perflab.attach.verdict` — the verdict (perflab.diagnose's engine, plus the findings
+- :mod:`perflab.attach.verdict` — the verdict (perflab.views.diagnose's engine, plus the findings
   only a real loop shows: recompiling, memory that grows every step);
 - :mod:`perflab.attach.run` — the parent: starts the child, passes its output through,
   prints the verdict.

@@ -4,7 +4,7 @@ perflab.trace splits the window's device time into busy and idle, each idle gap 
 data (the host in the loader's next()), sync (the host blocked in a synchronizing call),
 launch (the device ran dry before the host launched more) or other; it finds the blocking
 calls and the operators that made them. Here those are written as R02's rows, so
-perflab.diagnose's trace-based tests decide input, synchronization and host overhead on the
+perflab.views.diagnose's trace-based tests decide input, synchronization and host overhead on the
 user's loop. Two differences from R02, said in every row's window: the loop is the script's
 (nothing drains the device before or after the window), and the unprofiled step the sync
 bound is set against is the script's own steady step (the timed steps' median wall).
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from perflab import trace
+from perflab.core.names import PHASES
 from perflab.experiments import r02_step_trace as r02
-from perflab.vocabulary import PHASES
+from perflab.instruments import trace
 
 WINDOW = "attached: the script's own loop, its profiled window (torch.profiler, CPU + CUDA)"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASES
 
 EID = "RUN"
 TIMED = ("observed", "bare")
@@ -101,7 +101,7 @@ def summarize(ev: dict) -> Summary:
 
 def _cost(steps: list[dict], compiled: set) -> dict | None:
     """The phase hooks' cost: each hooks-on stretch's median wall against the hooks-off
-    stretch after it (paired, perflab.stats.judge)."""
+    stretch after it (paired, perflab.instruments.stats.judge)."""
     stretches: list[tuple[str, list[float]]] = []
     for r in steps:
         if r["kind"] not in TIMED or r["wall_ms"] is None or r["index"] in compiled:
@@ -115,7 +115,7 @@ def _cost(steps: list[dict], compiled: set) -> dict | None:
              if ka == "observed" and kb == "bare"]
     if len(pairs) < 2:
         return None
-    from perflab import stats
+    from perflab.instruments import stats
 
     bare, on = zip(*pairs)
     j = stats.judge(list(bare), list(on), paired=True)
@@ -158,7 +158,7 @@ def rows(ev: dict, s: Summary, command: list[str]) -> list[dict]:
                     "value": float(value), "unit": unit, "n": n, "status": "ok",
                     "window": window})
 
-    from perflab.stats import summarize as stat
+    from perflab.instruments.stats import summarize as stat
     steady = f"steady {ev['unit']}s, hooks on and off (instrument windows excluded)"
     if s.steady_ms:
         for k, v in stat(s.steady_ms).items():
@@ -169,7 +169,7 @@ def rows(ev: dict, s: Summary, command: list[str]) -> list[dict]:
             "a warm-up step (first calls, compilation)")
     for p in PHASES:
         if p in s.phase_share_pct:
-            window = f"{s.observed_steps} steady steps with the phase hooks on (perflab.phases)"
+            window = f"{s.observed_steps} steady steps with the phase hooks on (perflab.instruments.phases)"
             add(f"phase/{p}", "phase_time", "mean", s.phase_mean_ms[p], "ms",
                 s.observed_steps, window)
             add(f"phase/{p}", "phase_share", "value", s.phase_share_pct[p], "%",

@@ -6,13 +6,13 @@ scheduler steps; nested steps, e.g. a wrapper optimizer stepping its inner one, 
 Backward calls between two steps are the step's micro-batches. A script that never steps an
 optimizer is measured per outermost forward (``unit`` says which).
 
-Phases are perflab.phases' (E05's) boundaries, read from global hooks instead of hooks on a
+Phases are perflab.instruments.phases' (E05's) boundaries, read from global hooks instead of hooks on a
 model handed over: the DataLoader iterator's ``__next__`` (input wait), the first forward
 after the batch arrives (host-to-device: what the loop does before its forward), the
 outermost module's forward (a global module pre/post hook with a depth count, narrowed to
 the outermost modules found once warm-up ends), ``torch.autograd.backward`` (backward), the
 optimizer step hooks (optimizer), and the rest (logging). The clock is
-:class:`perflab.phases.PhaseClock` without a drain: on a device with a queue the phases are
+:class:`perflab.instruments.phases.PhaseClock` without a drain: on a device with a queue the phases are
 submission times, and the profiled window's trace decides what the device waits for.
 
 After warm-up the steady steps follow a plan (:func:`plan`): a few steps with the host reads
@@ -41,8 +41,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from perflab import memory
-from perflab import phases as ph
+from perflab.instruments import memory
+from perflab.instruments import phases as ph
 
 _clock = time.perf_counter
 
@@ -350,7 +350,7 @@ class Observer:
             quiet.handlers = [self._keep]
             guards.recompiles_log = quiet
             self._quiet_recompiles = False
-        from perflab import compiling
+        from perflab.instruments import compiling
         return compiling.counters()
 
     def _memory(self) -> dict[str, float]:
@@ -478,7 +478,7 @@ class Observer:
             return
         from torch.utils.flop_counter import FlopCounterMode
 
-        from perflab.roofline import ByteCounter
+        from perflab.instruments.roofline import ByteCounter
         self._work_dtype = ("bfloat16" if torch.is_autocast_enabled("cuda") and self.cuda
                             or torch.is_autocast_enabled("cpu") else "float32")
         flops, moved = FlopCounterMode(display=False), ByteCounter()
@@ -567,7 +567,7 @@ class Observer:
         }
 
     def flush(self) -> None:
-        from perflab import io
+        from perflab.core import io
 
         self._last_flush = _clock()
         io.atomic_write_json(self.out, self.evidence())
@@ -575,8 +575,8 @@ class Observer:
 
 def measure_ceilings(cuda: bool, dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """This device's matmul ceiling (FLOP/s, ``dtype``) and memory bandwidth (B/s), measured
-    as R01 does (perflab.roofline), small and quick: after the script, for its counted work."""
-    from perflab import roofline, timing
+    as R01 does (perflab.instruments.roofline), small and quick: after the script, for its counted work."""
+    from perflab.instruments import roofline, timing
 
     device = torch.device("cuda" if cuda else "cpu")
     sync = timing.synchronizer(device)
@@ -591,10 +591,10 @@ def measure_ceilings(cuda: bool, dtype: torch.dtype = torch.float32) -> dict[str
 
 
 def roofline_fractions(obs: Observer) -> dict[str, float]:
-    """R01's fractions (perflab.roofline.fractions) of the counted step: its forward + loss +
+    """R01's fractions (perflab.instruments.roofline.fractions) of the counted step: its forward + loss +
     backward work over those phases' mean time in the observed steps, against the ceilings.
     Computed here, where torch is loaded (the parent judges without importing it)."""
-    from perflab import roofline
+    from perflab.instruments import roofline
 
     rows = [r["phases_ms"] for r in obs.steps if r["kind"] == "observed" and r["phases_ms"]]
     ms = sum(sum(p.get(x, 0.0) for x in ("forward", "loss", "backward")) for p in rows)

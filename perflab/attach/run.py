@@ -107,10 +107,10 @@ def outcome_line(rc: int, ev: dict | None, command: list[str]) -> str:
 
 def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, warmup: int,
         out: str | None) -> int:
-    from perflab import diagnose as dg
-    from perflab import io
     from perflab.attach import evidence as evmod
     from perflab.attach import verdict as vmod
+    from perflab.core import io
+    from perflab.views import diagnose as dg
 
     try:
         command = command_of(argv)
@@ -166,7 +166,7 @@ def _ms(v) -> str:
 def render(ev, s, d, extra, command, wall) -> str:
     import numpy as np
 
-    from perflab import diagnose as dg
+    from perflab.views import diagnose as dg
 
     lines = [f"# perflab run: {' '.join(command)}", ""]
     first = ev.get("first_step_s")
@@ -222,7 +222,7 @@ def render(ev, s, d, extra, command, wall) -> str:
         peak = [r["memory"].get("max_allocated_mib") for r in ev["steps"]
                 if r["kind"] in ("observed", "bare") and "max_allocated_mib" in r["memory"]]
         held = own["parameters_mib"] + own["gradients_mib"] + own["optimizer_state_mib"]
-        lines.append(f"- **Memory owners** (at the end; perflab.memory): parameters "
+        lines.append(f"- **Memory owners** (at the end; perflab.instruments.memory): parameters "
                      f"{own['parameters_mib']:.1f} MiB, gradients {own['gradients_mib']:.1f} "
                      f"MiB, optimizer state {own['optimizer_state_mib']:.1f} MiB"
                      + (f"; step peak allocated {max(peak):.1f} MiB, of which activations "

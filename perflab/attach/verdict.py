@@ -1,4 +1,4 @@
-"""The verdict on an attached run: perflab.diagnose's engine on the run's evidence, plus the
+"""The verdict on an attached run: perflab.views.diagnose's engine on the run's evidence, plus the
 findings only a real loop shows.
 
 The engine reads experiment rows (E05's phase shares, R01's roofline, R02's trace). The run's
@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perflab import diagnose as dg
-from perflab import io
 from perflab.attach import evidence as evmod
+from perflab.core import io
+from perflab.core.names import PHASES
 from perflab.experiments import e05_phases as e05
 from perflab.experiments import r01_roofline as r01
 from perflab.experiments import r02_step_trace as r02
-from perflab.vocabulary import PHASES
+from perflab.views import diagnose as dg
 
 #: time in steady steps that recompiled, % of all steady time, that makes it the verdict
 RECOMPILE_SHARE_PCT = 10.0
@@ -43,7 +43,7 @@ def _row(eid, variant, metric, statistic, value, unit, window, status="ok", reas
 
 
 def engine_rows(ev: dict, s: evmod.Summary, out_dir: Path | None = None) -> pd.DataFrame:
-    """The run's evidence as the rows perflab.diagnose reads (``out_dir``: where the trace
+    """The run's evidence as the rows perflab.views.diagnose reads (``out_dir``: where the trace
     of the profiled window is, read on CUDA)."""
     out = []
     fed = e05.FED_BY_LOADER if ev["loaders"] else e05.SERVED_BATCH

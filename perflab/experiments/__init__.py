@@ -11,6 +11,8 @@
   never imports matplotlib);
 - its claims (``@claim`` functions, registered on import), or ``NO_CLAIMS``, the reason
   it has none;
+- optionally ``check_config(cfg, view)``: the checks of its own parameters a schema cannot
+  make, raising :class:`ConfigProblem` (the configuration calls it; it knows no experiment);
 - the names of the variants and metrics its script writes, and small accessors the
   cross-experiment views (ledger, diagnosis) call instead of re-typing those names.
 
@@ -21,50 +23,25 @@ and that defines ``ENTRY`` is one.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import re
+import textwrap
+import traceback
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+# what a slice declares itself with; re-exported, the names slices and readers import
+from perflab.kit.experiment import ConfigProblem, ConfigView, Experiment  # noqa: F401
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _MODULE_NAME = re.compile(r"^[a-z]\d\d_\w+$")
-
-
-@dataclass(frozen=True)
-class Experiment:
-    eid: str
-    name: str
-    title: str
-    #: the part of the chapter it belongs to (hygiene, localize, memory, ...); its rule,
-    #: named after its slug, is made by workflow/rules/experiments.smk (or multi_job.smk)
-    rules: str
-    #: workloads it builds; "controlled" means the configured `workload`
-    workloads: tuple[str, ...] = ("controlled",)
-    #: one-line statement of what it does on a machine without CUDA
-    cpu_behaviour: str = "same"
-    #: further files the job writes beside csv/samples/provenance: name -> file suffix
-    extra_outputs: tuple[tuple[str, str], ...] = ()
-    #: the report's heading for it: "<chapter section number> · <title>"
-    report_section: str = ""
-    #: the devices it needs to run under ``run: all``: with more than one, it runs there only
-    #: on a machine with that many CUDA devices, else only when named (``run: all,D01``)
-    devices: int = 1
-    #: False: left out of ``run: all`` (the default chapter run) on any machine, run only
-    #: when named (``run: all,W01``, its rule as a target) or by the command that owns it
-    #: (W01: ``perflab whatif``, the last step of ``perflab diagnose``)
-    in_all: bool = True
-    #: True: a claim of its judges a statistic by its own interval over the raw samples
-    #: (:func:`perflab.claims.own_interval`), so a shipped reference run keeps its samples
-    claims_read_samples: bool = False
-
-    @property
-    def slug(self) -> str:
-        return f"{self.eid.lower()}_{self.name}"
-
-    @property
-    def section_number(self) -> int:
-        head = self.report_section.split(" ", 1)[0]
-        return int(head) if head.isdigit() else 10_000
 
 
 @cache
@@ -98,3 +75,106 @@ def module(eid: str) -> ModuleType:
         return mods[eid.upper()]
     except KeyError:
         raise KeyError(f"no experiment {eid!r}; known: {', '.join(mods)}") from None
+
+
+# ------------------------------------------------------------------ dispatch by id
+# The kit (tables, figures, claims) is machinery that knows no experiment; what one
+# experiment's table, figure or claims are is answered here, by its module.
+
+
+def table(eid: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The table of experiment ``eid`` (e.g. "E01") from the result rows."""
+    return module(eid).table(frame)
+
+
+def make_figure(eid: str, csv_path: str | Path, samples_path: str | Path | None,
+                out_png: str | Path) -> Path:
+    """Draw experiment ``eid``'s figure and write it atomically to ``out_png``."""
+    from perflab.core import io
+    from perflab.kit import figures
+
+    rows = io.read_results([csv_path])
+    figures.apply_style()
+    return figures.save(module(eid).figure(rows, figures.read_samples(samples_path)), out_png)
+
+
+def caption(eid: str) -> str:
+    """Experiment ``eid``'s figure caption: the docstring of its module's ``figure()``."""
+    return inspect.getdoc(module(eid).figure) or ""
+
+
+def caption_rst(eid: str, failure: str | None = None) -> str:
+    """The caption as `snakemake --report` reads it: reStructuredText through Jinja.
+
+    The docstring is kept verbatim (``{% raw %}``); a figure that failed says so first.
+    """
+    failed = (f"**The figure could not be drawn:**\n\n::\n\n{textwrap.indent(failure, '    ')}\n\n"
+              if failure else "")
+    return f"{{% raw %}}\n{failed}{caption(eid)}\n{{% endraw %}}\n"
+
+
+def draw_figures(plan: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Draw each figure of ``plan`` and write its caption; return {eid: why} of those that failed.
+
+    ``plan``: one mapping per experiment with ``eid``, ``csv``, ``samples``, ``png`` and
+    ``caption`` (paths). One failure does not stop the others: its traceback goes to
+    stderr, its PNG and its caption say that it failed and why.
+    """
+    import matplotlib.pyplot as plt
+
+    from perflab.core import io
+    from perflab.kit import figures
+
+    failed: dict[str, str] = {}
+    for job in plan:
+        eid = job["eid"]
+        try:
+            make_figure(eid, job["csv"], job["samples"], job["png"])
+        except Exception as exc:
+            traceback.print_exc()
+            plt.close("all")  # whatever the failed drawing left open
+            failed[eid] = f"{type(exc).__name__}: {exc}"
+            entry = modules()[eid].ENTRY if eid in modules() else _Untitled(eid)
+            figures.save(figures.failure_figure(entry, failed[eid]), job["png"])
+        io.atomic_write_text(Path(job["caption"]), caption_rst(eid, failed.get(eid)))
+    return failed
+
+
+@dataclass(frozen=True)
+class _Untitled:
+    """An id this checkout has no module for, titled by its id."""
+    eid: str
+
+    @property
+    def title(self) -> str:
+        return self.eid
+
+
+def claim_registry() -> dict:
+    """Every claim, by id in numeric order: each experiment module registers its own on
+    import (:func:`perflab.kit.claims.claim`), so every module is imported first."""
+    from perflab.kit import claims
+
+    modules()
+    return claims.registered()
+
+
+def evidence(rows: pd.DataFrame, samples: pd.DataFrame | None = None):
+    """A run's rows (and raw samples) as the claims read them, with the run-wide floors of
+    :mod:`perflab.experiments.floors` (:class:`perflab.kit.claims.Evidence`)."""
+    from perflab.experiments import floors
+    from perflab.kit import claims
+
+    return claims.Evidence(rows, samples, floors)
+
+
+def evaluate_claims(rows: pd.DataFrame, claims: dict | None = None,
+                    samples: pd.DataFrame | None = None,
+                    processes: dict | None = None) -> pd.DataFrame:
+    """claims.csv of a run (:func:`perflab.kit.claims.evaluate`), every claim judged with the
+    run-wide noise floors of :mod:`perflab.experiments.floors` handed in as data."""
+    from perflab.experiments import floors
+    from perflab.kit import claims as kit
+
+    return kit.evaluate(rows, claims if claims is not None else claim_registry(),
+                        samples=samples, processes=processes, floors=floors)

@@ -5,7 +5,7 @@ clock, an idle synchronize, an empty call through the helper, CUDA events, a fre
 process), the profiler's overhead, the A/A noise floor beside a planted 2x slowdown, and
 the helper against peer timers. This module names those rows and reads them back: the
 table, the figure, and :func:`floors`, the numbers the ledger and
-:mod:`perflab.calibration` (the floor every A/B is judged against) read.
+:mod:`perflab.experiments.floors` (the floor every A/B is judged against) read.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -30,7 +31,48 @@ ENTRY = Experiment(
     cpu_behaviour="CUDA-event and do_bench rows unsupported; sync is a no-op, so its "
     "cost is a Python call",
     report_section="0 · Calibration: the harness's own floors",
+    diagnosis=("cpu", "cuda"),
 )
+
+#: its parameters (config key ``experiments.C00``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+floor_repeats: {type: integer, minimum: 1, default: 1000}
+# fresh children of each kind (bare; import torch + device init)
+process_repeats: {type: integer, minimum: 1, default: 3}
+# 48 block pairs (12, then 36 before; ~3 s more on the H200 than 36): the floor is the
+# bound for a median of 12 pairs (and one per pair count up to the A/A's own, for A/Bs
+# of other counts), and from 12 pairs alone that bound read 7.7% and 2.1% in two runs
+# of one H200; with 36, E13's A/Bs of 48 pairs were held to the bound for 32
+aa_blocks: {type: integer, minimum: 2, default: 48}
+aa_inner: {type: integer, minimum: 1, default: 30}
+# blocks per side of the planted 2x; null: aa_blocks
+planted_blocks:
+  description: "blocks per side of the planted 2x (null: aa_blocks)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 2}]
+  default: 12
+profiler_steps: {type: integer, minimum: 2, default: 20}
+# the helper's calls against the peers; null: timing.repeats
+peer_repeats:
+  description: "the helper's calls of the step set against the peer timers (null: timing.repeats)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+peer_min_run_time_s: {type: number, exclusiveMinimum: 0, default: 1.0}
+do_bench_warmup_ms: {type: number, exclusiveMinimum: 0, default: 25}
+do_bench_rep_ms: {type: number, exclusiveMinimum: 0, default: 100}
+# diagnose: [clock, aa]
+parts:
+  description: "which calibrations run (perflab diagnose keeps clock and aa: the verdict reads only the A/A floor)"
+  type: array
+  items: {type: string, enum: [clock, events, process, aa, planted, profiler, peers]}
+  minItems: 1
+  uniqueItems: true
+  default: [clock, events, process, aa, planted, profiler, peers]
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'floor_repeats': 50, 'process_repeats': 1, 'aa_blocks': 6, 'aa_inner': 3, 'profiler_steps': 4, 'peer_min_run_time_s': 0.05, 'do_bench_warmup_ms': 5, 'do_bench_rep_ms': 10}}
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the calibration measures the harness itself (timer, process and profiler floors, "
@@ -61,7 +103,7 @@ PROFILER_OVERHEAD, OVERHEAD_REL = "profiler/overhead", "overhead_rel"
 AA_A, AA_B = "aa_a", "aa_b"
 PLANTED_A, PLANTED_2X = "planted_a", "planted_2x"
 #: the A/A floor's rows (variant, metric): the 95% upper bound of |median paired block
-#: difference| / median(A) in %, the statistic every A/B is judged by (perflab.stats.aa_floor_pct),
+#: difference| / median(A) in %, the statistic every A/B is judged by (perflab.instruments.stats.aa_floor_pct),
 #: for a median of FLOOR_REFERENCE_PAIRS pairs (or the A/A's own, if fewer): the run's floor,
 #: for every statistic that is not an A/B of its own pair count
 AA_FLOOR = ("aa", "aa_median_diff_bound")
@@ -105,8 +147,8 @@ LINES = (
      "process_import_torch_ms"),
     ("fresh process: + device init", PROCESS_DEVICE_INIT, PROCESS_WALL, "median",
      "process_device_init_ms"),
-    ("reference step, unprofiled", PROFILER_UNPROFILED, "step_latency", "median", None),
-    ("reference step, profiled", PROFILER_PROFILED, "step_latency", "median", None),
+    ("reference step, unprofiled", PROFILER_UNPROFILED, STEP_LATENCY, "median", None),
+    ("reference step, profiled", PROFILER_PROFILED, STEP_LATENCY, "median", None),
     ("profiler overhead", PROFILER_OVERHEAD, OVERHEAD_REL, "value", "profiler_overhead_pct"),
     ("A/A: B - A", AA_DIFFERENCE, "ab_effect", "value", None),
     ("A/A floor: 95% bound of |median paired block difference|", *AA_FLOOR, "value",
@@ -115,9 +157,9 @@ LINES = (
     ("A/A block duration", *AA_BLOCK, "value", "aa_block_ms"),
     ("planted 2x: B - A", PLANTED_DIFFERENCE, "ab_effect", "value", None),
     ("planted 2x: relative", PLANTED_DIFFERENCE, "ab_effect_rel", "value", None),
-    ("step: project helper", PEER_HELPER, "step_latency", "median", None),
-    ("step: torch.utils.benchmark Timer", PEER_TIMER, "step_latency", "median", None),
-    ("step: triton do_bench", PEER_DO_BENCH, "step_latency", "median", None),
+    ("step: project helper", PEER_HELPER, STEP_LATENCY, "median", None),
+    ("step: torch.utils.benchmark Timer", PEER_TIMER, STEP_LATENCY, "median", None),
+    ("step: triton do_bench", PEER_DO_BENCH, STEP_LATENCY, "median", None),
     ("Timer / helper", PEER_TIMER_OVER_HELPER, RATIO, "value", "timer_over_helper"),
     ("do_bench / helper", PEER_DO_BENCH_OVER_HELPER, RATIO, "value", "do_bench_over_helper"),
 )
@@ -187,9 +229,9 @@ PAIR_SIDES = ((AA_A, "A/A: A", "o"), (AA_B, "A/A: B", "s"), (PLANTED_A, "planted
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The harness's own floors (log µs) and the A/A pair beside the planted 2x pair."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
-    fig, (ax1, ax2) = new_figure(EID, rows, ncols=2, width=11)
+    fig, (ax1, ax2) = new_figure(ENTRY, rows, ncols=2, width=11)
     _draw_costs(ax1, rows)
     _draw_pairs(ax2, rows, samples)
     return fig
@@ -200,7 +242,7 @@ def _draw_costs(ax, rows: pd.DataFrame) -> None:
     import seaborn as sns
     from matplotlib.ticker import FuncFormatter
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     labels, values, notes = [], [], []
     for label, variant, metric in COST_BARS:
@@ -224,7 +266,7 @@ def _draw_pairs(ax, rows: pd.DataFrame, samples: pd.DataFrame) -> None:
     """The A/A pair's and the planted pair's block medians, block by block."""
     from matplotlib.ticker import FixedLocator
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     s = samples[(samples.experiment == EID)
                 & samples.variant.isin([variant for variant, _, _ in PAIR_SIDES])]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import (
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.claims import (
     Absent,
     Evidence,
     claim,
@@ -25,8 +26,8 @@ from perflab.claims import (
     judge_parts,
     resolved,
 )
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, numbered_variants, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,7 +42,49 @@ ENTRY = Experiment(
     cpu_behaviour="no asynchrony: backlog ~0; cold first call vs unwarmed vs warmed",
     report_section="1 · The lying benchmark",
     claims_read_samples=True,
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E01``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+loops:
+  description: unsynchronized loop lengths
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [20, 100, 400]
+# each length once a round: C01/C02 judge the ratio by its spread. 12 rounds, not 6
+# (~11 s more on the H200): in one H200 run two of six rounds of the loop of 20 read 82-84%
+# of their real time and four 99.5% (the host sped up late in the job), and a median of
+# six with two outliers reaches below 90% in its bootstrap; of twelve it takes six.
+# 24, not 12 (~23 s more there): C04's host-return ratio moved from 87% to 95% across one
+# job's twelve rounds as the host's speed moved, and their median's interval (89.6..91.6%)
+# straddled the 90% bound in one run of the pair at 5217a39 (92.2..94.5% in the other)
+loop_rounds:
+  description: >-
+    rounds of the unsynchronized loops, each length once a round (the first round
+    is the chapter's loop; C01 and C02 judge the reported/real ratio by its 95%
+    interval over the rounds)
+  type: integer
+  minimum: 1
+  default: 24
+# synchronized calls of the warmed step; null: timing.repeats
+repeats:
+  description: "synchronized calls of the warmed step (null: timing.repeats)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+# spread over the loop rounds (16 a round); C04 judges their ratio round by round
+host_return_repeats:
+  description: single steps timed to host-visible return (each from an empty queue)
+  type: integer
+  minimum: 1
+  default: 384
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'loops': [5, 20, 40], 'loop_rounds': 3, 'host_return_repeats': 5}}
 
 #: step-time variants (metric ``step_latency``): the process's first step, an unwarmed
 #: series, one step's host-visible return, and the synchronized warmed series (the truth)
@@ -117,10 +160,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     warmed median as a horizontal line.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, log_if_wide, new_figure, num
+    from perflab.kit.figures import add_note, log_if_wide, new_figure, num
 
     r = rows[rows.experiment == EID]
-    fig, (ax,) = new_figure(EID, r)
+    fig, (ax,) = new_figure(ENTRY, r)
     loops = sorted(int(v.removeprefix(NAIVE_LOOP)) for v in r.variant.unique()
                    if v.startswith(NAIVE_LOOP))
     reported = [num(pick(r, naive_loop(n), REPORTED_MS_PER_STEP, "value")) for n in loops]
@@ -261,9 +304,9 @@ def _longer_loop_converges(ev):
        chapter="20.890 ms first vs 16.430 ms warmed median",
        tolerance=f"first > {COLD_FIRST_PCT}% of the warmed median, by more than its IQR")
 def _first_step_cold(ev):
-    first = ev.value(EID, FIRST_STEP, "step_latency", "value")
-    med = ev.value(EID, SYNCHRONIZED_WARMED, "step_latency")
-    iqr = ev.maybe(EID, SYNCHRONIZED_WARMED, "step_latency", "iqr")
+    first = ev.value(EID, FIRST_STEP, STEP_LATENCY, "value")
+    med = ev.value(EID, SYNCHRONIZED_WARMED, STEP_LATENCY)
+    iqr = ev.maybe(EID, SYNCHRONIZED_WARMED, STEP_LATENCY, "iqr")
     bound = COLD_FIRST_PCT / 100 * med
     # one sample against a bound set on the warmed series: decided beyond that series' IQR
     return judge(first > bound, f"first {first:.3f} ms vs warmed {med:.3f} ms",
@@ -279,8 +322,8 @@ def _first_step_cold(ev):
        "of E01 (each round's calls a sample; block bootstrap); a run without rounds: of the "
        "paired calls, or of the synchronized series, resampled apart")
 def _host_return_lies(ev):
-    host = ev.value(EID, HOST_RETURN, "step_latency")
-    same = ev.maybe(EID, HOST_RETURN_COMPLETED, "step_latency")
+    host = ev.value(EID, HOST_RETURN, STEP_LATENCY)
+    same = ev.maybe(EID, HOST_RETURN_COMPLETED, STEP_LATENCY)
     rounds = [ev.series(EID, v, ROUND_MEDIAN) for v in (HOST_RETURN, HOST_RETURN_COMPLETED)]
     if same is not None and all(r is not None for r in rounds) and len(rounds[0]) >= 2:
         # the host's speed drifts through the job (the H200's host returned at 95% in one run
@@ -296,13 +339,13 @@ def _host_return_lies(ev):
             mechanism=_no_backlog(ev, naive_loop(CHAPTER_SHORT_LOOP), same)))
     if same is None:  # a run from before each call was timed to its completion as well
         against, what = SYNCHRONIZED_WARMED, "synchronized"
-        groups = [[(EID, HOST_RETURN, "step_latency")],
-                  [(EID, SYNCHRONIZED_WARMED, "step_latency")]]
+        groups = [[(EID, HOST_RETURN, STEP_LATENCY)],
+                  [(EID, SYNCHRONIZED_WARMED, STEP_LATENCY)]]
     else:
         against, what = HOST_RETURN_COMPLETED, "when the same calls completed"
-        groups = [[(EID, HOST_RETURN, "step_latency"),
-                   (EID, HOST_RETURN_COMPLETED, "step_latency")]]
-    med = ev.value(EID, against, "step_latency")
+        groups = [[(EID, HOST_RETURN, STEP_LATENCY),
+                   (EID, HOST_RETURN_COMPLETED, STEP_LATENCY)]]
+    med = ev.value(EID, against, STEP_LATENCY)
     # a ratio of two medians: its noise is theirs (the samples' IQR is not a median's noise)
     return judge_parts(interval_part(
         ev, 100 * host / med, f"{host:.3f} ms at return vs {med:.3f} ms {what} "

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Part, against_floor, claim, judge, judge_parts, pct
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.claims import Part, against_floor, claim, judge, judge_parts, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,7 +30,32 @@ ENTRY = Experiment(
     "How fast is the model? Four questions, eager and compiled",
     "hygiene",
     report_section="2 · How fast is the model?",
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E02``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+compile:
+  description: also time the four questions under torch.compile (first call apart)
+  type: boolean
+  default: true
+# round-robin blocks of every question; calls per block = repeats / blocks
+blocks:
+  description: round-robin blocks of every question (calls per block = repeats / blocks)
+  type: integer
+  minimum: 1
+  default: 20
+# calls of each question; null: timing.repeats
+repeats:
+  description: "calls of each question in the round robin (null: timing.repeats)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 3}}
 
 #: the four questions, each a variant (metric ``step_latency``), in the order they are timed
 FORWARD_INFERENCE = "forward_inference"
@@ -64,10 +90,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     bars.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, bar_cell, draw_bars, new_figure
+    from perflab.kit.figures import add_note, bar_cell, draw_bars, new_figure
 
     r = rows[rows.experiment == EID]
-    fig, (ax,) = new_figure(EID, r, width=8.0)
+    fig, (ax,) = new_figure(ENTRY, r, width=8.0)
     questions = list(r.variant.unique())
     executions = [e for e in ("eager", "compiled") if (r.execution == e).any()]
     series = {ex: [bar_cell(r, q, ex) for q in questions] for ex in executions}
@@ -96,8 +122,8 @@ STEP_UP_PCT = 20
        chapter="2.968 vs 2.967 ms",
        tolerance=f"within {SAME_COST_PCT}% of each other; undecided inside the A/A floor (C00)")
 def _inference_vs_grad(ev):
-    inf = ev.value(EID, FORWARD_INFERENCE, "step_latency")
-    grad = ev.value(EID, FORWARD_GRAD, "step_latency")
+    inf = ev.value(EID, FORWARD_INFERENCE, STEP_LATENCY)
+    grad = ev.value(EID, FORWARD_GRAD, STEP_LATENCY)
     rel = (inf - grad) / grad
     return judge(abs(rel) <= SAME_COST_PCT / 100, f"{inf:.3f} vs {grad:.3f} ms ({pct(100 * rel)})",
                  is_resolved=against_floor(ev, 100 * rel, SAME_COST_PCT, agree=True),
@@ -109,9 +135,9 @@ def _inference_vs_grad(ev):
        chapter="2.97 < 8.09 < 16.45 ms",
        tolerance=f"each at least {STEP_UP_PCT}% above the previous, beyond the A/A floor (C00)")
 def _four_answers(ev):
-    f = ev.value(EID, FORWARD_GRAD, "step_latency")
-    fb = ev.value(EID, FORWARD_BACKWARD, "step_latency")
-    t = ev.value(EID, TRAIN_STEP, "step_latency")
+    f = ev.value(EID, FORWARD_GRAD, STEP_LATENCY)
+    fb = ev.value(EID, FORWARD_BACKWARD, STEP_LATENCY)
+    t = ev.value(EID, TRAIN_STEP, STEP_LATENCY)
     # each step up its own part: the questions run in one interleaved round robin
     parts = []
     for lo, hi, name, mechanism in (

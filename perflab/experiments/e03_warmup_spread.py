@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Part, claim, interval_part, judge, judge_parts, medians
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.claims import Absent, Part, claim, interval_part, judge, judge_parts, medians
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, numbered_variants, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -28,8 +29,28 @@ ENTRY = Experiment(
     "Warmup and spread",
     "hygiene",
     report_section="3 · Benchmark hygiene",
-    claims_read_samples=True,  # C07: the cold call's pull on the mean and the median
+    claims_read_samples=True,  # C07: the cold call's pull on the mean and the median,
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E03``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+warmups:
+  type: array
+  items: {type: integer, minimum: 0}
+  minItems: 1
+  default: [0, 1, 30]
+repeats: {type: integer, minimum: 2, default: 100}
+# 1200 warmed steps, not the chapter's 400: C08's tail share is a count, and 1 step of
+# 400 in the tail (the H200's reference run) gives a 95% interval of 0.006..1.4%, which
+# straddles its 1% bound; 1200 resolve a share of 0.25% (3 steps: ..0.73%); 3-5 s more there
+spread_repeats: {type: integer, minimum: 2, default: 1200}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'warmups': [0, 1, 3], 'repeats': 20, 'spread_repeats': 40}}
 
 #: the series after a warmup of N calls is the variant ``warmup_<N>``
 WARMUP = "warmup_"
@@ -83,10 +104,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     3·IQR tail threshold.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, box_strip, new_figure, samples_of
+    from perflab.kit.figures import add_note, box_strip, new_figure, samples_of
 
     r = rows[rows.experiment == EID]
-    fig, (left, right) = new_figure(EID, r, ncols=2, width=10.5,
+    fig, (left, right) = new_figure(ENTRY, r, ncols=2, width=10.5,
                                     gridspec_kw={"width_ratios": [1.2, 1]})
     warmups = sorted((v for v in r.variant.unique() if v.startswith(WARMUP)),
                      key=lambda v: int(v.removeprefix(WARMUP)))
@@ -105,7 +126,7 @@ def _draw_spread(ax, r: pd.DataFrame, spread: pd.DataFrame) -> None:
     """The long warmed series' histogram with its median and median + 3·IQR marked."""
     import seaborn as sns
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     med, iqr = pick(r, SPREAD), pick(r, SPREAD, statistic="iqr")
     if spread.empty or isinstance(med, Missing) or isinstance(iqr, Missing):
@@ -142,7 +163,7 @@ def cold_pull(x) -> dict[str, float]:
     the mean and of the median of the other calls (ms)."""
     import numpy as np
 
-    from perflab import stats
+    from perflab.instruments import stats
 
     first, rest = float(x[0]), np.asarray(x[1:], dtype=float)
     n = rest.size + 1
@@ -170,15 +191,15 @@ def _against_noise(pull: float, noise: float, name: str) -> tuple[bool, bool, st
        "the 95% block-bootstrap interval of each over the other calls); each part decided "
        f"when beyond {NOISE_MARGIN:g}x or within 1/{NOISE_MARGIN:g}x of it")
 def _median_robust(ev):
-    wus = sorted(int(v.removeprefix(WARMUP)) for v in ev.variants(EID, WARMUP, "step_latency"))
+    wus = sorted(int(v.removeprefix(WARMUP)) for v in ev.variants(EID, WARMUP, STEP_LATENCY))
     if not wus:
         raise Absent("no warmup series" + ("" if ev.has(EID) else f" ({EID} not run)"))
     lo = warmup_variant(wus[0])
-    x = ev.series(EID, lo, "step_latency")
+    x = ev.series(EID, lo, STEP_LATENCY)
     if x is None or len(x) < 3:
         # a drift between the series of one process would pass for the cold call's pull:
         # the rows alone cannot separate them
-        mean0, med0 = ev.value(EID, lo, "step_latency", "mean"), ev.value(EID, lo, "step_latency")
+        mean0, med0 = ev.value(EID, lo, STEP_LATENCY, "mean"), ev.value(EID, lo, STEP_LATENCY)
         return judge(mean0 > med0, f"warmup {wus[0]}: mean - median {mean0 - med0:+.3f} ms",
                      is_resolved=(False, f"not resolved: no raw samples of {EID} {lo} (the "
                                          "cold call's pull needs the run's samples CSV)"),
@@ -211,16 +232,16 @@ def _share_interval(k: float, n: float) -> tuple[float, float]:
        f"steps (block bootstrap); at least {TAIL_PCT}% of steps in the tail, the share's 95% "
        f"interval clear of {TAIL_PCT}%")
 def _one_sided_tail(ev):
-    mean, med = ev.value(EID, SPREAD, "step_latency", "mean"), ev.value(EID, SPREAD, "step_latency")
-    tail = ev.value(EID, SPREAD, "step_latency", "tail_count")
-    count = ev.value(EID, SPREAD, "step_latency", "count")
+    mean, med = ev.value(EID, SPREAD, STEP_LATENCY, "mean"), ev.value(EID, SPREAD, STEP_LATENCY)
+    tail = ev.value(EID, SPREAD, STEP_LATENCY, "tail_count")
+    count = ev.value(EID, SPREAD, STEP_LATENCY, "count")
     # mean - median is its own statistic: the mean's standard error bounds the mean alone,
     # and the two move together (a slow stretch lifts both); the tail's noise is a count's
     lo, hi = _share_interval(tail, count)
     share = 100 * tail / count
     return judge_parts(
         interval_part(ev, mean - med, f"mean {mean:.3f} vs median {med:.3f} ms",
-                      [[(EID, SPREAD, "step_latency")]], _mean_over_median,
+                      [[(EID, SPREAD, STEP_LATENCY)]], _mean_over_median,
                       (0.0, math.inf), unit=" ms", name="mean above median",
                       mechanism="the warmed distribution is not skewed up"),
         Part(share >= TAIL_PCT, f"{int(tail)}/{int(count)} in the tail",

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import Part, ab_against, claim, interval_part, judge_parts, medians, pct
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.claims import Part, ab_against, claim, interval_part, judge_parts, medians, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -31,7 +32,35 @@ ENTRY = Experiment(
     "hygiene",
     report_section="3 · Benchmark hygiene",
     claims_read_samples=True,
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E04``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 2 s of the Timer in all and timing's 400 helper calls, in 24 rounds taken in turns:
+# the Timer-helper gap moves with the host (on one H200 -4.2% in one run, -19% in the
+# next, each tight over two series measured one after the other), so C09 judges the
+# rounds' paired difference against C00's A/A floor of 24 pairs, as an A/B
+min_run_time_s:
+  description: the Timer's blocked_autorange time in all, split evenly over the rounds
+  type: number
+  exclusiveMinimum: 0
+  default: 2.0
+blocks:
+  description: >-
+    rounds the helper and the Timer take turns in (helper first, then Timer first,
+    ...): each round min_run_time_s / blocks seconds of Timer blocks (the block
+    size blocked_autorange picks in the Timer's first round) and timing.repeats /
+    blocks helper calls; C09 judges their paired difference as an A/B
+  type: integer
+  minimum: 2
+  default: 24
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'min_run_time_s': 0.2, 'blocks': 2}}
 
 #: the two instruments' variants (metric ``step_latency``)
 TIMER = "timer_blocked_autorange"
@@ -70,10 +99,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     samples of the project's synchronized helper, the two taken in turns over rounds.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, box_strip, new_figure, samples_of
+    from perflab.kit.figures import add_note, box_strip, new_figure, samples_of
 
     r = rows[rows.experiment == EID]
-    fig, (ax,) = new_figure(EID, r, width=7.5)
+    fig, (ax,) = new_figure(ENTRY, r, width=7.5)
     data = samples_of(samples, EID, [TIMER, HELPER])
     per_run = pick(r, TIMER, NUMBER_PER_RUN, "value")
     labels = {
@@ -106,10 +135,10 @@ AGREE_PCT = 5
        "bootstrap of both series); Timer IQR < helper IQR, decided by the 95% interval of "
        "their ratio (block bootstrap of both series); each part judged alone")
 def _timer_agrees(ev):
-    t, h = ev.value(EID, TIMER, "step_latency"), ev.value(EID, HELPER, "step_latency")
-    ti = ev.value(EID, TIMER, "step_latency", "iqr")
-    hi = ev.value(EID, HELPER, "step_latency", "iqr")
-    both = [[(EID, TIMER, "step_latency")], [(EID, HELPER, "step_latency")]]
+    t, h = ev.value(EID, TIMER, STEP_LATENCY), ev.value(EID, HELPER, STEP_LATENCY)
+    ti = ev.value(EID, TIMER, STEP_LATENCY, "iqr")
+    hi = ev.value(EID, HELPER, STEP_LATENCY, "iqr")
+    both = [[(EID, TIMER, STEP_LATENCY)], [(EID, HELPER, STEP_LATENCY)]]
     # two parts, each judged alone: the medians' agreement, and the IQRs' ratio (each
     # instrument's spread as it reports it, the Timer's of block means): an IQR is itself
     # an estimate, and 64 block means against 400 calls leave an ordering of two close IQRs

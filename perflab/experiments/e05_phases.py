@@ -1,7 +1,7 @@
 """E05 · Localize: where does the training step's time go, phase by phase?
 
 ``scripts/e05_phases.py`` brackets the step into the seven phases of
-:data:`perflab.vocabulary.PHASES` and times each with the device synchronized at every
+:data:`perflab.core.names.PHASES` and times each with the device synchronized at every
 boundary (each phase charged for its own work) and with the same brackets
 unsynchronized (the first host read absorbs the backlog), beside the uninstrumented
 step. This module names the rows it writes and reads them back: the table, the figure,
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab import ab
-from perflab.claims import (
+from perflab.core.names import PHASES, STEP_LATENCY
+from perflab.instruments import ab
+from perflab.kit.claims import (
     Absent,
     Decision,
     Evidence,
@@ -32,10 +33,9 @@ from perflab.claims import (
     own_interval,
     pct,
 )
-from perflab.claims import phase_shares as shares_of
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
-from perflab.vocabulary import PHASES
+from perflab.kit.claims import phase_shares as shares_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -50,7 +50,27 @@ ENTRY = Experiment(
     cpu_behaviour="host-to-device is a no-op copy and sync is a no-op: no backlog to absorb",
     report_section="4 · Localize: decompose the step",
     claims_read_samples=True,
+    diagnosis=("cpu", "cuda"),
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E05``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# calls per series; null: timing.repeats (perflab diagnose: 100)
+repeats:
+  description: "calls per series (null: timing.repeats); perflab diagnose takes 100, enough for the phase shares' medians"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+# the phased and the uninstrumented steps in turn, AB|BA: C11 compares them
+blocks:
+  description: >-
+    blocks the phased and the uninstrumented steps alternate in (AB, BA, ...), so a
+    drift of the machine lands on both
+  type: integer
+  minimum: 1
+  default: 10
+"""
 
 #: variant prefixes: each phase timed with the device synchronized at every boundary
 #: (``sync/forward``), and the same brackets with no sync (``nosync/forward``)
@@ -65,15 +85,15 @@ SUM_MINUS_TOTAL = "sum_minus_total"
 #: one phase's time per step (ms), and its share of the sum of the phase medians (%)
 PHASE_TIME = "phase_time"
 PHASE_SHARE = "phase_share"
-#: how many times a phase's hooks fired per step (perflab.phases): a phase the step never
+#: how many times a phase's hooks fired per step (perflab.instruments.phases): a phase the step never
 #: entered, or entered twice, shows here
 ENTRIES_PER_STEP = "entries_per_step"
 #: where the step's batches came from, as every row's window names it: the workload's own
 #: loader (input wait is then the loader's), or one batch served from host memory
 FED_BY_LOADER, SERVED_BATCH = "the workload's loader", "one batch served from the host"
-#: the metric of SUM_MINUS_TOTAL as % of the uninstrumented median (perflab.ab's name for a
+#: the metric of SUM_MINUS_TOTAL as % of the uninstrumented median (perflab.instruments.ab's name for a
 #: difference relative to its baseline)
-STEP_LATENCY_REL = "step_latency" + ab.REL
+STEP_LATENCY_REL = STEP_LATENCY + ab.REL
 
 
 def phase_share_row(phase: str) -> tuple[str, str, str, str]:
@@ -126,10 +146,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # plotting is imported here, not above: timing jobs import this module
     import seaborn as sns
 
-    from perflab.figures import add_note, bar_cell, draw_bars, new_figure, num
+    from perflab.kit.figures import add_note, bar_cell, draw_bars, new_figure, num
 
     r = rows[rows.experiment == EID]
-    fig, (ax, ax2) = new_figure(EID, r, ncols=2, width=12.0,
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0,
                                 gridspec_kw={"width_ratios": [3, 1]})
     phases = list(PHASES)
     notes = draw_bars(ax, phases, {
@@ -235,7 +255,7 @@ def _phase_sum_close(ev):
     # the phases' samples share their steps; interleaved in blocks with them, the
     # uninstrumented step's sample i lies in sample i's block: one group, resampled together
     # (a run from before: it ran after them, resampled apart)
-    total = (EID, UNINSTRUMENTED_TOTAL, "step_latency")
+    total = (EID, UNINSTRUMENTED_TOTAL, STEP_LATENCY)
     together = ev.maybe(EID, UNINSTRUMENTED_TOTAL, INTERLEAVED_BLOCKS, "value") is not None
     groups = ([[*map(_phase_series, phases), total]] if together
               else [[_phase_series(p) for p in phases], [total]])

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import claim, interval_part, judge_parts, medians, pct
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.core.names import STEP_LATENCY
+from perflab.kit.claims import claim, interval_part, judge_parts, medians, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -31,17 +32,23 @@ ENTRY = Experiment(
     "localize",
     cpu_behaviour="wall clock only; CUDA events and host submission rows unsupported",
     report_section="5 · Two instruments",
-    claims_read_samples=True,  # C14: the host-exposed share by its own interval
+    claims_read_samples=True,  # C14: the host-exposed share by its own interval,
+    diagnosis=("cuda",),
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E06``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = ""  # none: it measures at the run's own timing and workload
 
 
 #: (variant, metric) of each instrument's per-call series
-WALL = ("wall_clock", "step_latency")  # drained before, synchronized after: the helper's boundary
-#: CUDA events with the device kept ahead of the host (perflab.timing.time_wall_and_device)
+WALL = ("wall_clock", STEP_LATENCY)  # drained before, synchronized after: the helper's boundary
+#: CUDA events with the device kept ahead of the host (perflab.instruments.timing.time_wall_and_device)
 DEVICE = ("cuda_events_device_ahead", "device_time")
 #: CUDA events recorded into an idle stream around the wall calls: submission to completion
 IDLE_EVENTS = ("cuda_events_idle_stream", "event_elapsed")
-SUBMISSION = ("host_submission", "step_latency")  # host ms per call in a free-running loop
+SUBMISSION = ("host_submission", STEP_LATENCY)  # host ms per call in a free-running loop
 #: wall - device time, per pair of neighbouring calls: the step's time the device is not busy
 HOST_EXPOSED = ("wall_minus_device", "host_exposed")
 #: 100 x median host-exposed / median wall (%)
@@ -87,9 +94,9 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     status and reason instead of drawn.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, bar_cell, draw_bars, new_figure
+    from perflab.kit.figures import add_note, bar_cell, draw_bars, new_figure
     r = rows[rows.experiment == EID]
-    fig, (ax,) = new_figure(EID, r, width=7.5)
+    fig, (ax,) = new_figure(ENTRY, r, width=7.5)
     series = [WALL, DEVICE, IDLE_EVENTS, SUBMISSION]
     labels = ["wall clock", "device time", "events, idle stream", "host submission"]
     notes = draw_bars(ax, labels, {"median": [bar_cell(r, v, metric=m) for v, m in series]})

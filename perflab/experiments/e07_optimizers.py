@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab import ab
-from perflab.claims import (
+from perflab.core.names import STEP_LATENCY
+from perflab.instruments import ab
+from perflab.kit.claims import (
     NUMERICS_EXACT,
     Evidence,
     Part,
@@ -25,8 +26,8 @@ from perflab.claims import (
     pct,
     resolved,
 )
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,7 +42,24 @@ ENTRY = Experiment(
     report_section="6 · Intervene, remeasure",
 )
 
-#: the optimizers (names of :func:`perflab.optim.factory`); each isolated ``.step()`` is the
+#: its parameters (config key ``experiments.E07``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+optimizers:
+  description: optimizers whose isolated .step() is timed
+  type: array
+  items: {type: string, enum: [sgd, sgd_momentum, adamw_foreach, adamw_fused]}
+  minItems: 1
+  default: [sgd, sgd_momentum, adamw_foreach, adamw_fused]
+pair_blocks: {type: integer, minimum: 2, default: 12}
+pair_inner: {type: integer, minimum: 1, default: 30}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'pair_blocks': 2, 'pair_inner': 5}}
+
+#: the optimizers (names of :func:`perflab.instruments.optim.factory`); each isolated ``.step()`` is the
 #: variant of its name, metric OPTIMIZER_STEP
 SGD, SGD_MOMENTUM, FOREACH, FUSED = "sgd", "sgd_momentum", "adamw_foreach", "adamw_fused"
 OPTIMIZERS = (SGD, SGD_MOMENTUM, FOREACH, FUSED)
@@ -51,7 +69,7 @@ FUSED_VS_FOREACH = "fused_vs_foreach"
 MAX_ABS_DIFF = "max_abs_diff"
 PARAMETER_SCALE = "parameter_scale"
 UPDATE_SCALE = "update_scale"
-#: the full training step with each AdamW, as an interleaved pair (perflab.runner.Context.ab),
+#: the full training step with each AdamW, as an interleaved pair (perflab.pipeline.runner.Context.ab),
 #: and the pair's difference variant (fused - foreach)
 STEP_FOREACH, STEP_FUSED = f"step_{FOREACH}", f"step_{FUSED}"
 STEP_FUSED_MINUS_FOREACH = f"{STEP_FUSED}_minus_{STEP_FOREACH}"
@@ -78,7 +96,7 @@ def _pair_records(r: pd.DataFrame, a: str, b: str, label_a: str, label_b: str) -
     out.append({
         "measurement": f"{label_b} - {label_a}",
         "median_ms": pick(r, d, statistic="value"),
-        "change_pct": pick(r, d, "step_latency" + ab.REL, "value"),
+        "change_pct": pick(r, d, STEP_LATENCY + ab.REL, "value"),
         "wilcoxon_p": pick(r, d, ab.WILCOXON_P, "value"),
         "resolved": pick(r, d, ab.RESOLVED, "value"),
     })
@@ -112,10 +130,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     AdamW as an interleaved pair, block by block.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, bar_cell, draw_bars, new_figure, pair_blocks
+    from perflab.kit.figures import add_note, bar_cell, draw_bars, new_figure, pair_blocks
 
     r = rows[rows.experiment == EID]
-    fig, (ax, ax2) = new_figure(EID, r, ncols=2, width=12.0)
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0)
     opts = list(OPTIMIZERS)
     notes = draw_bars(ax, opts, {"median": [bar_cell(r, o, metric=OPTIMIZER_STEP) for o in opts]})
     ax.set_ylabel("isolated .step(), median ms (error bar: p25..p75)")
@@ -180,8 +198,8 @@ def _optimizer_order(ev):
        tolerance="fused - foreach < 0, resolved by the pair's significance test")
 def _full_step_fused(ev):
     d = STEP_FUSED_MINUS_FOREACH
-    rel = ev.value(EID, d, "step_latency" + ab.REL, "value")
-    diff = ev.value(EID, d, "step_latency", "value")
+    rel = ev.value(EID, d, STEP_LATENCY + ab.REL, "value")
+    diff = ev.value(EID, d, STEP_LATENCY, "value")
     return judge(rel < 0, f"{diff:+.3f} ms ({pct(rel)})",
                  is_resolved=resolved(ev, EID, d, diff),
                  mechanism="the optimizer is too small a share of this step for the fused kernel "

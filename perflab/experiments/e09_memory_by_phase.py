@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import BYTES_EXACT, Unmeasured, claim, holds
-from perflab.experiments import Experiment
-from perflab.tables import NOT_RUN, Missing, make_table, pick, rows_of
-from perflab.vocabulary import STEP_PHASES
+from perflab.core.names import STEP_PHASES
+from perflab.kit.claims import BYTES_EXACT, Unmeasured, claim, holds
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import NOT_RUN, Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,6 +27,30 @@ ENTRY = Experiment(
     "the measured steps, and the persistent breakdown by tensor accounting",
     report_section="8 · Where memory goes",
 )
+
+#: its parameters (config key ``experiments.E09``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+steady_step:
+  description: the steady step read beside step 1 (the chapter reads step 3)
+  type: integer
+  minimum: 2
+  default: 3
+# also the escalation job: a memory snapshot rendered to HTML (CUDA)
+snapshot:
+  description: also run the escalation job (a CUDA memory snapshot rendered to HTML)
+  type: boolean
+  default: true
+snapshot_steps:
+  description: training steps recorded by the memory snapshot
+  type: integer
+  minimum: 1
+  default: 3
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'snapshot_steps': 2}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -152,10 +176,10 @@ def _step_record(r: pd.DataFrame, step: str, rss: bool) -> dict:
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Allocated after each phase, cold and steady, with each step's peak; the persistent parts."""
-    from perflab.figures import new_figure  # plotting imported here: timing jobs import this
+    from perflab.kit.figures import new_figure  # plotting imported here: timing jobs import this
 
     r = rows[rows.experiment == "E09"]
-    fig, (ax, ax2) = new_figure("E09", r, ncols=2, width=12.5,
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.5,
                                  gridspec_kw={"width_ratios": [1.6, 1]})
     _draw_boundaries(ax, r)
     _draw_persistent(ax2, r)
@@ -166,7 +190,7 @@ def _draw_boundaries(ax, r: pd.DataFrame) -> None:
     """Left panel: allocated after each phase of each step, its peak as a dashed line."""
     import seaborn as sns
 
-    from perflab.figures import add_note, num
+    from perflab.kit.figures import add_note, num
 
     notes = []
     xs = np.arange(len(BOUNDARIES))
@@ -202,7 +226,7 @@ def _draw_persistent(ax, r: pd.DataFrame) -> None:
     """Right panel: the persistent parts after the steady step, stacked."""
     import seaborn as sns
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     bottom, notes = 0.0, []
     colours = sns.color_palette(n_colors=len(PERSISTENT_PARTS))

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import BYTES_EXACT, claim, holds, pct
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, numbered_variants, pick, rows_of
-from perflab.vocabulary import OOM_VERDICTS
+from perflab.core.names import OOM_VERDICTS
+from perflab.kit.claims import BYTES_EXACT, claim, holds, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, numbered_variants, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -30,6 +30,35 @@ ENTRY = Experiment(
     "tensor accounting, RSS across repeated steps) is measured",
     report_section="9 · OOM decomposition",
 )
+
+#: its parameters (config key ``experiments.E10``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 12 GiB, of which the display held ~2.6 GiB before any experiment ran
+budget_gib:
+  description: the emulated card's free memory (a per-process memory fraction of the GPU; 12 GiB less the ~2.6 GiB the chapter's display held, as E18)
+  type: number
+  exclusiveMinimum: 0
+  default: 9.4
+# evidence: the peak at two batch sizes
+batches:
+  description: the two batch sizes whose peaks are compared (smaller first)
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 2
+  maxItems: 2
+  default: [8, 32]
+# repeated identical steps: flat or climbing allocated
+steps:
+  description: repeated identical steps per batch size (flat or climbing allocated)
+  type: integer
+  minimum: 3
+  default: 4
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batches': [4, 8], 'steps': 3}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -60,7 +89,7 @@ def growth_metric(instrument: str) -> str:
 
 
 def diagnosis_variant(verdict: str) -> str:
-    """The row of one of :data:`perflab.memory.OOM_VERDICTS`."""
+    """The row of one of :data:`perflab.instruments.memory.OOM_VERDICTS`."""
     return f"diagnosis/{verdict}"
 
 
@@ -114,10 +143,10 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The OOM's evidence: peak at two batch sizes against persistent state and the budget."""
-    from perflab.figures import new_figure  # plotting imported here: timing jobs import this
+    from perflab.kit.figures import new_figure  # plotting imported here: timing jobs import this
 
     r = rows[rows.experiment == "E10"]
-    fig, (ax, ax2) = new_figure("E10", r, ncols=2, width=12.0)
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0)
     batches = numbered_variants(r, BATCH_PREFIX)
     rss = (r.metric == PEAK_RSS).any()
     _draw_peaks(ax, r, batches, rss)
@@ -129,7 +158,7 @@ def _draw_peaks(ax, r: pd.DataFrame, batches: list[str], rss: bool) -> None:
     """Left panel: each batch's peak against persistent state and the budget."""
     import seaborn as sns
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     notes = []
     for x, v in enumerate(batches):
@@ -164,7 +193,7 @@ def _draw_series(ax, r: pd.DataFrame, samples: pd.DataFrame, batches: list[str],
     """Right panel: memory after each repeated step (flat or climbing), and the diagnosis."""
     from matplotlib.ticker import MaxNLocator
 
-    from perflab.figures import add_note, num
+    from perflab.kit.figures import add_note, num
 
     series = samples[(samples.experiment == "E10") & samples.metric.str.endswith(AFTER_STEP)]
     for v in batches:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import BYTES_EXACT, Absent, Evidence, claim, holds
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.claims import BYTES_EXACT, Absent, Evidence, claim, holds
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -25,6 +25,21 @@ ENTRY = Experiment(
     "the retained graph's saved-tensor bytes are counted on both devices",
     report_section="10 · The accumulating branch",
 )
+
+#: its parameters (config key ``experiments.E11``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+iterations: {type: integer, minimum: 2, default: 60}
+every:
+  description: read the memory every this many iterations
+  type: integer
+  minimum: 1
+  default: 10
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'iterations': 60, 'every': 10}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -116,10 +131,10 @@ LOOP_LABELS = {RETAINED_GRAPH: "kept.append(metric) (graph kept)",
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The leak plot: memory after every iteration, three variants; the retained graph's bytes."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, new_figure, num
+    from perflab.kit.figures import add_note, new_figure, num
 
     r = rows[rows.experiment == "E11"]
-    fig, (ax, ax2) = new_figure("E11", r, ncols=2, width=12.0)
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0)
     s = samples[samples.experiment == "E11"]
     instrument = s.metric.iloc[0] if not s.empty else ALLOCATED
     notes = []

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import BYTES_EXACT, Part, claim, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.claims import BYTES_EXACT, Part, claim, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -25,6 +25,20 @@ ENTRY = Experiment(
     "around the same large tensor is measured instead",
     report_section="11 · Allocated, reserved and the third number",
 )
+
+#: its parameters (config key ``experiments.E12``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+big_mib:
+  description: size of the large transient tensor
+  type: integer
+  minimum: 1
+  default: 400
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'big_mib': 16}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -61,10 +75,10 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The counters at each state: allocated, reserved, max reserved, NVML (CPU: RSS)."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, draw_bars, new_figure
+    from perflab.kit.figures import add_note, draw_bars, new_figure
 
     r = rows[rows.experiment == "E12"]
-    fig, (ax,) = new_figure("E12", r, width=10.0)
+    fig, (ax,) = new_figure(ENTRY, r, width=10.0)
     counters = [m for m in COUNTERS if ((r.metric == m) & (r.status == "ok")).any()]
     series = {}
     for m in counters:

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab import ab
-from perflab.claims import (
+from perflab.core.names import STEP_LATENCY
+from perflab.instruments import ab
+from perflab.kit.claims import (
     NUMERICS_EXACT,
     Evidence,
     Part,
@@ -22,8 +23,8 @@ from perflab.claims import (
     pct,
     resolved,
 )
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -38,6 +39,26 @@ ENTRY = Experiment(
     report_section="12 · The synchronization tax",
 )
 
+#: its parameters (config key ``experiments.E13``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 48 block pairs (24 before, ~8 s more on the H200): the small step's tax there read
+# +2.7% with a Wilcoxon p of 0.27 over 12 pairs, then +3.7% and +2.2% (p 0.016 and
+# 0.037) over 24, undecided in both runs of each pair
+blocks: {type: integer, minimum: 2, default: 48}
+inner: {type: integer, minimum: 1, default: 30}
+running_mean_steps:
+  description: training steps over which the logged running mean is compared
+  type: integer
+  minimum: 2
+  default: 100
+log_every: {type: integer, minimum: 1, default: 50}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 2, 'inner': 5, 'running_mean_steps': 10, 'log_every': 5}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the two A/B pairs: variant prefix -> label
@@ -46,10 +67,10 @@ PAIRS = ((CONTROLLED, "controlled step"), (SMALL, "small fast step"))
 #: the two sides of each pair: A, no host read; B, loss.item() after every step
 NONE, ITEM_EVERY = "none", "item_every"
 
-STEP_LATENCY = "step_latency"  # each side's ms per step, from free-running stretches
+# each side's ms per step, from free-running stretches: STEP_LATENCY (perflab.core.names)
 #: each side's examples/s, and as % of the side with no host read (100 = no change)
 THROUGHPUT, THROUGHPUT_PCT_OF_NONE = "throughput", "throughput_pct_of_none"
-#: the pair's difference B - A under "<prefix>/tax", in perflab.ab's names: TAX (ms), TAX_REL
+#: the pair's difference B - A under "<prefix>/tax", in perflab.instruments.ab's names: TAX (ms), TAX_REL
 #: (%), ab.BLOCK_SPREAD, ab.RESOLVED
 TAX = "tax"
 TAX_REL = f"{TAX}{ab.REL}"
@@ -157,10 +178,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     zero.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows[rows.experiment == "E13"]
-    fig, axes = new_figure("E13", r, ncols=2, width=12.0)
+    fig, axes = new_figure(ENTRY, r, ncols=2, width=12.0)
     for ax, (prefix, label) in zip(axes, PAIRS):
         _draw_pair(ax, r, samples, prefix, label)
     diff = pick(r, RUNNING_MEAN, MAX_ABS_DIFF, "value")
@@ -179,7 +200,7 @@ def _draw_pair(ax, r: pd.DataFrame, samples: pd.DataFrame, prefix: str, label: s
     import seaborn as sns
     from matplotlib.ticker import FixedLocator, FuncFormatter
 
-    from perflab.figures import add_note, block_series
+    from perflab.kit.figures import add_note, block_series
 
     colours = sns.color_palette(n_colors=2)
     notes, drawn = [], False

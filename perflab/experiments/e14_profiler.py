@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import (
+from perflab.core.names import STEP_LATENCY
+from perflab.experiments import e05_phases
+from perflab.kit.claims import (
     Absent,
     Evidence,
     Part,
@@ -22,8 +24,8 @@ from perflab.claims import (
     pct,
     resolved,
 )
-from perflab.experiments import Experiment, e05_phases
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -38,11 +40,34 @@ ENTRY = Experiment(
     report_section="13 · The profiler localizes",
 )
 
+#: its parameters (config key ``experiments.E14``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+wait: {type: integer, minimum: 0, default: 5}
+warmup: {type: integer, minimum: 0, default: 5}
+active: {type: integer, minimum: 1, default: 10}
+top_ops: {type: integer, minimum: 1, default: 10}
+# sessions, each between two unprofiled blocks: one session's 10 steps against 400
+# unprofiled read -11% and +10% in two runs of one CPU (a session lands in a fast or a
+# slow stretch as a whole); six paired sessions give C33 the A/B judgement
+sessions:
+  description: >-
+    profiling sessions, each bracketed by unprofiled calls (timing.repeats
+    split among the brackets): C33 is their paired difference, judged as an
+    A/B against C00's floor (the Wilcoxon test needs 6 to resolve anything)
+  type: integer
+  minimum: 1
+  default: 6
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'wait': 1, 'warmup': 1, 'active': 2, 'top_ops': 5, 'sessions': 2}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the same step timed unprofiled, then over the profiler's active steps, and the difference
 UNPROFILED, PROFILED, PROFILER_OVERHEAD = "unprofiled", "profiled", "profiler_overhead"
-STEP_LATENCY = "step_latency"
 #: ms, and % of the unprofiled median (the A/B writer names the second: OVERHEAD + ab.REL)
 OVERHEAD, OVERHEAD_REL = "overhead", "overhead_rel"
 #: one variant per record_function range ("range:<phase>") and per top operator ("op:<name>")
@@ -121,10 +146,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     and never time the real step.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows[rows.experiment == "E14"]
-    fig, (left, right) = new_figure("E14", r, ncols=2, width=12.5,
+    fig, (left, right) = new_figure(ENTRY, r, ncols=2, width=12.5,
                                      gridspec_kw={"width_ratios": [1, 1.4]})
     _draw_ranges(left, r)
     _draw_ops(right, r)
@@ -142,7 +167,7 @@ def _draw_ranges(ax, r: pd.DataFrame) -> None:
     """Left panel: each range's device and host time, side by side."""
     import seaborn as sns
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     ranges = _ranges(r)
     names = [v.removeprefix(RANGE_PREFIX) for v in ranges]
@@ -178,7 +203,7 @@ def _draw_ops(ax, r: pd.DataFrame) -> None:
     """Right panel: the top operators by self time."""
     import seaborn as sns
 
-    from perflab.figures import add_note
+    from perflab.kit.figures import add_note
 
     ops = r[r.variant.str.startswith(OP_PREFIX) & (r.status == "ok")]
     if ops.empty:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Evidence, Part, against_floor, claim, judge, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
+from perflab.kit.claims import Absent, Evidence, Part, against_floor, claim, judge, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -25,6 +25,41 @@ ENTRY = Experiment(
     "peak RSS (VmHWM) of a fresh process per variant",
     report_section="14 · Mixed precision",
 )
+
+#: its parameters (config key ``experiments.E15``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+batches:
+  description: batch sizes at which every precision is timed and its peak measured
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [256, 2048]
+precisions:
+  description: fp32 (no autocast), fp16 (autocast + GradScaler), bf16 (autocast)
+  type: array
+  items: {type: string, enum: [fp32, fp16, bf16]}
+  minItems: 1
+  uniqueItems: true
+  default: [fp32, fp16, bf16]
+# training steps whose losses must all be finite
+finite_steps: {type: integer, minimum: 1, default: 100}
+# round-robin blocks (every precision once per block, rotating order)
+blocks: {type: integer, minimum: 1, default: 6}
+# synchronized calls per variant per block
+inner: {type: integer, minimum: 1, default: 20}
+# untimed calls of each precision before the blocks; null: timing.warmup
+warmup:
+  description: "untimed calls of each precision before the round robin; null: timing.warmup"
+  oneOf: [{type: "null"}, {type: integer, minimum: 0}]
+  default: null
+# steps of one variant alone for its peak memory (optimizer state included)
+peak_calls: {type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batches': [8, 32], 'finite_steps': 10, 'blocks': 2, 'inner': 3, 'peak_calls': 2}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -42,7 +77,7 @@ LOSS_ABS_DIFF, GRAD_NORM_REL_DIFF = "loss_abs_diff", "grad_norm_rel_diff"
 PARAM_MAX_ABS_DIFF, PARAMETER_SCALE = "param_max_abs_diff", "parameter_scale"
 #: training steps from the initial state (finite/<precision>): how many losses were finite
 FINITE_LOSSES, FINAL_LOSS = "finite_losses", "final_loss"
-#: b<batch>/<precision>, beside perflab.interventions' round-robin and peak rows: the
+#: b<batch>/<precision>, beside perflab.instruments.interventions' round-robin and peak rows: the
 #: median step and the peak alone as % of fp32's at that batch
 TIME_PCT_OF_FP32, MEMORY_PCT_OF_FP32 = "time_pct_of_fp32", "memory_pct_of_fp32"
 
@@ -122,13 +157,13 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """AMP bars at each batch size: time and peak memory of fp16 and bf16 as % of fp32."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import pct_panels
+    from perflab.kit.figures import pct_panels
 
     precisions = precisions_run(rows)
     groups = [(f"batch {b}", [batch_variant(b, p) for p in precisions], list(precisions),
                batch_variant(b, FP32))
               for b in prefixed_numbers(rows_of(ENTRY.eid, rows), BATCH_PREFIX)]
-    return pct_panels(ENTRY.eid, rows, groups)
+    return pct_panels(ENTRY, rows, groups)
 
 
 # ------------------------------------------------------------------ claims

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Part, against_floor, claim, judge_parts, pct
-from perflab.experiments import Experiment
-from perflab.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
+from perflab.kit.claims import Absent, Part, against_floor, claim, judge_parts, pct
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import largest, make_table, peak_metric, pick, prefixed_numbers, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -24,6 +24,28 @@ ENTRY = Experiment(
     cpu_behaviour="peak RSS (VmHWM) of a fresh process per variant; scaled batches",
     report_section="15 · Activation checkpointing",
 )
+
+#: its parameters (config key ``experiments.E16``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+batches:
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [256, 4096]
+blocks: {type: integer, minimum: 1, default: 6}
+inner: {type: integer, minimum: 1, default: 20}
+# untimed calls of each variant before the blocks; null: timing.warmup
+warmup:
+  description: "untimed calls of each variant before the round robin; null: timing.warmup"
+  oneOf: [{type: "null"}, {type: integer, minimum: 0}]
+  default: null
+peak_calls: {type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batches': [8, 64], 'blocks': 2, 'inner': 3, 'peak_calls': 2}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -41,7 +63,7 @@ LOSS, GRAD_NORM = "loss", "grad_norm"
 #: gradient scale (mean |g|) it is set against
 LOSS_ABS_DIFF, GRAD_NORM_ABS_DIFF = "loss_abs_diff", "grad_norm_abs_diff"
 GRAD_MAX_ABS_DIFF, GRAD_SCALE = "grad_max_abs_diff", "grad_scale"
-#: beside perflab.interventions' round-robin and peak rows: the median step as % of
+#: beside perflab.instruments.interventions' round-robin and peak rows: the median step as % of
 #: normal's, and (checkpointed) the peak memory saved and the peak as % of normal's
 TIME_PCT_OF_NORMAL = "time_pct_of_normal"
 MEMORY_SAVED, MEMORY_PCT_OF_NORMAL = "memory_saved", "memory_pct_of_normal"
@@ -100,12 +122,12 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Checkpointing at each batch size: time and peak memory as % of the normal step."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import pct_panels
+    from perflab.kit.figures import pct_panels
 
     groups = [(f"batch {b}", [batch_variant(b, v) for v in VARIANTS], list(VARIANTS),
                batch_variant(b, NORMAL))
               for b in prefixed_numbers(rows_of(ENTRY.eid, rows), BATCH_PREFIX)]
-    return pct_panels(ENTRY.eid, rows, groups, width=10.0)
+    return pct_panels(ENTRY, rows, groups, width=10.0)
 
 
 # ------------------------------------------------------------------ claims

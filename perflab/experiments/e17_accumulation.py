@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import Absent, Part, claim, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import largest, make_table, numbered_variants, peak_metric, pick, rows_of
+from perflab.kit.claims import Absent, Part, claim, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import largest, make_table, numbered_variants, peak_metric, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,6 +27,31 @@ ENTRY = Experiment(
     report_section="16 · Gradient accumulation",
 )
 
+#: its parameters (config key ``experiments.E17``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# the full batch the accumulated gradient is compared with
+batch: {type: integer, minimum: 1, default: 4096}
+ks:
+  description: micro-batch counts; each must divide the batch
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [1, 2, 4, 8]
+blocks: {type: integer, minimum: 1, default: 6}
+inner: {type: integer, minimum: 1, default: 10}
+# untimed calls of each K before the blocks; null: timing.warmup
+warmup:
+  description: "untimed calls of each K before the round robin; null: timing.warmup"
+  oneOf: [{type: "null"}, {type: integer, minimum: 0}]
+  default: null
+peak_calls: {type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'batch': 64, 'blocks': 2, 'inner': 3, 'peak_calls': 2}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: each K's variant is k<K>; K=1 (one pass over the full batch) is the baseline
@@ -35,7 +60,7 @@ K_PREFIX = "k"
 #: K > 1 against one pass over the full batch, from identical state: the largest gradient
 #: difference beside the gradient's mean |g| and its largest element |g|
 GRAD_MAX_ABS_DIFF, GRAD_SCALE, GRAD_MAX = "grad_max_abs_diff", "grad_scale", "grad_max"
-#: beside perflab.interventions' round-robin and peak rows: each K's micro-batch size, its
+#: beside perflab.instruments.interventions' round-robin and peak rows: each K's micro-batch size, its
 #: median step and its peak alone as % of K=1's
 MICRO_BATCH = "micro_batch"
 TIME_PCT_OF_K1, MEMORY_PCT_OF_K1 = "time_pct_of_k1", "memory_pct_of_k1"
@@ -92,12 +117,12 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Accumulation: time and peak memory against K, as % of K=1, one panel."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import pct_panels
+    from perflab.kit.figures import pct_panels
 
     ks = numbered_variants(rows_of(ENTRY.eid, rows), K_PREFIX)
     groups = [("one optimizer step over the full batch", ks, [f"K={k_of(k)}" for k in ks],
                BASELINE)] if ks else []
-    return pct_panels(ENTRY.eid, rows, groups, width=8.0)
+    return pct_panels(ENTRY, rows, groups, width=8.0)
 
 
 # ------------------------------------------------------------------ claims

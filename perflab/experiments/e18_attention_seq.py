@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import BYTES_EXACT, Absent, Part, claim, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import (
+from perflab.kit.claims import BYTES_EXACT, Absent, Part, claim, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import (
     NOT_RUN,
     Missing,
     largest,
@@ -40,6 +40,32 @@ ENTRY = Experiment(
     report_section="17 · Sequence length",
 )
 
+#: its parameters (config key ``experiments.E18``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# the chapter's 256..4096, and one step beyond
+seqs:
+  description: sequence lengths T
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [256, 512, 1024, 2048, 4096, 8192]
+warmup: {type: integer, minimum: 0, default: 5}
+repeats: {type: integer, minimum: 1, default: 20}
+peak_calls: {type: integer, minimum: 1, default: 2}
+# the chapter's card: 12 GiB, of which the display held ~2.6 GiB before any experiment
+# ran; the allocator is capped at what was left (CUDA only, set_per_process_memory_fraction)
+budget_gib:
+  description: CUDA allocator cap emulating the chapter's card (GiB)
+  type: number
+  exclusiveMinimum: 0
+  default: 9.4
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'seqs': [16, 32], 'warmup': 1, 'repeats': 3, 'peak_calls': 1}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the two implementations; each sequence length's variants are T<T>/<impl>
@@ -48,7 +74,7 @@ IMPLS = (MANUAL, SDPA)
 SEQ_PREFIX = "T"
 COMPARISON = f"{SDPA}_vs_{MANUAL}"
 
-#: T<T>/<impl>: forward + backward, synchronized and warmed (and perflab.interventions'
+#: T<T>/<impl>: forward + backward, synchronized and warmed (and perflab.instruments.interventions'
 #: peak rows of the implementation alone)
 FWD_BWD_LATENCY = "fwd_bwd_latency"
 #: T<T>/sdpa_vs_manual: agreement after one forward + backward on identical q/k/v, and the
@@ -128,11 +154,11 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     that T on both panels instead of a point.
     """
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows_of(ENTRY.eid, rows)
     title_rows = r[r.variant.str.endswith("/" + MANUAL)]
-    fig, axes = new_figure(ENTRY.eid, title_rows if not title_rows.empty else r, ncols=2,
+    fig, axes = new_figure(ENTRY, title_rows if not title_rows.empty else r, ncols=2,
                            width=12.0)
     seqs = prefixed_numbers(r, SEQ_PREFIX)
     peak = peak_metric(r)
@@ -180,7 +206,7 @@ def _seq_axes(ax: "Axes", seqs: list[int], ylabel: str, drawn: list[float]) -> N
     """Log2 T against a log y axis, with minor labels when ``drawn`` spans under a decade."""
     from matplotlib.ticker import FuncFormatter
 
-    from perflab.figures import log2_x
+    from perflab.kit.figures import log2_x
 
     if seqs:
         log2_x(ax, seqs)

@@ -2,20 +2,21 @@
 GEMM-bound MLP and a large speedup on the pointwise chain, beyond the noise of an interleaved
 eager/compiled pair, with the outputs unchanged? Measured by scripts/e19_compile_ab.py.
 
-The eager/compiled pair's names are defined here, and perflab.compiling writes them for
+The eager/compiled pair's names are defined here, and perflab.instruments.compiling writes them for
 E19 and E20 alike.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from perflab import ab
-from perflab.claims import Decision, Evidence, Part, ab_against, claim, judge_parts
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.instruments import ab
+from perflab.kit.claims import Decision, Evidence, Part, ab_against, claim, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -30,12 +31,26 @@ ENTRY = Experiment(
     report_section="18 · torch.compile",
 )
 
+#: its parameters (config key ``experiments.E19``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 24 block pairs, not 12 (~1 s more on the H200, whose MLP forward is ~1 ms): C40's MLP
+# read 1.11x [-17, -7.4%] over 12 pairs, then 1.39x, and an A/B of 24 pairs is held to
+# C00's floor for 24, not 12
+blocks: {type: integer, minimum: 2, default: 24}
+inner: {type: integer, minimum: 1, default: 30}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 2, 'inner': 3}}
+
 # ------------------------------------------------------------------ the names its script writes
 
 #: the two workloads: the controlled one (the chapter's GEMM-bound MLP) and the pointwise chain
 MLP, POINTWISE = "mlp", "pointwise"
 #: each workload's pair is <workload>/eager and <workload>/compiled, compared under
-#: <workload>/compiled_vs_eager (perflab.compiling.compare_with_eager)
+#: <workload>/compiled_vs_eager (compare_with_eager)
 EAGER, COMPILED = "eager", "compiled"
 COMPARISON = f"{COMPILED}_vs_{EAGER}"
 
@@ -115,11 +130,11 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Compile A/B: eager vs compiled block medians, one panel per workload."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, new_figure, num, pair_blocks
+    from perflab.kit.figures import add_note, new_figure, num, pair_blocks
 
     r = rows_of(ENTRY.eid, rows)
     names = workloads_run(r)
-    fig, axes = new_figure(ENTRY.eid, r, ncols=max(len(names), 1),
+    fig, axes = new_figure(ENTRY, r, ncols=max(len(names), 1),
                            width=6.0 * max(len(names), 1))
     for ax, name in zip(axes, names):
         pair_blocks(ax, samples, ENTRY.eid, side_variant(name, EAGER),
@@ -177,3 +192,39 @@ def _compile_split(ev):
              _speedup_beyond(ev, POINTWISE, POINTWISE_SPEEDUP_ABOVE),
              name="a large speedup on the pointwise chain",
              mechanism="Inductor's fusion does not pay on the pointwise chain here"))
+
+
+# ------------------------------------------------------------------ the recipe E19-E20 share
+
+
+def compare_with_eager(ctx, prefix: str, eager: Callable[[], Any],
+                       compiled: Callable[[], Any], batch_size: int,
+                       **kw: Any) -> dict[str, float]:
+    """Correctness, then the interleaved eager/compiled pair, then the speedup, as rows.
+
+    Variants ``<prefix>/eager``, ``<prefix>/compiled`` (its rows and samples
+    marked compiled) and ``<prefix>/compiled_vs_eager`` (max_abs_diff, speedup): the
+    names of :mod:`perflab.experiments.e19_compile_ab`.
+    Returns :meth:`Context.ab`'s medians: ``a`` eager, ``b`` compiled (ms).
+    """
+    from perflab.instruments import compiling, timing
+
+    p, t = ctx.params, ctx.timing
+    v = comparison_variant(prefix)
+    eager_v = side_variant(prefix, EAGER)
+    compiled_v = side_variant(prefix, COMPILED)
+    ctx.row(variant=v, metric=MAX_ABS_DIFF, value=compiling.max_abs_diff(compiled(), eager()),
+            unit="abs", n=1, execution="compiled",
+            window="one forward of each on the same input and state",
+            sync_boundary="outputs compared on the host", **kw)
+    res = timing.interleaved_ab(eager, compiled, blocks=p["blocks"], inner=p["inner"],
+                                warmup=t["warmup"], sync=ctx.sync)
+    window = f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}"
+    d = ctx.ab(res, a=eager_v, b=compiled_v, batch_size=batch_size,
+               window=window, metric=FORWARD_LATENCY, **kw)
+    compiling.mark_execution(ctx, compiled_v, "compiled")
+    ctx.row(variant=v, metric=SPEEDUP, value=d["a"] / d["b"], unit="x", statistic="median",
+            n=p["blocks"], execution="compiled", window=f"eager median / compiled median "
+            f"({window})", sync_boundary="synchronized at both ends of each call; blocks "
+            "interleaved AB/BA", **kw)
+    return {**d, "window": window}

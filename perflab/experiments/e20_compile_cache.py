@@ -13,17 +13,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perflab.claims import (
-    Decision,
-    Part,
-    ab_against,
-    against_process_floor,
-    claim,
-    judge_parts,
-    pct,
-    process_floor,
-)
-from perflab.experiments import Experiment
 from perflab.experiments.e19_compile_ab import (
     COMPILED,
     EAGER,
@@ -33,7 +22,18 @@ from perflab.experiments.e19_compile_ab import (
     comparison_variant,
     side_variant,
 )
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.claims import (
+    Decision,
+    Part,
+    ab_against,
+    against_process_floor,
+    claim,
+    judge_parts,
+    pct,
+    process_floor,
+)
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -46,7 +46,22 @@ ENTRY = Experiment(
     "interventions",
     workloads=("pointwise",),
     report_section="18 · torch.compile",
+    own_rules=True,
 )
+
+#: its parameters (config key ``experiments.E20``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# 36 block pairs, not 12 (under 1 s more on the H200, whose pointwise step is 0.14 ms;
+# ~13 s on the CPU): C41's cache-loaded vs fresh code read -4.7% [-17, -3.4] over 12 pairs
+# of 4 ms blocks, one pair at -22%, then -4.2% [-4.4, -3.6] (the pair at 5217a39)
+blocks: {type: integer, minimum: 2, default: 36}
+inner: {type: integer, minimum: 1, default: 30}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 2, 'inner': 3}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -163,10 +178,10 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """Compile break-even: cumulative time of N calls, eager vs compiled cold and warm."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows_of(ENTRY.eid, rows)
-    fig, (ax, ax2) = new_figure(ENTRY.eid, r, ncols=2, width=12.0)
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0)
     curves, notes = _curves(r)
     _break_even_panel(ax, r, curves, notes)
     if curves:
@@ -177,7 +192,7 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
 def _curves(r: pd.DataFrame) -> tuple[dict[str, tuple], list[str]]:
     """{phase: (first call s, compiled steady ms, break-even calls or None)}, and a note for
     each phase that cannot be drawn or never breaks even."""
-    from perflab.figures import num
+    from perflab.kit.figures import num
 
     notes, curves = [], {}
     for phase in CACHE_PHASES:
@@ -197,7 +212,7 @@ def _curves(r: pd.DataFrame) -> tuple[dict[str, tuple], list[str]]:
 def _break_even_panel(ax: "Axes", r: pd.DataFrame, curves: dict[str, tuple],
                       notes: list[str]) -> None:
     """Total time of N calls on log axes: each compiled curve, its break-even, and eager."""
-    from perflab.figures import add_note, num
+    from perflab.kit.figures import add_note, num
 
     eager = [num(pick(r, side_variant(ph, EAGER), FORWARD_LATENCY)) for ph in CACHE_PHASES]
     eager = [e for e in eager if e is not None]

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.claims import COUNTS_EXACT, Absent, Part, claim, holds, judge_parts
-from perflab.experiments import Experiment
 from perflab.experiments.e19_compile_ab import FIRST_CALL, FORWARD_LATENCY, MAX_ABS_DIFF
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.claims import COUNTS_EXACT, Absent, Part, claim, holds, judge_parts
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -26,6 +26,35 @@ ENTRY = Experiment(
     cpu_behaviour="same; reduce-overhead and max-autotune without CUDA graphs",
     report_section="21 · Article: recompilation",
 )
+
+#: its parameters (config key ``experiments.E21``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# the pointwise chain at this depth: short compiles, same lesson
+depth:
+  description: depth of the pointwise chain compiled here (short compiles)
+  type: integer
+  minimum: 1
+  default: 8
+# the first is the base shape, then each new one once
+batches:
+  description: batch sizes called in order; the first is the base shape
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 2
+  default: [256, 512, 128, 384]
+repeats: {type: integer, minimum: 1, default: 50}
+modes:
+  description: torch.compile modes timed at the base shape
+  type: array
+  items: {type: string, enum: [default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs]}
+  minItems: 1
+  default: [default, reduce-overhead, max-autotune]
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'depth': 2, 'batches': [8, 16, 4], 'repeats': 3}}
 
 # ------------------------------------------------------------------ the names its script writes
 
@@ -113,10 +142,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # plotting is imported here, not above: timing jobs import this module
     import seaborn as sns
 
-    from perflab.figures import add_note, log_if_wide, new_figure
+    from perflab.kit.figures import add_note, log_if_wide, new_figure
 
     r = rows_of(ENTRY.eid, rows)
-    fig, (ax,) = new_figure(ENTRY.eid, r, width=10.0)
+    fig, (ax,) = new_figure(ENTRY, r, width=10.0)
     values, labels, graphs = [], [], []
     notes = []
     for v in _cases(r):

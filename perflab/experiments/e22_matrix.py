@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -23,6 +23,22 @@ ENTRY = Experiment(
     cpu_behaviour="bfloat16 autocast; peak-memory rows unsupported",
     report_section="22 · Article: the benchmark matrix",
 )
+
+#: its parameters (config key ``experiments.E22``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# autocast dtype; float16 adds a GradScaler on CUDA
+amp_dtype:
+  description: autocast dtype of the AMP cells (float16 adds a GradScaler on CUDA)
+  type: string
+  enum: [bfloat16, float16]
+  default: bfloat16
+repeats: {type: integer, minimum: 1, default: 100}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'repeats': 3}}
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the article gives no testable finding for its matrix beyond recording all four "
@@ -67,10 +83,10 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The benchmark matrix: ms/step, examples/s and peak allocated for the four cells."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import add_note, bar_cell, draw_bars, new_figure
+    from perflab.kit.figures import add_note, bar_cell, draw_bars, new_figure
 
     r = rows_of(ENTRY.eid, rows)
-    fig, axes = new_figure(ENTRY.eid, r, ncols=3, width=14.0)
+    fig, axes = new_figure(ENTRY, r, ncols=3, width=14.0)
     cells = list(CELL_NAMES)
     notes = draw_bars(axes[0], cells, {"ms/step": [bar_cell(r, c) for c in cells]})
     axes[0].set_ylabel("ms per step, median (error bar: p25..p75)")

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab import ab
-from perflab.claims import Absent, claim, judge, pct, phase_shares, resolved
-from perflab.experiments import Experiment
-from perflab.tables import NOT_RUN, Missing, make_table, pick, rows_of
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASE_SHARE, PHASES, STEP_LATENCY, THROUGHPUT
+from perflab.instruments import ab
+from perflab.kit.claims import Absent, claim, judge, pct, phase_shares, resolved
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import NOT_RUN, Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -24,20 +24,37 @@ ENTRY = Experiment(
     "A worked pass: measure, localize, intervene (AdamW foreach to fused), remeasure",
     "localize",
     report_section="19 · A worked pass",
+    builds_the_contract=True,
 )
+
+#: its parameters (config key ``experiments.E25``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+blocks: {type: integer, minimum: 2, default: 12}
+inner: {type: integer, minimum: 1, default: 30}
+# calls of the baseline and of the localization; null: timing.repeats
+repeats:
+  description: "calls of the baseline and of the per-phase localization (null: timing.repeats)"
+  oneOf: [{type: "null"}, {type: integer, minimum: 1}]
+  default: null
+      # E19-E24
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'blocks': 2, 'inner': 5}}
 
 # ------------------------------------------------------------------ the names its script writes
 
-#: the two optimizers (perflab.optim factory names), each also the variant of its side
+#: the two optimizers (perflab.instruments.optim factory names), each also the variant of its side
 FOREACH, FUSED = "adamw_foreach", "adamw_fused"
 BASELINE = f"baseline_{FOREACH}"  # step 1: the baseline under the contract
 LOCALIZE_PREFIX = "localize/"  # step 2: one variant per phase of steps.PHASES
 FUSED_VS_FOREACH = "fused_vs_foreach"  # step 3: one step from identical state
 DIFFERENCE = f"{FUSED}_minus_{FOREACH}"  # step 4: the pair's difference (runner.Context.ab)
 
-STEP_LATENCY, THROUGHPUT, PHASE_SHARE = "step_latency", "throughput", "phase_share"
 MAX_ABS_DIFF, PARAMETER_SCALE = "max_abs_diff", "parameter_scale"
-#: the difference's rows in perflab.ab's names (STEP_LATENCY_REL, ab.RESOLVED), and the
+#: the difference's rows in perflab.instruments.ab's names (STEP_LATENCY_REL, ab.RESOLVED), and the
 #: throughput change the script writes beside them
 STEP_LATENCY_REL = f"{STEP_LATENCY}{ab.REL}"
 THROUGHPUT_REL = f"{THROUGHPUT}{ab.REL}"
@@ -94,10 +111,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # plotting is imported here, not above: timing jobs import this module
     import seaborn as sns
 
-    from perflab.figures import new_figure, num, pair_blocks
+    from perflab.kit.figures import new_figure, num, pair_blocks
 
     r = rows[rows.experiment == "E25"]
-    fig, (ax, ax2) = new_figure("E25", r, ncols=2, width=12.0)
+    fig, (ax, ax2) = new_figure(ENTRY, r, ncols=2, width=12.0)
     shares = [num(pick(r, localize_variant(ph), PHASE_SHARE, "value")) for ph in PHASES]
     ax.barh([ph for ph, v in zip(PHASES, shares) if v is not None],
             [v for v in shares if v is not None], color=sns.color_palette()[0])

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASES
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,7 +26,36 @@ ENTRY = Experiment(
     "diagnose",
     cpu_behaviour="host memcpy is the bandwidth ceiling; host-device copies unsupported",
     report_section="24 · Diagnosis: the roofline and the verdict",
+    diagnosis=("cpu", "cuda"),
 )
+
+#: its parameters (config key ``experiments.R01``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+matmul_sizes:
+  description: square matmul sizes n (n x n @ n x n) whose FLOP/s calibrate the compute ceiling
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [1024, 4096, 8192]
+dtypes:
+  description: matmul dtypes calibrated (the contract's dtype is always added)
+  type: array
+  items: {type: string, enum: [float32, bfloat16, float16]}
+  minItems: 1
+  default: [float32, bfloat16, float16]
+# device to device and pinned host <-> device copies
+copy_mib: {description: buffer size of the device's copy-bandwidth measurements (device to device, pinned host to and from the device), type: number, exclusiveMinimum: 0, default: 1024}
+# host memcpy: source + destination 512 MiB, beyond any cache
+host_copy_mib: {description: buffer size of the host memcpy (source and destination each; far above any last-level cache), type: number, exclusiveMinimum: 0, default: 256}
+# each timed sample repeats the op until it lasts about this long
+target_ms: {description: each timed sample repeats the op until it lasts about this long, type: number, exclusiveMinimum: 0, default: 5.0}
+repeats: {type: integer, minimum: 2, default: 30}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'matmul_sizes': [32, 64], 'dtypes': ['float32'], 'copy_mib': 1, 'host_copy_mib': 1, 'target_ms': 0.5, 'repeats': 5}}
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the roofline's ceilings and achieved fractions feed the diagnosis, whose verdict "
@@ -34,7 +63,7 @@ NO_CLAIMS = ("the roofline's ceilings and achieved fractions feed the diagnosis,
 
 # ------------------------------------------------------------------ the names its script writes
 
-#: the phases of the step that do device work, in step order: perflab.steps.PHASES without
+#: the phases of the step that do device work, in step order: perflab.instruments.steps.PHASES without
 #: waiting for input and logging (neither does device work to count)
 WORK_PHASES = tuple(ph for ph in PHASES if ph not in ("input_wait", "logging"))
 #: the groups R01 adds, each its members' work and medians summed
@@ -55,12 +84,16 @@ COPY_KINDS = ("host_memcpy", "device_to_device", "host_to_device", "device_to_ho
 CALL_TIME, PEAK_FLOPS, BANDWIDTH = "call_time", "peak_flops", "bandwidth"
 #: per phase/<phase>: its counted work (FLOPs, bytes, ATen ops) and median time
 FLOPS, BYTES, ATEN_OPS, PHASE_TIME = "flops", "bytes", "aten_ops", "phase_time"
-#: per phase (and the ridge point's intensity): perflab.roofline.fractions' rates and
-#: fractions (%) of the ceilings
-ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH = "achieved_flops", "achieved_bandwidth"
-ARITHMETIC_INTENSITY = "arithmetic_intensity"
-FLOPS_FRACTION, BANDWIDTH_FRACTION = "flops_fraction", "bandwidth_fraction"
-ROOFLINE_FRACTION = "roofline_fraction"
+#: per phase (and the ridge point's intensity): perflab.instruments.roofline.fractions' rates and
+#: fractions (%) of the ceilings, named by the instrument
+from perflab.core.names import (  # noqa: E402
+    ACHIEVED_BANDWIDTH,
+    ACHIEVED_FLOPS,
+    ARITHMETIC_INTENSITY,
+    BANDWIDTH_FRACTION,
+    FLOPS_FRACTION,
+    ROOFLINE_FRACTION,
+)
 
 
 def matmul_variant(dtype: str, n: int) -> str:
@@ -165,11 +198,11 @@ def _scaled(cell: Any, unit: float) -> Any:
 def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     """The measured roofline with the step's phases on it; each phase's fraction of the ceilings."""
     # plotting is imported here, not above: timing jobs import this module
-    from perflab.figures import new_figure
+    from perflab.kit.figures import new_figure
 
     r = rows_of(ENTRY.eid, rows)
     phase_rows = r[r.variant.str.startswith("phase/")]  # their contract line names the model
-    fig, (ax, ax2) = new_figure(ENTRY.eid, phase_rows if not phase_rows.empty else r, ncols=2,
+    fig, (ax, ax2) = new_figure(ENTRY, phase_rows if not phase_rows.empty else r, ncols=2,
                                 width=12.0)
     # the host-to-device copy does no FLOPs: it has no point on the roofline
     on_roof = [ph for ph in PHASES_AND_GROUPS if ph != "host_to_device"]
@@ -183,7 +216,7 @@ def _roofline_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
     counted FLOPs as points at their intensity."""
     import seaborn as sns
 
-    from perflab.figures import add_note, num
+    from perflab.kit.figures import add_note, num
 
     notes = []
     dtype = r.dtype.iloc[0] if not r.empty else "float32"
@@ -216,7 +249,7 @@ def _roofline_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
 
 def _fractions_panel(ax: "Axes", r: pd.DataFrame, phases: list[str]) -> None:
     """Each phase's achieved % of the FLOP and the bandwidth ceiling, as bars."""
-    from perflab.figures import add_note, draw_bars
+    from perflab.kit.figures import add_note, draw_bars
 
     def bar(phase, metric):
         cell = pick(r, phase_variant(phase), metric)

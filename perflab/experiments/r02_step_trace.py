@@ -5,7 +5,7 @@ training loop runs it: the host-device synchronizations per step, each located (
 operator, the frame that called it) with the host's blocked time; the device's busy time
 and its idle time split into waiting for data, waiting on a sync, waiting for the host to
 launch, and the rest, per phase, in ms per step. Measured by scripts/r02_step_trace.py
-(arithmetic in perflab/trace.py, frames from perflab/syncs.py); the diagnosis reads it.
+(arithmetic in perflab/instruments/trace.py, frames from perflab/instruments/syncs.py); the diagnosis reads it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.experiments import Experiment
-from perflab.tables import Missing, make_table, pick, rows_of
-from perflab.trace import BETWEEN, CAUSES, DATA, LAUNCH, OTHER, SYNC
-from perflab.vocabulary import PHASES
+from perflab.core.names import PHASES
+from perflab.instruments.trace import BETWEEN, CAUSES, DATA, LAUNCH, OTHER, SYNC
+from perflab.kit.experiment import Experiment
+from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,7 +32,23 @@ ENTRY = Experiment(
                   "unsupported: a CPU has no device queue",
     extra_outputs=(("trace", "_trace.json.gz"),),
     report_section="24 · Diagnosis: the roofline and the verdict",
+    diagnosis=("cpu", "cuda"),
 )
+
+#: its parameters (config key ``experiments.R02``): a JSON-schema fragment whose defaults
+#: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
+SCHEMA = """\
+# profiler warmup steps (traced and discarded), then the window
+warmup: {description: "profiler warmup steps before the window (traced, discarded)", type: integer, minimum: 0, default: 3}
+# steps in the window (ms per step = its totals / active)
+active: {description: free-running steps in the profiled window, type: integer, minimum: 1, default: 10}
+# steps under torch.cuda.set_sync_debug_mode("warn") (CUDA only)
+sync_steps: {description: "steps run under torch.cuda.set_sync_debug_mode('warn') to locate the syncs (CUDA)", type: integer, minimum: 1, default: 3}
+"""
+
+#: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
+#: still run every code path
+SCALES = {"tiny": {'warmup': 1, 'active': 3, 'sync_steps': 2}}
 
 #: why this experiment has no claim of its own
 NO_CLAIMS = ("the step's syncs and idle split are not findings of the chapter: they feed the "
@@ -190,10 +206,10 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
     # plotting is imported here, not above: timing jobs import this module
     import seaborn as sns
 
-    from perflab.figures import add_note, new_figure
+    from perflab.kit.figures import add_note, new_figure
 
     r = rows[rows.experiment == "R02"]
-    fig, (ax,) = new_figure("R02", r, width=10.0)
+    fig, (ax,) = new_figure(ENTRY, r, width=10.0)
     phases = [p for p in (*PHASES, BETWEEN)
               if any(_value(r, p, c) for c in ("busy", *CAUSES))]
     colours = dict(zip(("busy", *CAUSES), sns.color_palette("tab10", 1 + len(CAUSES))))

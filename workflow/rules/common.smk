@@ -12,9 +12,9 @@ from snakemake.exceptions import WorkflowError
 # inherit this environment (locally, in a conda env of --sdm conda, through sbatch
 # on a cluster): they import this checkout's perflab, not another installed copy
 sys.path.insert(0, workflow.basedir)
-from perflab import config as perflab_config  # noqa: E402
-from perflab import reference as perflab_reference  # noqa: E402
-from perflab.catalogue import EXPERIMENTS  # noqa: E402
+from perflab.pipeline import config as perflab_config  # noqa: E402
+from perflab.views import reference as perflab_reference  # noqa: E402
+from perflab.experiments.catalogue import EXPERIMENTS  # noqa: E402
 
 perflab_config.export_import_path(workflow.basedir)
 
@@ -175,40 +175,6 @@ def compare_outputs():
     return [f"{RESULTS}/compare/summary.md"] if RUN["compare_to"] else []
 
 
-# E08 batch sweep: one job per batch size (a fresh process each, so no allocator
-# carry-over biases a peak), the replicates of one batch size (further fresh processes
-# of its contract: the between-process A/A), then one job aggregating them
-# (perflab/sweep.py).
-from perflab import sweep as perflab_sweep  # noqa: E402
-
-
-def e08_batches():
-    return perflab_sweep.batches(exp_contract("E08"))
-
-
-def e08_batch_outputs():
-    """csv, samples and provenance of the per-batch job, with the {batch} wildcard (a batch
-    size, 64, or a replicate of one, 64_r1)."""
-    return perflab_sweep.batch_outputs(perflab_config.result_dir(RUN), "{batch}")
-
-
-def e08_batch_log():
-    return f"{LOGS}/{EXPERIMENTS['E08'].slug}/b{{batch}}.log"
-
-
-def e08_batch_files(kind):
-    """The per-job files (`kind`: csv, samples or provenance) the aggregation reads."""
-    d = perflab_config.result_dir(RUN)
-    jobs = perflab_sweep.jobs(exp_contract("E08"))
-    return [perflab_sweep.batch_outputs(d, *job)[kind] for job in jobs]
-
-
-def e08_batch_contract(wildcards):
-    """E08's contract with this job's batch size (and replicate) in place of the list."""
-    batch, replicate = perflab_sweep.parse_job(wildcards.batch)
-    return perflab_sweep.batch_contract(exp_contract("E08"), batch, replicate)
-
-
 # The memory snapshot (the escalation tool): one HTML page beside the report, when E09
 # runs with `snapshot: true`.
 def memory_snapshot_path():
@@ -221,84 +187,9 @@ def memory_snapshot_outputs():
     return []
 
 
-# E20 compile cache: a cold job (wipes the shared Inductor cache, compiles into it) and
-# a warm job (a later fresh process reusing it) that writes E20's outputs.
-from perflab.experiments import e20_compile_cache as perflab_e20  # noqa: E402
-
-
-def e20_cold_outputs():
-    return perflab_e20.e20_cold_outputs(perflab_config.result_dir(RUN))
-
-
-def e20_cache_dir():
-    return perflab_e20.e20_cache_dir(perflab_config.result_dir(RUN))
-
-
-def e20_contract(phase):
-    """E20's contract with the phase and the shared cache the harness must use."""
-    return perflab_e20.e20_contract(
-        exp_contract("E20"), phase, perflab_config.result_dir(RUN)
-    )
-
-
-def e20_cold_log():
-    return f"{LOGS}/{EXPERIMENTS['E20'].slug}/cold.log"
-
-
-# D01 data parallel: one job launching its ranks (perflab.distributed). Its launch (ranks,
-# backend, threads per rank) is part of its contract. A launch this machine cannot make
-# stops the run only when D01 is selected: elsewhere the workflow parses all the same, and
-# the job, if asked for by name, says why it cannot run.
-from perflab import distributed as perflab_distributed  # noqa: E402
-
-
-def d01_on_cluster():
-    return workflow.non_local_exec or workflow.remote_exec
-
-
-def d01_plan():
-    cluster = d01_on_cluster()
-    try:
-        return perflab_distributed.plan(
-            exp_contract("D01"),
-            visible_cuda=None if cluster else visible_cuda(),
-            cores=timing_threads(),
-            cores_per_rank=cluster,
-        )
-    except perflab_distributed.PlanError as exc:
-        if "D01" not in selected():
-            return None
-        raise WorkflowError(f"config error at '{exc.key}': {exc.message}") from None
-
-
-def visible_cuda():
-    """CUDA devices this host sees (torch asked only where the run is on CUDA)."""
-    if not RUN["resolved_device"].startswith("cuda"):
-        return 0
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def d01_contract():
-    """D01's contract with its launch, when selected (by hand the script plans its own)."""
-    p = d01_plan()
-    c = exp_contract("D01")
-    return perflab_distributed.with_plan(c, p) if p else c
-
-
-def d01_threads():
-    """Locally every core of --cores (the ranks share them); on a cluster, per rank (task)."""
-    return timing_threads()
-
-
-def d01_resources():
-    return perflab_distributed.job_resources(d01_plan(), gpus=bool(gpu_request()))
-
-
 # A run that failed (with --keep-going: after everything else that could run) still
 # gets its report when the report was asked for: the experiments that have results,
-# and each that has none named failed, with its log's last lines (perflab/partial.py).
+# and each that has none named failed, with its log's last lines (perflab/views/partial.py).
 import time
 
 RUN_STARTED = time.time()
@@ -312,7 +203,7 @@ def partial_report():
         wanted = {str(f) for f in workflow.dag.derived_targetfiles}
     except Exception:
         wanted = set()
-    from perflab import partial
+    from perflab.views import partial
 
     # not asked for: still, an earlier run's report must not outlive its results
     if target not in wanted:
@@ -331,9 +222,9 @@ def partial_report():
 # Before the first job (never in a dry run, nor when nothing is to be done): temps left by
 # jobs killed mid-write are removed, the controlled workload is built and stepped in a
 # child process (`perflab check`'s pre-flight, then a few timed full-batch steps), and the
-# measurement time of the jobs about to run is estimated (perflab/preflight.py). A failure
+# measurement time of the jobs about to run is estimated (perflab/pipeline/preflight.py). A failure
 # is one message, and no job starts.
-from perflab import preflight as perflab_preflight  # noqa: E402
+from perflab.pipeline import preflight as perflab_preflight  # noqa: E402
 
 
 def before_first_job():
@@ -351,9 +242,9 @@ def before_first_job():
 
 
 # A local run's experiment jobs start as forks of one server that has imported torch and
-# nothing else (perflab/forkserver.py): each is still a new process of its own, without the
+# nothing else (perflab/core/forkserver.py): each is still a new process of its own, without the
 # interpreter's import (3.3 s a job on the H200). Stopped when the run ends.
-from perflab import forkserver as perflab_forkserver  # noqa: E402
+from perflab.core import forkserver as perflab_forkserver  # noqa: E402
 
 FORK_SERVER = {}
 
@@ -382,41 +273,3 @@ onstart:
 
 onsuccess:
     stop_fork_server()
-
-
-# W01 what if: a plan job (a checkpoint: which interventions apply), one job per
-# intervention that applies (a fresh process each), then the aggregation (perflab/whatif.py).
-from perflab import whatif as perflab_whatif  # noqa: E402
-
-
-def w01_job_outputs(job):
-    """csv, samples and provenance of a W01 job: the plan, or "{intervention}"."""
-    return perflab_whatif.job_outputs(perflab_config.result_dir(RUN), job)
-
-
-def w01_job_log(job):
-    return f"{LOGS}/{EXPERIMENTS['W01'].slug}/{job}.log"
-
-
-def w01_intervention_contract(wildcards):
-    """W01's contract with this job's intervention in place of the list."""
-    return perflab_whatif.intervention_contract(
-        exp_contract("W01"), wildcards.intervention
-    )
-
-
-def w01_files(kind):
-    """The files (`kind`: csv, samples or provenance) of every intervention the plan found
-    to apply: known once the plan (a checkpoint) has run."""
-
-    def files(wildcards):
-        with open(checkpoints.w01_plan.get().output.applies) as fh:
-            names = json.load(fh)
-        return [w01_job_outputs(n)[kind] for n in names]
-
-    return files
-
-
-def w01_context():
-    """The localization and calibration results W01's table reads, when this run has them."""
-    return [exp_outputs(e)["csv"] for e in perflab_whatif.CONTEXT if e in selected()]

@@ -5,7 +5,7 @@
 # The loop below makes one such rule per experiment module of perflab/experiments/, so
 # a new experiment (its module and its script) needs nothing written here; a second loop
 # makes the further processes claim_processes asks for. Experiments
-# of more than one job have their rules in multi_job.smk.
+# of more than one job have their rules in workflow/rules/<slug>.smk.
 
 
 def experiment_rule(eid, k=1):
@@ -35,10 +35,10 @@ def experiment_rule(eid, k=1):
             exp_script(eid)
 
 
-# experiments of more than one job (perflab_config.OWN_JOBS), in multi_job.smk: E08 (a job
-# per batch size, then the aggregation), E20 (a cold job, then a warm one), W01 (a plan, a
-# job per intervention that applies, then the aggregation); and D01, one job of N ranks
-# (data_parallel.smk: its launch, threads and SLURM tasks are its own)
+# experiments of more than one job (perflab_config.OWN_JOBS: Experiment.own_rules), each in
+# workflow/rules/<slug>.smk: E08 (a job per batch size, then the aggregation), E20 (a cold
+# job, then a warm one), W01 (a plan, a job per intervention that applies, then the
+# aggregation); and D01, one job of N ranks (its launch, threads and SLURM tasks its own)
 for eid in EXPERIMENTS:
     if eid not in perflab_config.OWN_JOBS:
         experiment_rule(eid)

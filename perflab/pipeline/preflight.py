@@ -1,0 +1,308 @@
+"""Before the pipeline's first job: the workload pre-flight and the run's time estimate.
+
+The workflow's ``onstart`` (workflow/rules/common.smk) calls
+:func:`before_first_job` once Snakemake knows which jobs will run, before it
+starts any (never in a dry run). When an experiment job is among them it
+
+1. removes the hidden temp files that jobs killed mid-write left in the result
+   directory (:func:`perflab.core.io.clean_stale_temps`);
+2. builds the controlled workload and runs one training step in a child process
+   (:func:`perflab.instruments.workloads.check`, what ``perflab check`` runs: a builder that
+   raises, a wrong return type, a forward/loss/backward/optimizer step that raises
+   or a loss that is not a scalar stops the run here, naming the target), then
+   times a few full-batch steps there (a child, so no CUDA context or model
+   outlives it into the measured jobs);
+3. estimates the measurement time, from the contracts of the jobs about to run, as
+   step calls × that step time (:func:`step_calls`), and stops a run estimated
+   above ``long_run_hours`` unless ``allow_long`` is set.
+
+Any stop is one message naming the target or the keys, and no job has started.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: contract params that count calls of a step (added up)
+CALL_COUNTS = ("repeats", "spread_repeats", "host_return_repeats", "steps", "iterations",
+               "finite_steps", "running_mean_steps", "floor_repeats", "profiler_steps",
+               "peak_calls", "snapshot_steps", "steady_step", "process_repeats", "warmup",
+               "wait", "active")
+#: list params whose sum counts calls (loop lengths, warmup counts)
+CALL_LISTS = ("loops", "warmups")
+#: prefixes of interleaved A/B params: ``<p>blocks`` x ``<p>inner`` calls per side (E08's
+#: interleaved job: that many synchronized calls and as many free-running steps per size)
+PAIRS = ("", "pair_", "aa_", "copy_", "interleaved_")
+#: list params that repeat the whole measurement once per entry (a sweep)
+SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers", "dtypes",
+          "matmul_sizes")
+#: int params that add that many further runs of the whole measurement (E08's replicates)
+REPEATS_OF_RUN = ("replicates",)
+#: full-batch steps the pre-flight times (after one untimed)
+TIMED_STEPS = 5
+#: set by ``perflab diagnose`` to the spec and answer of the pre-flight child it ran itself,
+#: so the workflow does not build and step the same workload a second time
+DONE_ENV = "PERFLAB_PREFLIGHT_DONE"
+
+
+def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
+    """(step calls, extra seconds) one job's contract asks for — an upper-leaning estimate.
+
+    Every job is counted as running the helper once (``timing.warmup + repeats``), plus
+    each count, loop and interleaved pair its params name, times each sweep's length, and
+    scaled by its largest batch over the controlled workload's. Params in seconds
+    (``min_run_time_s``...) are added as time. Compiling and process start-up are not
+    counted.
+    """
+    p, t = contract.get("params", {}), contract.get("timing", {})
+    calls = float(t.get("warmup", 0) + t.get("repeats", 0))
+    calls += sum(p[k] for k in CALL_COUNTS if _int(p.get(k)))
+    calls += sum(sum(p[k]) for k in CALL_LISTS if isinstance(p.get(k), list))
+    if isinstance(p.get("loops"), list) and _int(p.get("loop_rounds")):
+        calls += (p["loop_rounds"] - 1) * sum(p["loops"])  # E01 runs its loops in rounds
+    if isinstance(p.get("warmups"), list) and _int(p.get("repeats")):
+        calls += len(p["warmups"]) * p["repeats"]  # one series per warmup count
+    calls += sum(2 * p[f"{x}blocks"] * p[f"{x}inner"] for x in PAIRS
+                 if _int(p.get(f"{x}blocks")) and _int(p.get(f"{x}inner")))
+    sweep = math.prod(len(p[k]) for k in SWEEPS if isinstance(p.get(k), list) and p[k])
+    sweep *= _planned(p)
+    sweep += sum(p[k] for k in REPEATS_OF_RUN if _int(p.get(k)))
+    batches = [b for b in (p.get("batches") or []) + [p.get("batch")] if _int(b)]
+    base = _controlled_batch(contract)
+    scale = max(1.0, max(batches, default=0) / base) if base else 1.0
+    seconds = sum(float(v) for k, v in p.items() if k.endswith("_s") and _num(v))
+    seconds += sum(float(v) / 1e3 for k, v in p.items() if k.endswith("_ms") and _num(v)) \
+        * max(1, p.get("repeats", 1) if _int(p.get("repeats")) else 1) * sweep
+    return calls * sweep * scale, seconds
+
+
+def _planned(p: Mapping[str, Any]) -> int:
+    """W01's plan job stands for the interventions it plans (their jobs are known only once
+    it has run): one A/B per intervention named, each of them under ``all``."""
+    if "interventions" not in p:
+        return 1
+    from perflab.experiments.w01_whatif import whatif
+
+    try:
+        return max(1, len(whatif.selected(p["interventions"])))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _controlled_batch(contract: Mapping[str, Any]) -> int | None:
+    spec = contract.get("workloads", {}).get(contract.get("workload", ""), {})
+    b = spec.get("params", {}).get("batch")
+    return b if _int(b) and b else None
+
+
+def estimate_s(contracts: Iterable[Mapping[str, Any]], step_ms: float) -> dict[str, float]:
+    """{experiment: estimated seconds} over the jobs' contracts, at ``step_ms`` a step call."""
+    out: dict[str, float] = {}
+    for c in contracts:
+        calls, extra = step_calls(c)
+        eid = str(c.get("experiment", "?"))
+        out[eid] = out.get(eid, 0.0) + calls * step_ms / 1e3 + extra
+    return out
+
+
+def _duration(s: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.1f} {unit}"
+    return f"{s:.0f} s"
+
+
+def check_estimate(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
+                   step_ms: float) -> str:
+    """The estimate as a log line; raises SystemExit above the limit without ``allow_long``."""
+    per = estimate_s(contracts, step_ms)
+    total = sum(per.values())
+    top = ", ".join(f"{e} {_duration(s)}" for e, s in sorted(per.items(), key=lambda x: -x[1])[:3])
+    limit_h = float(cfg.get("long_run_hours", 4))
+    line = (f"estimated measurement time {_duration(total)} for {len(contracts)} job(s) "
+            f"(longest: {top}), from the contracts' step calls x {step_ms:.2f} ms, the "
+            "controlled step timed just now; compiling and start-up not counted")
+    if total > limit_h * 3600 and str(cfg.get("allow_long", False)).lower() != "true":
+        sys.exit(f"perflab: {line}. That is above the limit of {limit_h:g} h "
+                 "(long_run_hours): pass --config allow_long=true to run it anyway, or lower "
+                 "the repeats and sizes. No job has started.")
+    return line
+
+
+# ---------------------------------------------------------------- the child process
+
+
+def workload_spec(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What the child builds: the controlled workload on the resolved device and dtype."""
+    from perflab.pipeline import config as cfgmod
+
+    target, params = cfgmod.workload_spec(cfg)
+    return {"target": target, "params": params, "device": cfg["resolved_device"],
+            "dtype": cfg["dtype"], "tag": cfg["resolved_tag"]}
+
+
+def _key(spec: Mapping[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True, default=str)
+
+
+def done_env(spec: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[str, str]:
+    """The environment entry telling the workflow this spec was pre-flighted with this answer."""
+    return {DONE_ENV: json.dumps({"spec": _key(spec), "answer": dict(answer)})}
+
+
+def _done_already(spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The answer of a pre-flight of this very spec that ran before Snakemake (``DONE_ENV``)."""
+    try:
+        done = json.loads(os.environ.get(DONE_ENV, "") or "{}")
+    except ValueError:
+        return None
+    ok = isinstance(done, dict) and done.get("spec") == _key(spec)
+    return done.get("answer") if ok and isinstance(done.get("answer"), dict) else None
+
+
+def run_child(spec: Mapping[str, Any], timeout_s: float = 1800,
+              env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run :func:`main` in a fresh interpreter on ``spec`` (in ``env``, default this
+    process's); its JSON answer."""
+    # PERFLAB_PREFLIGHT tells a workload it is being checked, not measured
+    proc = subprocess.run([sys.executable, "-m", "perflab.pipeline.preflight"], input=json.dumps(spec),
+                          capture_output=True, text=True, timeout=timeout_s,
+                          env={**(os.environ if env is None else env), "PERFLAB_PREFLIGHT": "1"})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    return {"ok": False, "error": f"the pre-flight process ended with exit status "
+                                  f"{proc.returncode}: " + " | ".join(tail)}
+
+
+def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the workload (:func:`perflab.instruments.workloads.check`), then time the step every
+    experiment times (:func:`perflab.instruments.steps.build`: the workload's own ``train_step`` on its
+    own ``loader`` where it gives them), a few calls after one untimed."""
+    import torch
+
+    from perflab.core import devicelock
+    from perflab.instruments import steps, timing, workloads
+
+    device = torch.device(spec["device"])
+    if device.type == "cuda" and not torch.cuda.is_available():
+        device = torch.device("cpu")  # a cluster's submit host: check the builder here
+    t_check = time.perf_counter()
+    w = workloads.check(spec["target"], device, **dict(spec["params"]))
+    out = {"ok": True, "device": str(device), "description": w.description,
+           "batch": w.batch_size, "step_ms": None,
+           "check_s": round(time.perf_counter() - t_check, 2)}
+    if w.make_optimizer is None and w.train_step is None:
+        return out  # no training step (the experiments write unsupported rows)
+    t_lock = time.perf_counter()
+    with devicelock.held(device, f"pre-flight of {spec.get('tag', '?')}",
+                         lambda m: print(f"perflab: {m}", file=sys.stderr, flush=True)):
+        t_steps = time.perf_counter()
+        out["lock_wait_s"] = round(t_steps - t_lock, 2)
+        w = workloads.cast(w, getattr(torch, spec.get("dtype", "float32")))
+        step = steps.build(w, device)
+        sync = timing.synchronizer(device)
+        times = []
+        for i in range(1 + TIMED_STEPS):
+            sync()
+            t0 = time.perf_counter()
+            step()
+            sync()
+            if i:
+                times.append((time.perf_counter() - t0) * 1e3)
+    out["step_ms"] = sorted(times)[len(times) // 2]
+    out["steps_s"] = round(time.perf_counter() - t_steps, 2)
+    return out
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.read())
+    from perflab.instruments.workloads import WorkloadError
+
+    try:
+        answer = measure_step(spec)
+    except WorkloadError as exc:
+        answer = {"ok": False, "error": str(exc)}
+    except Exception as exc:  # the step at full batch raised (e.g. out of memory)
+        answer = {"ok": False, "error": f"workload {spec['target']!r}: a full-batch training "
+                                        f"step raised ({type(exc).__name__}: {exc})"}
+    print(json.dumps(answer), flush=True)
+    return 0 if answer["ok"] else 1
+
+
+# ---------------------------------------------------------------- onstart
+
+
+def clean_result_temps(result_dir: str | Path, log) -> list[Path]:
+    """Remove the temps that jobs killed mid-write left anywhere under ``result_dir``."""
+    from perflab.core import io
+
+    root = Path(result_dir)
+    removed = []
+    for d in [root, *(p for p in root.rglob("*") if p.is_dir())] if root.is_dir() else []:
+        for tmp in io.clean_stale_temps(d):
+            log(f"removed {tmp}, left by a job killed while writing")
+            removed.append(tmp)
+    return removed
+
+
+def _split(answer: Mapping[str, Any], wall_s: float) -> str:
+    """Where the child's time went: its start (interpreter, imports, device), the check, the
+    timed steps — so a slow pre-flight says which part was slow."""
+    parts = {"check": answer.get("check_s", 0.0), "waiting for the device lock":
+             answer.get("lock_wait_s", 0.0), f"{1 + TIMED_STEPS} full-batch steps":
+             answer.get("steps_s", 0.0)}
+    start = max(wall_s - sum(parts.values()), 0.0)
+    return ", ".join(f"{k} {v:.1f} s" for k, v in {"start": start, **parts}.items())
+
+
+def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
+                     result_dir: str, log=None) -> None:
+    """The checks of the module doc, for the experiment jobs about to run (``contracts``)."""
+    log = log or (lambda m: print(f"perflab: {m}", file=sys.stderr, flush=True))
+    if not contracts:
+        return
+    clean_result_temps(result_dir, log)
+    spec = workload_spec(cfg)
+    t0 = time.perf_counter()
+    done = _done_already(spec)
+    answer = done or run_child(spec)
+    wall_s = time.perf_counter() - t0
+    if not answer["ok"]:
+        sys.exit(f"perflab: pre-flight failed, no job has started: {answer['error']}")
+    # a pre-flight perflab diagnose ran before Snakemake: its answer, not a second child
+    how = ("(the answer of perflab diagnose's pre-flight)" if done else
+           f"in {wall_s:.1f} s: " + _split(answer, wall_s))
+    log(f"pre-flight: {spec['target']} builds and steps on {answer['device']} "
+        f"({answer['description']}, batch {answer['batch']}) {how}")
+    if answer["step_ms"] is None:
+        log("no training step (the workload has no optimizer): no time estimate")
+    elif answer["device"] != spec["device"]:
+        log(f"checked on {answer['device']}, not {spec['device']} (not visible here): "
+            "no time estimate")
+    else:
+        log(check_estimate(cfg, contracts, float(answer["step_ms"])))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
