@@ -196,7 +196,9 @@ def render(ev, s, d, extra, command, wall) -> str:
     c = s.cost
     if c:
         lines.append(f"- **Observers' cost**: phase hooks on vs off, {c['pairs']} paired "
-                     f"stretches: {c['relative_pct']:+.2g}% of the step "
+                     f"stretches: {c['relative_pct']:+.2g}% of the step (95% "
+                     f"{100 * c['ci_low_ms'] / c['bare_median_ms']:+.1f}.."
+                     f"{100 * c['ci_high_ms'] / c['bare_median_ms']:+.1f}%) "
                      + ("(resolved)" if c["resolved"] else "(inside the noise: unresolved)")
                      + "; the timed figures include both")
     else:
