@@ -199,7 +199,8 @@ def render(ev, s, d, extra, command, wall) -> str:
                      f"stretches: {c['relative_pct']:+.2g}% of the step (95% "
                      f"{100 * c['ci_low_ms'] / c['bare_median_ms']:+.1f}.."
                      f"{100 * c['ci_high_ms'] / c['bare_median_ms']:+.1f}%) "
-                     + ("(resolved)" if c["resolved"] else "(inside the noise: unresolved)")
+                     + ("(resolved)" if c["resolved"] else
+                        f"(not resolved: p={c['p']:.2g}, perflab.instruments.stats.judge)")
                      + "; the timed figures include both")
     else:
         lines.append("- **Observers' cost**: not measured (fewer than 2 hooks-on/off stretch "
