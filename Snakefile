@@ -30,6 +30,7 @@ for smk in sorted(
 
 
 include: "workflow/rules/report.smk"
+include: "workflow/rules/run.smk"
 
 
 rule all:

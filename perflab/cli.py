@@ -5,6 +5,7 @@
     perflab diagnose mypkg.models:make_step --report   # and the ledger, figures and report
     perflab whatif mypkg.models:make_step          # each intervention that applies, measured
     perflab bench-pipeline [--run] [--directory D] # a run's wall: measurement vs overhead
+    perflab run [--steps N] -- python train.py [args]   # attach to an unmodified script
 
 ``diagnose`` resolves the config exactly as the Snakefile does (so a bad key
 or target stops here with the same message), runs ``perflab check`` in a child
@@ -32,11 +33,13 @@ import sys
 import time
 from pathlib import Path
 
-from perflab.experiments.catalogue import EXPERIMENTS
-from perflab.instruments import workloads
-from perflab.pipeline import config as cfgmod
-from perflab.pipeline import preflight
-from perflab.views import console, current, partial
+_STARTED_UNIX = time.time()  # `perflab run` splits its command's time from here
+
+from perflab.experiments.catalogue import EXPERIMENTS  # noqa: E402 (after the start time)
+from perflab.instruments import workloads  # noqa: E402
+from perflab.pipeline import config as cfgmod  # noqa: E402
+from perflab.pipeline import preflight  # noqa: E402
+from perflab.views import console, current, partial  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device, as each
@@ -438,6 +441,14 @@ SUBCOMMANDS = {
                "process against the baseline, and print them ranked by measured gain with "
                "their 95% intervals. Arguments after -- go to Snakemake.",
                lambda s: _workload_args(s, "whatif")),
+    "run": (lambda args, extra: run(args, extra),
+            "run an unmodified training script, observed: what the machine is waiting for",
+            "Run your training script as it is (perflab run -- python train.py ARGS, or "
+            "perflab run train.py ARGS, or -m package.module) in a fresh process whose start "
+            "installs perflab's observers; steps are found by themselves (optimizer steps), "
+            "and after the budget the script is stopped cleanly and the verdict printed, with "
+            "the lines of your code it names (docs/run.md).",
+            lambda s: _run_args(s)),
     "bench-pipeline": (bench_pipeline,
                        "split a pipeline run's wall time into measurement and overhead",
                        "Split one pipeline invocation's wall time into measurement (the jobs' "
@@ -528,6 +539,19 @@ def _directory(text: str) -> str:
     return text
 
 
+def _run_args(s) -> None:
+    from perflab.attach import run as attach
+
+    attach.add_arguments(s)
+
+
+def run(args, extra: list[str]) -> int:
+    from perflab.attach import run as attach
+
+    attach.COMMAND_UNIX[0] = _STARTED_UNIX
+    return attach.run_args(args, extra)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # the console script's sys.path starts at its own bin directory, not here (as
@@ -535,6 +559,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     extra: list[str] = []
+    if argv[:1] == ["run"] and "--" not in argv:
+        from perflab.attach import run as attach
+
+        head, extra = attach.split_argv(argv[1:])
+        argv = ["run", *head]
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]

@@ -99,6 +99,9 @@ LABELS = {
     "device_compute": "device compute",
     "memory_bandwidth": "memory bandwidth",
     "undetermined": "undetermined",
+    # findings of an attached run (perflab.attach.verdict): only a real loop shows them
+    "recompiling": "recompiling",
+    "memory_growth": "memory grows every step",
 }
 
 INTERVENTIONS = {
@@ -124,6 +127,9 @@ INTERVENTIONS = {
     "memory_bandwidth": "move fewer bytes: fuse the elementwise work around the matmuls "
                         "(torch.compile, E19) and keep activations in a narrower dtype",
     "undetermined": "run the evidence experiments (C00, E05, E06, R01, R02) on this workload",
+    "recompiling": "keep the compiled step's input shapes fixed, or mark the varying "
+                   "dimension dynamic",
+    "memory_growth": "stop keeping something from every step (a loss with its graph)",
 }
 
 #: the W01 interventions (perflab.experiments.w01_whatif.whatif) that test each verdict's hypothesis, first the
@@ -138,6 +144,8 @@ HYPOTHESES = {
     "straggler": (),
     "communication": (),
     "undetermined": (),
+    "recompiling": (),
+    "memory_growth": (),
 }
 
 ORDER = ("straggler", "communication", "input_pipeline", "synchronization", "optimizer",

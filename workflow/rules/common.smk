@@ -177,6 +177,9 @@ if not workflow.remote_exec:
 
 
 def final_outputs():
+    # `--config script="train.py --epochs 1"`: that script's verdict alone
+    if RUN["script"]:
+        return [f"{RESULTS}/run/diagnosis.md"]
     return [
         # targets too, so a deleted result file is measured again (perflab_config.result_files)
         *perflab_config.result_files(RUN, selected()),
