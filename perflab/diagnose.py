@@ -141,6 +141,12 @@ HYPOTHESES = {
 ORDER = ("straggler", "communication", "input_pipeline", "synchronization", "optimizer",
          "host_overhead", "device_bound")
 FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
+#: a reading no honest measurement can give (a fraction of a measured ceiling above 100%):
+#: the instrument, not the step, is wrong, and the candidate is neither fitted nor ruled out
+INSTRUMENT_ERROR = "instrument error"
+#: the most of a measured ceiling a phase can reach: above it the ceiling is of the wrong
+#: precision or the bytes counted miss the cache's reuse
+CEILING_MAX_PCT = 100.0
 
 
 @dataclass
@@ -264,6 +270,9 @@ def _input_pipeline(r: _Rows) -> Finding:
                        "on a device with a queue)")
     share = wait.value + (h2d.value or 0.0)
     ok = share >= INPUT_SHARE_PCT
+    if h2d.value is None and not ok:  # a missing row is not 0%: it cannot rule it out
+        return Finding("input_pipeline", NOT_MEASURED, f"E05 has no {h2d.source} row: the "
+                       f"step's host-to-device share is not measured{fed}", [wait])
     test = f"input wait + host-to-device >= {INPUT_SHARE_PCT:g}% of the phase sum"
     for e in (wait, h2d):
         e.test, e.passes = test, ok
@@ -278,8 +287,13 @@ def _input_from_trace(r: _Rows, fed: str) -> Finding:
     """With a device queue: the device idle on the loader, plus copies, of the profiled step."""
     data = r.get("R02", r02.idle_variant("data"), r02.WINDOW_SHARE, "value", "%")
     copy = r.get("R02", r02.H2D_COPY, r02.WINDOW_SHARE, "value", "%")
-    share = (data.value or 0.0) + (copy.value or 0.0)
+    missing = [e.source for e in (data, copy) if e.value is None]
+    share = sum(e.value for e in (data, copy) if e.value is not None)
     ok = share >= INPUT_SHARE_PCT
+    if missing and not ok:  # a missing row is not 0%: what was measured cannot rule it out
+        return Finding("input_pipeline", NOT_MEASURED,
+                       f"R02 has no {' or '.join(missing)} row: the device's wait for data "
+                       f"is not measured{fed}", [e for e in (data, copy) if e.value is not None])
     test = (f"device idle in the loader's next() + host-to-device copies >= "
             f"{INPUT_SHARE_PCT:g}% of the step")
     for e in (data, copy):
@@ -289,8 +303,8 @@ def _input_from_trace(r: _Rows, fed: str) -> Finding:
                     "trace decides, where the wait may overlap device work)")
     evidence = [data, copy] + ([context] if context.value is not None else [])
     f = Finding("input_pipeline", FITS if ok else RULED_OUT,
-                f"the device waits for data {data.value or 0.0:.1f}% of the step and copies "
-                f"its input {copy.value or 0.0:.1f}% ({'>=' if ok else '<'} "
+                f"the device waits for data {_fmt(data.value, '%')} of the step and copies "
+                f"its input {_fmt(copy.value, '%')} ({'>=' if ok else '<'} "
                 f"{INPUT_SHARE_PCT:g}% together, R02){fed}", evidence)
     f.borderline = _near(r, share, INPUT_SHARE_PCT, "the input share",
                          _spread(r, r02.idle_variant("data")))
@@ -344,17 +358,21 @@ def _synchronization(r: _Rows) -> Finding:
         cost = r.get("R02", r02.SYNC_COST_BOUND, r02.WINDOW_SHARE, "value", "%")
     cost.test = (f"min(host blocked, device idle on a sync or a launch) >= {SYNC_COST_PCT:g}% "
                  "of the step: what removing the syncs could save, at most")
-    cost.passes = (cost.value or 0.0) >= SYNC_COST_PCT
+    if cost.value is None:  # a missing row is not 0%: the syncs' cost is not measured
+        return Finding("synchronization", NOT_MEASURED,
+                       f"the step synchronizes {count.value:.3g}x per step, but R02 has no "
+                       f"row of what the syncs cost ({cost.source})", evidence + context)
+    cost.passes = cost.value >= SYNC_COST_PCT
     sites = r02.sync_sites(r.rows)
     where = sites[0].where if sites else "an unlocated site"
     f = Finding("synchronization", FITS if cost.passes else RULED_OUT,
                 f"the step synchronizes {count.value:.3g}x per step ({where}); removing the "
-                f"syncs could save up to {cost.value or 0.0:.1f}% of the step "
+                f"syncs could save up to {cost.value:.1f}% of the step "
                 f"({'>=' if cost.passes else '<'} {SYNC_COST_PCT:g}%)",
                 evidence + [blocked, cost] + context)
     if r02.step_sync_sites(r.rows):
         f.intervention = _sync_advice(r02.step_sync_sites(r.rows))
-    f.borderline = _near(r, cost.value or 0.0, SYNC_COST_PCT, "the sync cost",
+    f.borderline = _near(r, cost.value, SYNC_COST_PCT, "the sync cost",
                          _spread(r, r02.SYNC_COST_BOUND))
     return f
 
@@ -402,7 +420,10 @@ def _host_from_trace(r: _Rows) -> Finding:
     """With a device queue: the device's idle time waiting for launches (R02)."""
     launch = r.get("R02", r02.idle_variant("launch"), r02.WINDOW_SHARE, "value", "%")
     launch.test = f">= {HOST_IDLE_PCT:g}% of the step: the device waits for the host to launch"
-    launch.passes = (launch.value or 0.0) >= HOST_IDLE_PCT
+    if launch.value is None:  # a missing row is not 0%: the launch wait is not measured
+        return Finding("host_overhead", NOT_MEASURED,
+                       f"R02 has no row of the device's wait for launches ({launch.source})")
+    launch.passes = launch.value >= HOST_IDLE_PCT
     other = r.get("R02", r02.idle_variant("other"), r02.WINDOW_SHARE, "value", "%",
                   "context: idle with the next kernel already queued (device-side latency)")
     where = max(((ph, r.get("R02", r02.phase_variant(ph, "launch"), r02.IDLE_TIME, "mean"))
@@ -412,7 +433,7 @@ def _host_from_trace(r: _Rows) -> Finding:
     for e in exposed:
         e.test = "corroboration (not deciding): " + (e.test or "E06")
     ok = launch.passes
-    because = (f"the device waits for the host to launch {launch.value or 0.0:.1f}% of the step "
+    because = (f"the device waits for the host to launch {launch.value:.1f}% of the step "
                f"({'>=' if ok else '<'} {HOST_IDLE_PCT:g}%, R02)")
     if ok and where[1].value:
         because += f", most of it in {where[0]} ({where[1].value:.3g} ms per step)"
@@ -424,7 +445,7 @@ def _host_from_trace(r: _Rows) -> Finding:
                        "the launch wait)"))
     f = Finding("host_overhead", FITS if ok else RULED_OUT, because,
                 [launch, other] + exposed + _queued(r)[0])
-    f.borderline = _near(r, launch.value or 0.0, HOST_IDLE_PCT, "the launch wait",
+    f.borderline = _near(r, launch.value, HOST_IDLE_PCT, "the launch wait",
                          _spread(r, r02.idle_variant("launch")))
     if ok:
         f.intervention = _no_graphs(r)
@@ -508,6 +529,23 @@ def _device_bound(r: _Rows) -> Finding:
     evidence += [e for e in fb if e.value is not None]
     kind = "device_compute" if compute else "memory_bandwidth"
     close = flops.value if compute else bw.value
+    over = [e for e in (flops, bw) if e.value is not None and e.value > CEILING_MAX_PCT]
+    for e in over:
+        e.test, e.passes = f"<= {CEILING_MAX_PCT:g}% of its measured ceiling", False
+    if over:
+        return Finding(kind, INSTRUMENT_ERROR, "forward + backward read " + " and ".join(
+            f"{e.value:.0f}% of the measured {'matmul ceiling' if e is flops else 'memory bandwidth'}"
+            for e in over) + ": more than the device can do, so the ceiling is of another "
+            "precision than the one that ran, or the bytes counted miss the cache's reuse — an "
+            "instrument error (R01), not a finding", evidence)
+    roof = r.get(*r01.forward_backward_row(r01.ROOFLINE_FRACTION), "%",
+                 "achieved as % of the attainable rate at this intensity")
+    if roof.value is not None and roof.value < ROOFLINE_FLOOR_PCT:
+        roof.test = (f">= {ROOFLINE_FLOOR_PCT:g}% of the roofline: FLOPs or bytes set the time")
+        roof.passes = False
+        return Finding(kind, RULED_OUT, f"forward + backward reach {roof.value:.1f}% of the "
+                       "attainable rate at their intensity: neither FLOPs nor bytes set the "
+                       "time", evidence + [roof])
     refined = ""
     if compute and flops.value is not None and flops.value < UTILIZATION_PCT:
         # compute-bound by intensity, yet far from the ceiling: the kernels are too small

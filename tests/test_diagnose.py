@@ -491,3 +491,46 @@ def test_the_workflow_does_not_preflight_again_what_diagnose_did(monkeypatch, tm
     preflight.before_first_job(other, [config.contract(other, "E05")], str(tmp_path),
                                logs.append)
     assert called and called[0]["target"] == "convnet"
+
+
+def test_a_missing_row_is_not_measured_never_zero():
+    """R02 without the row a test decides on: that candidate is not measured (a missing share
+    read as 0% would rule it out), the others still decided."""
+    def without(rows, variant, metric):
+        return [r for r in rows if not (r["variant"] == variant and r["metric"] == metric)]
+
+    cases = {"input_pipeline": (r02.idle_variant("data"), r02.WINDOW_SHARE),
+             "synchronization": (r02.SYNC_COST_BOUND, r02.WINDOW_SHARE),
+             "host_overhead": (r02.idle_variant("launch"), r02.WINDOW_SHARE)}
+    for bottleneck, (variant, metric) in cases.items():
+        rows = without(traced(launch=2.0, syncs=1.0, cost=2.0), variant, metric)
+        d = diagnose.diagnose(frame(phases(), rows, ROOF))
+        got = {f.bottleneck: f for f in d.findings}
+        assert got[bottleneck].outcome == diagnose.NOT_MEASURED, _why(d)
+        assert variant in got[bottleneck].because
+        # with the row, the same evidence rules it out
+        full = diagnose.diagnose(frame(phases(), traced(launch=2.0, syncs=1.0, cost=2.0), ROOF))
+        assert {f.bottleneck: f.outcome for f in full.findings}[bottleneck] == diagnose.RULED_OUT
+
+
+def test_a_fraction_above_the_ceiling_is_an_instrument_error_not_a_finding():
+    """The ViT under bf16 autocast judged against the fp32 ceiling read 544%: never printed
+    as a finding, and the verdict does not lean on it."""
+    d = diagnose.diagnose(frame(phases(), BUSY, roofline(169, 12, 544, 30, 544)))
+    dev = next(f for f in d.findings if f.bottleneck in ("device_compute", "memory_bandwidth"))
+    assert dev.outcome == diagnose.INSTRUMENT_ERROR and "544%" in dev.because
+    assert d.verdict == "undetermined", _why(d)
+    d = diagnose.diagnose(frame(phases(), BUSY, roofline(4, 20, 8, 131, 131)))  # cache-resident
+    assert d.verdict == "undetermined" and "131% of the measured memory bandwidth" in " ".join(
+        f.because for f in d.findings)
+    # at 100% it is a finding
+    assert diagnose.diagnose(frame(phases(), BUSY, roofline(169, 12, 100, 30, 100))
+                             ).verdict == "device_compute"
+
+
+def test_the_device_candidate_can_be_ruled_out():
+    """Busy with neither FLOPs nor bytes (2% of the attainable rate): not device-bound."""
+    d = diagnose.diagnose(frame(phases(), BUSY, roofline(50, 20, 2.0, 0.5, 2.0)))
+    dev = next(f for f in d.findings if f.bottleneck in ("device_compute", "memory_bandwidth"))
+    assert dev.outcome == diagnose.RULED_OUT and "neither FLOPs nor bytes" in dev.because
+    assert d.verdict != "device_compute"

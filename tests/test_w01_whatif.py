@@ -474,6 +474,11 @@ def test_bounds_come_from_the_localization():
     assert w01.predicted_bound(frame, "device_accumulator")[0] == pytest.approx(20.0)
     assert w01.predicted_bound(frame, "larger_batch")[0] == pytest.approx(40.0 + 30.0)
     assert w01.predicted_bound(frame.iloc[0:0], "fused_optimizer")[0] is None
+    # a fraction above 100% of the ceiling is R01's error: no bound, never clipped to one
+    over = frame.copy()
+    over.loc[over.experiment == "R01", "value"] = 544.0
+    bound, why = w01.predicted_bound(over, "larger_batch")
+    assert bound is None and "instrument error" in why
     inside = w01.Outcome("x", w01.FASTER, change_pct=-20.0, ci_pct=(-22.0, -18.0), bound_pct=24)
     beyond = w01.Outcome("x", w01.FASTER, change_pct=-40.0, ci_pct=(-42.0, -38.0), bound_pct=24)
     assert w01.explained(inside) == "within the bound"

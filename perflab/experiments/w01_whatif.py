@@ -216,7 +216,11 @@ def predicted_bound(frame: pd.DataFrame, name: str) -> tuple[float | None, str]:
         if isinstance(frac, Missing) or not shares:
             return None, "needs E05 and R01"
         fb = shares.get("forward", 0.0) + shares.get("backward", 0.0)
-        f = min(float(frac), 100.0)
+        f = float(frac)
+        if f > 100.0:  # not clipped to 100%: a ceiling exceeded is the instrument's error
+            return None, (f"R01's forward + backward read {f:.0f}% of the matmul ceiling, "
+                          "more than the device can do: an instrument error (a ceiling of "
+                          "another precision), no bound")
         return ((100 - fb) + fb * (1 - f / 100),
                 f"E05 + R01: {100 - fb:.0f}% outside forward + backward, which reach "
                 f"{f:.0f}% of the matmul ceiling")
