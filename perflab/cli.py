@@ -46,6 +46,8 @@ DIAGNOSE_RUN = {"cuda": "C00,E05,E06,R01,R02", "cpu": "C00,E05,R01,R02"}
 DIAGNOSE_CONFIG = ROOT / "config" / "diagnose.yaml"
 #: the what-if step of diagnose (off with --no-whatif), and what `perflab whatif` runs
 WHATIF = "W01"
+#: what `perflab whatif` runs: W01 and the calibration whose A/A floor its A/Bs are held to
+WHATIF_RUN = f"C00,{WHATIF}"
 
 
 def _only(args) -> list[str] | None:
@@ -249,10 +251,12 @@ def _diagnose_run(args, cfg: dict, run: str, snakemake_args: list[str],
 
 
 def whatif(args, snakemake_args: list[str]) -> int:
-    """W01 alone: its table, with the bounds of any localization this directory holds."""
+    """W01 with C00 (its A/A floor: no intervention is called resolved without one): its
+    table, with the bounds of any localization this directory holds."""
+    args.run = WHATIF_RUN
     cfg = _config(args)
     md = Path(cfgmod.experiment_outputs(cfg, WHATIF)["md"])
-    rc, workdir = _snakemake(args, cfg, WHATIF, [str(md)], snakemake_args)
+    rc, workdir = _snakemake(args, cfg, WHATIF_RUN, [str(md)], snakemake_args)
     if rc == 0 and (workdir / md).is_file():
         print((workdir / md).read_text())
         print(f"rows and each intervention's job: {(workdir / md).parent}")

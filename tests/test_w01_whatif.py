@@ -137,6 +137,14 @@ def test_no_change_is_not_resolved_and_a_sleep_is_slower(planted_runs):
     assert v["sleep_added"].verdict == w01.SLOWER
 
 
+def test_without_an_aa_floor_nothing_is_resolved(planted_runs):
+    """A run without C00: the planted gain (significant on its own) is not called faster."""
+    bare = planted_runs[planted_runs.experiment != "C00"]
+    o = _verdicts(bare)["fused_optimizer"]
+    assert o.verdict == w01.UNRESOLVED and o.reason == w01.NO_FLOOR
+    assert w01.best(bare) is None and "no A/A floor" in w01.markdown(bare)
+
+
 def test_a_real_gain_inside_a_wider_floor_is_not_resolved(planted_runs):
     """The same measured gain, held to a floor wider than it: inside the noise, so neither
     faster nor the best."""
@@ -607,7 +615,8 @@ def test_perflab_whatif_plans_w01_alone(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "checkpoint w01_plan:" in out and "rule w01_whatif:" in out
-    assert "e05_phases" not in out  # W01 alone: no other experiment
+    assert "e05_phases" not in out  # no localization: W01 and its A/A floor
+    assert "rule c00_calibration:" in out or "c00_calibration" in out
 
 
 def test_a_users_own_loader_and_step(tiny_cfg, tmp_path, monkeypatch):

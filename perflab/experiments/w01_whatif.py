@@ -94,6 +94,9 @@ def judged_metric(name: str) -> str:
 
 FASTER, SLOWER, UNRESOLVED, NOT_APPLICABLE, FAILED = (
     "faster", "slower", "not resolved", "does not apply", "failed")
+#: why a measured change is not resolved in a run without C00
+NO_FLOOR = ("no A/A floor (C00 did not run): a change is resolved only beyond what two "
+            "copies of the same step differ by")
 
 
 @dataclass
@@ -151,10 +154,14 @@ def outcome(frame: pd.DataFrame, name: str) -> Outcome | None:
     # the judgement's interval, relative to the same baseline as its effect: A's block medians
     base = _value(r, variant(name, BASELINE), ab.BLOCK_MEDIAN, "median")
     lo, hi = _value(r, ch, "ab_ci_low"), _value(r, ch, "ab_ci_high")
-    judged = calibration.verdict_of(frame, EID, ch)
+    # resolved only against an A/A floor (C00's): significance alone calls a no-op a change
+    # in about one run in twenty
+    floor = calibration.noise_floor_pct(frame, calibration.ab_pairs(r[r.variant == ch]))
+    judged = calibration.verdict_of(frame, EID, ch) if floor is not None else None
     change = rel if effect is None else effect
     verdict = UNRESOLVED if judged != "resolved" else FASTER if change < 0 else SLOWER
-    o = Outcome(name, verdict, change_pct=change,
+    o = Outcome(name, verdict, reason="" if floor is not None else NO_FLOOR,
+                change_pct=change,
                 ci_pct=(100 * lo / base, 100 * hi / base) if None not in (lo, hi, base) else None,
                 throughput_pct=_value(r, ch, THROUGHPUT_REL))
     ok = pick(r, variant(name, CHECK), CORRECT, "value")
@@ -354,7 +361,7 @@ def markdown(frame: pd.DataFrame) -> str:
     lines += ["", "Time change: the judged time (ms per step; per example for a larger batch), "
               "median of the paired block differences with its 95% bootstrap interval; "
               + (f"judged against C00's A/A floor of {floor:.2g}%." if floor is not None
-                 else "no A/A floor in this run (C00 did not run).")]
+                 else f"not resolved: {NO_FLOOR}.")]
     return "\n".join(lines) + "\n"
 
 
