@@ -513,9 +513,14 @@ def _optimizer(r: _Rows) -> Finding:
 
 def _device_bound(r: _Rows) -> Finding:
     ai = r.get(*r01.forward_backward_row(r01.ARITHMETIC_INTENSITY), "FLOP/B")
-    ridge = r.get(*r01.RIDGE_POINT_ROW, "FLOP/B")
+    # forward + backward's own ridge (the blend of the ceilings of the precisions it ran);
+    # a run from before R01 wrote it: the contract dtype's
+    ridge = r.get(*r01.FORWARD_BACKWARD_RIDGE_ROW, "FLOP/B")
+    if ridge.value is None:
+        ridge = r.get(*r01.RIDGE_POINT_ROW, "FLOP/B")
     flops = r.get(*r01.forward_backward_row(r01.FLOPS_FRACTION), "%",
-                  "achieved FLOP/s as % of the measured matmul ceiling")
+                  "achieved FLOP/s as % of the measured matmul ceiling of the precisions "
+                  "it ran")
     bw = r.get(*r01.forward_backward_row(r01.BANDWIDTH_FRACTION), "%",
                "achieved bytes/s as % of the measured memory bandwidth")
     if ai.value is None or ridge.value is None:
