@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from perflab import calibration, io, overlap
+from perflab import compiler_watch as cw
 from perflab.experiments import d01_data_parallel as d01
 from perflab.experiments import e01_lying_benchmark as e01
 from perflab.experiments import e05_phases as e05
@@ -82,6 +83,9 @@ ROOFLINE_FLOOR_PCT = 5.0
 OPTIMIZER_SHARE_PCT = 25.0
 #: compute-bound forward + backward below this % of the matmul ceiling: utilization first
 UTILIZATION_PCT = 50.0
+#: compiling (first compiles and recompiles) above this % of a job's time: the compiler
+#: sets the pace of the run
+COMPILE_SHARE_PCT = 25.0
 #: D01: the others' wait for a named late rank (median arrival lateness), % of the step
 STRAGGLER_SHARE_PCT = 10.0
 #: D01: exposed all-reduce transfer (the least exposed communication of any rank), % of the step
@@ -90,6 +94,7 @@ COMM_SHARE_PCT = 20.0
 LABELS = {
     "straggler": "a straggler rank",
     "communication": "exposed communication",
+    "compiler": "the compiler (compiling, recompiling, or silently eager)",
     "input_pipeline": "input pipeline",
     "synchronization": "synchronization",
     "host_overhead": "host launch & Python overhead",
@@ -106,6 +111,9 @@ INTERVENTIONS = {
     "communication": "hide or shrink the all-reduce: buckets that start it earlier in the "
                      "backward (bucket_cap_mb), one all-reduce per K micro-batches (no_sync "
                      "accumulation), fewer bytes (fp16_compress_hook) — D01 times each",
+    "compiler": "stop the recompiles: give torch.compile one shape (drop_last=True, bucketed "
+                "padding) or let it generalize (dynamic=True / torch._dynamo.mark_dynamic); a "
+                "step past the recompile limit runs eager",
     "input_pipeline": "feed the step faster: DataLoader workers, pinned host memory with "
                       "non_blocking copies, prefetch the next batch while this one trains "
                       "(E24 sweeps the workers)",
@@ -135,10 +143,11 @@ HYPOTHESES = {
     "memory_bandwidth": ("compile_default", "autocast_bf16"),
     "straggler": (),
     "communication": (),
+    "compiler": (),
     "undetermined": (),
 }
 
-ORDER = ("straggler", "communication", "input_pipeline", "synchronization", "optimizer",
+ORDER = ("straggler", "communication", "compiler", "input_pipeline", "synchronization", "optimizer",
          "host_overhead", "device_bound")
 FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
 #: a reading no honest measurement can give (a fraction of a measured ceiling above 100%):
@@ -511,6 +520,43 @@ def _optimizer(r: _Rows) -> Finding:
     return f
 
 
+def _compiler(r: _Rows) -> Finding:
+    """The compiler on the step (perflab.compiler_watch's rows, E05's job first): fits when
+    a frame hit the recompile limit (the step silently runs eager from then on) or compiling
+    takes COMPILE_SHARE_PCT of the job."""
+    rows = r.rows[(r.rows.variant == cw.VARIANT) & (r.rows.status == "ok")]
+    if rows.empty:
+        return Finding("compiler", NOT_MEASURED, "no job saw torch.compile compile the step "
+                       "(no compiler rows: an eager step, or a run from before the watch)")
+    eid = "E05" if (rows.experiment == "E05").any() else str(rows.experiment.iloc[0])
+    fallback = r.get(eid, cw.VARIANT, cw.EAGER_FALLBACK, "value", "bool",
+                     "0: no frame hit Dynamo's recompile limit (after it, it runs eager)")
+    share = r.get(eid, cw.VARIANT, cw.COMPILE_SHARE, "value", "%",
+                  f"< {COMPILE_SHARE_PCT:g}% of the job spent compiling")
+    recompiles = r.get(eid, cw.VARIANT, cw.RECOMPILES, "value", "count", "context")
+    if fallback.value is None or share.value is None:
+        return Finding("compiler", NOT_MEASURED, f"{eid}'s compiler rows are incomplete")
+    fallback.passes = not fallback.value
+    share.passes = share.value < COMPILE_SHARE_PCT
+    window = rows[(rows.experiment == eid) & (rows.metric == cw.RECOMPILES)].window
+    text = str(window.iloc[0]) if not window.empty else ""
+    cause = text.split("; cause: ", 1)[1].split("; fix: ")[0] if "; cause: " in text else ""
+    fix = text.split("; fix: ", 1)[1] if "; fix: " in text else ""
+    evidence = [fallback, share] + ([recompiles] if recompiles.value is not None else [])
+    n = f"{recompiles.value:.0f} recompile(s)" if recompiles.value is not None else "recompiles"
+    if fallback.value or share.value >= COMPILE_SHARE_PCT:
+        because = ((f"the step hit torch.compile's recompile limit after {n} and from then "
+                    "on runs eager, uncompiled" if fallback.value else
+                    f"compiling ({n}) takes {share.value:.0f}% of {eid}'s job "
+                    f"(>= {COMPILE_SHARE_PCT:g}%)") + (f": {cause}" if cause else ""))
+        f = Finding("compiler", FITS, because, evidence)
+        f.intervention = (f"{fix} — then W01's compile interventions time the step compiled "
+                          "once" if fix else "")
+        return f
+    return Finding("compiler", RULED_OUT, f"compiling takes {share.value:.0f}% of {eid}'s job "
+                   f"(< {COMPILE_SHARE_PCT:g}%) and no frame fell back to eager", evidence)
+
+
 def _device_bound(r: _Rows) -> Finding:
     ai = r.get(*r01.forward_backward_row(r01.ARITHMETIC_INTENSITY), "FLOP/B")
     # forward + backward's own ridge (the blend of the ceilings of the precisions it ran);
@@ -630,6 +676,7 @@ def _communication(r: _Rows) -> Finding:
 TESTS = {
     "straggler": _straggler,
     "communication": _communication,
+    "compiler": _compiler,
     "input_pipeline": _input_pipeline,
     "synchronization": _synchronization,
     "optimizer": _optimizer,

@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from perflab import ab, affinity, devicelock, env, forkserver, io, stats, steps, timing, workloads
+from perflab import (ab, affinity, compiler_watch, devicelock, env, forkserver, io, stats, steps,
+                     timing, workloads)
 from perflab import config as cfgmod
 from perflab.catalogue import EXPERIMENTS
 from perflab.io import log_to  # noqa: F401  (scripts import it from here too)
@@ -372,6 +373,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
             f"flush denormals {bool(contract.get('flush_denormal', False))}")
         log(affinity.describe(cores))
+        watch = compiler_watch.CompilerWatch().start()
         try:
             measure(ctx)
         except workloads.NotApplicable as exc:  # the rows so far stand; the rest cannot run
@@ -381,6 +383,15 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         except Exception:
             log("FAILED; no result written:\n" + traceback.format_exc())
             raise
+        finally:
+            compiled = watch.stop()
+        if eid not in compiler_watch.DELIBERATE:  # the compiler on the user's step
+            compiler_watch.write_rows(ctx, compiled, time.perf_counter() - t_start)
+        if compiled.compiled:
+            log(f"compiler: {compiled.graphs} graph(s), {compiled.recompiles} recompile(s), "
+                f"{compiled.compile_s:.1f} s compiling"
+                + (", EAGER after the recompile limit" if compiled.eager_fallback else "")
+                + (f"; {compiled.cause()}" if compiled.cause() else ""))
         gpu_after = env.gpu_state(gpu_index) if ctx.is_cuda else None
         host_cpu = env.host_contention(host_before, env.host_cpu_times())
         lock["load_average_after"] = devicelock.loadavg()
@@ -401,6 +412,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "host_cores": cores,
             "inductor_cache_dir": env.portable_path(cache_dir),
             "workloads": ctx.workloads_built,
+            "compiler": compiled.as_dict(),
             "argv": [env.portable_path(a) for a in sys.argv],
             "process_start": forkserver.process_start(),
             "rows": len(ctx.rows),
