@@ -202,6 +202,7 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
     from perflab import devicelock, steps, timing, workloads
+    from perflab.compiler_watch import CompilerWatch
 
     device = torch.device(spec["device"])
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -221,16 +222,38 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
         w = workloads.cast(w, getattr(torch, spec.get("dtype", "float32")))
         step = steps.build(w, device)
         sync = timing.synchronizer(device)
-        times = []
+        times, compiling = [], []
+        whole = CompilerWatch().start()
         for i in range(1 + TIMED_STEPS):
+            watch = CompilerWatch().start()
             sync()
             t0 = time.perf_counter()
             step()
             sync()
-            if i:
-                times.append((time.perf_counter() - t0) * 1e3)
-    out["step_ms"] = sorted(times)[len(times) // 2]
+            ms = (time.perf_counter() - t0) * 1e3
+            got = watch.stop()
+            if i:  # a step that compiled (or met the recompile limit) is not a steady step
+                (compiling if got.graphs or got.limit_hits else times).append(ms)
+        seen = whole.stop()
+    out.update(_steady(times, compiling, seen))
     out["steps_s"] = round(time.perf_counter() - t_steps, 2)
+    return out
+
+
+def _steady(times: list[float], compiling: list[float], seen) -> dict[str, Any]:
+    """The steady step (the median of the timed steps that compiled nothing) and what the
+    compiler did; no step time where every timed step compiled: an estimate is never made
+    from compile time."""
+    out: dict[str, Any] = {"compile_steps": len(compiling),
+                           "compiler": seen.as_dict() if seen.compiled else None}
+    out["step_ms"] = sorted(times)[len(times) // 2] if times else None
+    if not times:
+        out["no_steady_step"] = (f"every one of the {len(compiling)} timed steps compiled "
+                                 f"({seen.cause() or 'see the compiler'}): no steady step to "
+                                 "estimate from (never from compile time)")
+    elif seen.eager_fallback:
+        out["eager_note"] = ("the steady steps ran after torch.compile's recompile limit: "
+                             "they are eager, not compiled")
     return out
 
 
@@ -294,7 +317,16 @@ def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
            f"in {wall_s:.1f} s: " + _split(answer, wall_s))
     log(f"pre-flight: {spec['target']} builds and steps on {answer['device']} "
         f"({answer['description']}, batch {answer['batch']}) {how}")
-    if answer["step_ms"] is None:
+    if answer.get("compiler"):
+        c = answer["compiler"]
+        log(f"pre-flight: torch.compile compiled {c['graphs']} graph(s) in "
+            f"{c['compile_s']:.1f} s over {answer.get('compile_steps', 0)} of the timed steps "
+            "(set apart from the steady step)"
+            + (f"; {c['cause']}; fix: {c['fix']}" if c.get("cause") else "")
+            + ("; " + answer["eager_note"] if answer.get("eager_note") else ""))
+    if answer["step_ms"] is None and answer.get("no_steady_step"):
+        log(f"{answer['no_steady_step']}: no time estimate")
+    elif answer["step_ms"] is None:
         log("no training step (the workload has no optimizer): no time estimate")
     elif answer["device"] != spec["device"]:
         log(f"checked on {answer['device']}, not {spec['device']} (not visible here): "

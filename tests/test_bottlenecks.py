@@ -155,3 +155,27 @@ def test_a_step_compiled_once_is_not_the_compiler(tmp_path, monkeypatch):
     d = _recompiling(tmp_path, monkeypatch, lengths=1)
     comp = finding(d, "compiler")
     assert comp.outcome == diagnose.RULED_OUT and d.verdict != "compiler", _why(d)
+
+
+def test_the_preflight_sets_compiling_steps_apart_from_the_steady_step(monkeypatch):
+    """The recompiling example in the pre-flight: the steps that compiled (or met the
+    recompile limit) are not timed as steady steps; with every timed step compiling there is
+    no step time at all, never one made of compile time."""
+    import torch
+
+    from perflab import preflight
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    spec = {"device": "cpu", "target": "bottlenecks.recompiling:make_step", "tag": "t",
+            "dtype": "float32", "params": {"backend": "eager", "recompile_limit": 4}}
+    torch._dynamo.reset()
+    try:
+        got = preflight.measure_step(spec)  # 1 untimed + 5 timed: 3 recompile, 1 hits the limit
+        assert got["compile_steps"] == 4 and got["step_ms"] is not None, got
+        assert got["compiler"]["eager_fallback"] and "eager" in got["eager_note"]
+        torch._dynamo.reset()
+        monkeypatch.setattr(preflight, "TIMED_STEPS", 2)  # every timed step recompiles
+        got = preflight.measure_step({**spec, "params": {"backend": "eager"}})
+        assert got["step_ms"] is None and "never from compile time" in got["no_steady_step"]
+    finally:
+        torch._dynamo.reset()
