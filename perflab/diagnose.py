@@ -607,7 +607,8 @@ def _device_bound(r: _Rows) -> Finding:
                    f"forward + backward do {ai.value:.3g} FLOP per byte "
                    f"({'>=' if compute else '<'} the ridge point {ridge.value:.3g}) and reach "
                    f"{_fmt(close, '%')} of the measured "
-                   + ("matmul ceiling" if compute else "memory bandwidth"), evidence, refined)
+                   + ("matmul ceiling (of the precisions they ran)" if compute
+                      else "memory bandwidth"), evidence, refined)
 
 
 # ------------------------------------------------------------------ data parallel (D01)
