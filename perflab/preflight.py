@@ -33,17 +33,22 @@ from typing import Any
 
 #: contract params that count calls of a step (added up)
 CALL_COUNTS = ("repeats", "spread_repeats", "host_return_repeats", "steps", "iterations",
-               "finite_steps", "running_mean_steps", "floor_repeats", "profiler_steps",
-               "peak_calls", "snapshot_steps", "steady_step", "process_repeats", "warmup",
+               "finite_steps", "running_mean_steps", "profiler_steps",
+               "peak_calls", "snapshot_steps", "steady_step", "warmup",
                "wait", "active")
+#: C00's fresh processes (interpreter, torch import, device init: three kinds): seconds each,
+#: not step calls. (C00's ``floor_repeats`` time empty calls and the clock: no step at all)
+PROCESS_S, PROCESS_KINDS = 3.0, 3
 #: list params whose sum counts calls (loop lengths, warmup counts)
 CALL_LISTS = ("loops", "warmups")
 #: prefixes of interleaved A/B params: ``<p>blocks`` x ``<p>inner`` calls per side (E08's
 #: interleaved job: that many synchronized calls and as many free-running steps per size)
 PAIRS = ("", "pair_", "aa_", "copy_", "interleaved_")
 #: list params that repeat the whole measurement once per entry (a sweep)
-SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers", "dtypes",
-          "matmul_sizes")
+SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers")
+#: list params of a ceiling sweep (R01's matmuls): they repeat its timed ops (``*_ms`` x
+#: repeats), never the step, which R01 runs once after them
+CEILING_SWEEPS = ("dtypes", "matmul_sizes")
 #: int params that add that many further runs of the whole measurement (E08's replicates)
 REPEATS_OF_RUN = ("replicates",)
 #: full-batch steps the pre-flight times (after one untimed)
@@ -78,9 +83,13 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
     batches = [b for b in (p.get("batches") or []) + [p.get("batch")] if _int(b)]
     base = _controlled_batch(contract)
     scale = max(1.0, max(batches, default=0) / base) if base else 1.0
+    ceilings = math.prod(len(p[k]) for k in CEILING_SWEEPS if isinstance(p.get(k), list)
+                         and p[k])
     seconds = sum(float(v) for k, v in p.items() if k.endswith("_s") and _num(v))
     seconds += sum(float(v) / 1e3 for k, v in p.items() if k.endswith("_ms") and _num(v)) \
-        * max(1, p.get("repeats", 1) if _int(p.get("repeats")) else 1) * sweep
+        * max(1, p.get("repeats", 1) if _int(p.get("repeats")) else 1) * sweep * ceilings
+    if _int(p.get("process_repeats")):
+        seconds += p["process_repeats"] * PROCESS_KINDS * PROCESS_S
     return calls * sweep * scale, seconds
 
 
