@@ -27,7 +27,6 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
 #: the rows a job writes where the compiler ran on the step it times (perflab.runner):
 #: one variant, these metrics; ``execution`` says "eager" after a recompile-limit hit
 VARIANT = "compiler/job"

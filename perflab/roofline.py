@@ -24,14 +24,15 @@ arithmetic intensity).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
 from perflab import precision, timing
 from perflab.experiments import r01_roofline as r01
 

@@ -32,8 +32,19 @@ from typing import Any
 
 import torch
 
-from perflab import (ab, affinity, compiler_watch, devicelock, env, forkserver, io, stats, steps,
-                     timing, workloads)
+from perflab import (
+    ab,
+    affinity,
+    compiler_watch,
+    devicelock,
+    env,
+    forkserver,
+    io,
+    stats,
+    steps,
+    timing,
+    workloads,
+)
 from perflab import config as cfgmod
 from perflab.catalogue import EXPERIMENTS
 from perflab.io import log_to  # noqa: F401  (scripts import it from here too)

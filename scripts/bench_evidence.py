@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
-import torch  # noqa: E402
+import torch
 
-from perflab import cli, config, diagnose, io, runner, whatif  # noqa: E402
-from perflab.experiments import r01_roofline as r01  # noqa: E402
+from perflab import cli, config, diagnose, io, runner, whatif
+from perflab.experiments import r01_roofline as r01
 
 
 def _script(name: str):

@@ -23,7 +23,7 @@ from perflab.catalogue import EXPERIMENTS
 from perflab.experiments import e06_events_vs_wall as e06
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workflow_rules import rule_names  # noqa: E402
+from workflow_rules import rule_names
 
 
 def shares(**pct: float) -> list[tuple]:
@@ -416,6 +416,7 @@ def test_c09_orders_the_two_iqrs_by_the_interval_of_their_ratio():
 def test_c39_reads_no_oom_row_as_not_measured_not_as_fitting():
     """SDPA "never runs out" only where it was measured at the length manual ran out at."""
     from cases_c23_c47 import e18_rows
+
     from perflab.experiments import e18_attention_seq as e18
 
     full = e18_rows()

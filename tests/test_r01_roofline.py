@@ -101,7 +101,6 @@ def test_r01_ceilings_and_fractions_are_consistent(r01):
 
 
 def test_flops_are_counted_by_the_precision_their_operands_have():
-    from perflab import precision
 
     m, x = torch.nn.Linear(32, 32), torch.randn(4, 32)
 

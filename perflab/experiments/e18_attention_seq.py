@@ -266,7 +266,7 @@ def _attention_memory(ev):
         if om is not None and osd is None and not fits:
             parts.append(Part(None, f"under the cap manual runs out at T={om}; SDPA has no "
                               f"peak measured at T >= {om}", (False, "not resolved: SDPA was "
-                              f"not measured where manual ran out"), name="manual OOMs first"))
+                              "not measured where manual ran out"), name="manual OOMs first"))
         else:
             parts.append(Part(om is not None and (osd is None or om < osd),
                               f"under the cap manual runs out at T={om}, SDPA "
