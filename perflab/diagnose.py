@@ -585,8 +585,8 @@ def _device_bound(r: _Rows) -> Finding:
         e.test, e.passes = f"<= {CEILING_MAX_PCT:g}% of its measured ceiling", False
     if over:
         return Finding(kind, INSTRUMENT_ERROR, "forward + backward read " + " and ".join(
-            f"{e.value:.0f}% of the measured {'matmul ceiling' if e is flops else 'memory bandwidth'}"
-            for e in over) + ": more than the device can do, so the ceiling is of another "
+            f"{e.value:.0f}% of the measured "
+            + ("matmul ceiling" if e is flops else "memory bandwidth") for e in over) + ": more than the device can do, so the ceiling is of another "
             "precision than the one that ran, or the bytes counted miss the cache's reuse — an "
             "instrument error (R01), not a finding", evidence)
     roof = r.get(*r01.forward_backward_row(r01.ROOFLINE_FRACTION), "%",

@@ -347,14 +347,16 @@ def tf32_aware(tol: Tolerance, scale: Tf32Scale | None,
     k = TF32_FACTOR
     loss = max(tol.loss_rel, min(k * scale.loss_rel, TF32_CAP["loss_rel"]))
     grad = max(tol.grad_rel, min(k * scale.grad_rel, TF32_CAP["grad_rel"]))
-    capped = (k * scale.loss_rel > TF32_CAP["loss_rel"] or k * scale.grad_rel > TF32_CAP["grad_rel"])
+    capped = (k * scale.loss_rel > TF32_CAP["loss_rel"]
+              or k * scale.grad_rel > TF32_CAP["grad_rel"])
     return Tolerance(
         f"{tol.name}, TF32-aware", loss, grad, tol.update_rel,
         f"{tol.why}; TF32 observed ({where}): the loss and gradient limits are the larger of "
         f"the fp32 limit ({tol.loss_rel:g}, {tol.grad_rel:g}) and {k:g} x the baseline's own "
         f"TF32 rounding, strict fp32 vs as run: loss {scale.loss_rel:.2g}, gradient "
-        f"{scale.grad_rel:.2g}" + (f", capped at what TF32 rounding can do ({TF32_CAP['loss_rel']:g}, "
-                                    f"{TF32_CAP['grad_rel']:g})" if capped else ""),
+        f"{scale.grad_rel:.2g}" + (", capped at what TF32 rounding can do "
+                                    f"({TF32_CAP['loss_rel']:g}, {TF32_CAP['grad_rel']:g})"
+                                    if capped else ""),
         update_while_grad=tol.grad_rel)
 
 

@@ -145,7 +145,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     bad = [n for n, s in summary.items() if not s.get("ok")]
-    print(f"[bench_evidence] {'all as expected' if not bad else 'NOT as expected: ' + ', '.join(bad)}")
+    verdict = "all as expected" if not bad else "NOT as expected: " + ", ".join(bad)
+    print(f"[bench_evidence] {verdict}")
     return 1 if bad else 0
 
 
