@@ -22,8 +22,11 @@ printed; nothing is changed in how the step compiles.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import logging
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -115,7 +118,7 @@ class CompilerReport:
 
 
 #: Dynamo's guard-failure texts, and the cause each names in the user's terms
-_SIZE = re.compile(r"tensor '([^']+)' (?:size|stride) mismatch at index (\d+)\. "
+_SIZE = re.compile(r"tensor '(.+?)' (?:size|stride) mismatch at index (\d+)\. "
                    r"expected (\d+), actual (\d+)")
 _VALUE = re.compile(r"(L\['[^']+'\](?:\[[^\]]+\])*) == ([-\d.e]+)")
 _TRAINING = re.compile(r"\.training")
@@ -154,39 +157,95 @@ class _LimitLog(logging.Handler):
             self.hits.append(" ".join(msg.split())[:400])
 
 
+_CF = "torch._dynamo.convert_frame"
+#: the watches waiting for Dynamo to be imported (each hooks it once it is)
+_WAITING: list = []
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls the waiting watches once torch._dynamo.convert_frame has been imported: a job
+    does not import Dynamo (seconds) to watch a step that never compiles."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _CF or not _WAITING:
+            return None
+        sys.meta_path.remove(self)  # the real finders find it
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            for hook in list(_WAITING):
+                hook(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+_FINDER = _AfterImport()
+
+
 class CompilerWatch:
-    """start() / stop() -> :class:`CompilerReport`; also a context manager (``.report``)."""
+    """start() / stop() -> :class:`CompilerReport`; also a context manager (``.report``).
+
+    Where Dynamo is not imported yet at start, the watch hooks it when it is (its counters
+    then start at 0 in this process: the whole of it is the watch's)."""
 
     def __init__(self) -> None:
         self.report: CompilerReport | None = None
         self._on = False
 
     def start(self) -> CompilerWatch:
-        import torch._dynamo.convert_frame as cf
-
-        self._counters, self._breaks = counters(), _breaks()
-        self._compile_s = _compile_seconds()
         self._reasons: list[str] = []
         self._limit = _LimitLog()
-        logging.getLogger(cf.__name__).addHandler(self._limit)
-        # each recompile's reasons as Dynamo computes them (it logs them only when asked)
-        self._cf, self._orig = cf, getattr(cf, "get_and_maybe_log_recompilation_reasons", None)
-        if self._orig is not None:
-            def reasons(*a, **k):
-                got = self._orig(*a, **k)
-                self._reasons.append(got[0] if got else "unable to find the reason")
-                return got
-            cf.get_and_maybe_log_recompilation_reasons = reasons
+        logging.getLogger(_CF).addHandler(self._limit)  # the same logger once imported
+        self._cf = self._orig = None
+        if _CF in sys.modules:
+            self._counters, self._breaks = counters(), _breaks()
+            self._compile_s = _compile_seconds()
+            self._hook(sys.modules[_CF])
+        else:
+            self._counters, self._breaks, self._compile_s = {}, {}, 0.0
+            _WAITING.append(self._hook)
+            if _FINDER not in sys.meta_path:
+                sys.meta_path.insert(0, _FINDER)
         self._on = True
         return self
+
+    def _hook(self, cf: Any) -> None:
+        """Each recompile's reasons as Dynamo computes them (it logs them only when asked)."""
+        if self._hook in _WAITING:
+            _WAITING.remove(self._hook)
+        self._cf, self._orig = cf, getattr(cf, "get_and_maybe_log_recompilation_reasons", None)
+        if self._orig is None:
+            return
+
+        def reasons(*a, **k):
+            got = self._orig(*a, **k)
+            self._reasons.append(got[0] if got else "unable to find the reason")
+            return got
+
+        cf.get_and_maybe_log_recompilation_reasons = reasons
 
     def stop(self) -> CompilerReport:
         if not self._on:
             raise RuntimeError("CompilerWatch.stop() without start()")
         self._on = False
-        logging.getLogger(self._cf.__name__).removeHandler(self._limit)
+        logging.getLogger(_CF).removeHandler(self._limit)
+        if self._hook in _WAITING:
+            _WAITING.remove(self._hook)
+        if not _WAITING and _FINDER in sys.meta_path:
+            sys.meta_path.remove(_FINDER)
         if self._orig is not None:
             self._cf.get_and_maybe_log_recompilation_reasons = self._orig
+        if _CF not in sys.modules:  # Dynamo never loaded: nothing compiled
+            self.report = CompilerReport()
+            return self.report
         now, breaks = counters(), _breaks()
 
         def d(key: str) -> int:
