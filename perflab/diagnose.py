@@ -583,12 +583,19 @@ def _device_bound(r: _Rows) -> Finding:
     over = [e for e in (flops, bw) if e.value is not None and e.value > CEILING_MAX_PCT]
     for e in over:
         e.test, e.passes = f"<= {CEILING_MAX_PCT:g}% of its measured ceiling", False
+    cache = r.get(*r01.forward_backward_row(r01.CACHE_FRACTION), "%",
+                  "bytes/s as % of the cache-resident copy's bandwidth")
+    in_cache = (bw in over and cache.value is not None and cache.value <= CEILING_MAX_PCT)
+    if in_cache:
+        evidence.append(cache)
     if over:
         return Finding(kind, INSTRUMENT_ERROR, "forward + backward read " + " and ".join(
             f"{e.value:.0f}% of the measured "
             + ("matmul ceiling" if e is flops else "memory bandwidth") for e in over) + ": more than the device can do, so the ceiling is of another "
             "precision than the one that ran, or the bytes counted miss the cache's reuse — an "
-            "instrument error (R01), not a finding", evidence)
+            "instrument error (R01), not a finding"
+            + (f"; at {cache.value:.0f}% of the cache-resident roof, its data stays in cache"
+               if in_cache else ""), evidence)
     roof = r.get(*r01.forward_backward_row(r01.ROOFLINE_FRACTION), "%",
                  "achieved as % of the attainable rate at this intensity")
     if roof.value is not None and roof.value < ROOFLINE_FLOOR_PCT:

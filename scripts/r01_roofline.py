@@ -110,8 +110,9 @@ def _matmul_rate(ctx, name: str, dtype: torch.dtype, n: int) -> float | None:
     return flops
 
 
-def copy_ceilings(ctx) -> tuple[float | None, float] | None:
-    """(pinned host-to-device bandwidth or None, memory bandwidth), or None."""
+def copy_ceilings(ctx) -> tuple[float | None, float, float | None] | None:
+    """(pinned host-to-device bandwidth or None, memory bandwidth, cache-resident copy
+    bandwidth or None), or None."""
     p = ctx.params
     rates: dict[str, float] = {}
     for kind in r01.COPY_KINDS:
@@ -152,8 +153,7 @@ def copy_ceilings(ctx) -> tuple[float | None, float] | None:
     ctx.row(variant=r01.MEMORY_BANDWIDTH, metric=r01.BANDWIDTH, value=rates[memory],
             unit="B/s", window=f"copy/{memory}: the device memory's bandwidth ceiling",
             sync_boundary="see the copy/ rows", dtype="float32")
-    _cache_ceiling(ctx, memory)
-    return rates.get("host_to_device"), rates[memory]
+    return rates.get("host_to_device"), rates[memory], _cache_ceiling(ctx, memory)
 
 
 def _cache_ceiling(ctx, kind: str) -> float | None:
@@ -201,7 +201,7 @@ def _group_rows(ctx, name, members, work, medians, ceilings, window: str, bounda
     (a group's: summed) and the achieved fractions of its ceilings: the FLOP-weighted blend
     of the matmul ceilings of the precisions it ran (perflab.precision.blend), the link or
     memory bandwidth; its ridge point is the blend over the memory bandwidth."""
-    peaks, link, bandwidth = ceilings
+    peaks, link, bandwidth, cache = ceilings
     variant = r01.phase_variant(name)
     if name == "host_to_device" and not ctx.is_cuda:
         ctx.unsupported(variant=variant, metric=r01.BANDWIDTH_FRACTION, unit="%",
@@ -248,6 +248,11 @@ def _group_rows(ctx, name, members, work, medians, ceilings, window: str, bounda
                 statistic="median", n=ctx.params["repeats"],
                 window=window + f"; against {against_flops} and the {against} ceiling",
                 sync_boundary=boundary)
+    if cache and name != "host_to_device":
+        ctx.row(variant=variant, metric=r01.CACHE_FRACTION,
+                value=100 * fr[r01.ACHIEVED_BANDWIDTH] / cache, unit="%", statistic="median",
+                n=ctx.params["repeats"], window=window + "; against the cache-resident copy's "
+                "bandwidth (ceiling/cache_bandwidth)", sync_boundary=boundary)
     over = [m for m in (r01.FLOPS_FRACTION, r01.BANDWIDTH_FRACTION)
             if fr[m] > r01.CEILING_MAX_PCT]
     ctx.log(f"{name}: {total.flops:.3g} FLOP ({precision.describe(mix)}), {total.bytes:.3g} B "
@@ -275,7 +280,7 @@ def measure(ctx):
     ran = {p for w in work.values() for p, f in w.by_precision.items() if f}
     peaks = matmul_ceilings(ctx, sorted(ran))
     bw = copy_ceilings(ctx)
-    link, bandwidth = bw if bw else (None, None)
+    link, bandwidth, cache = bw if bw else (None, None, None)
     peak = peaks.get(ctx.contract["dtype"])
     if peak is not None and bandwidth:
         ctx.row(variant=r01.RIDGE_POINT, metric=r01.ARITHMETIC_INTENSITY,
@@ -290,8 +295,8 @@ def measure(ctx):
     boundary = f"sync ({ctx.sync_name}) at every phase boundary, as in E05"
     medians = _phase_medians(ctx, step, window, boundary)
     for name, members in r01.PHASE_GROUPS.items():
-        _group_rows(ctx, name, members, work, medians, (peaks, link, bandwidth), window,
-                    boundary)
+        _group_rows(ctx, name, members, work, medians, (peaks, link, bandwidth, cache),
+                    window, boundary)
 
 
 if __name__ == "__main__":

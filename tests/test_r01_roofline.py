@@ -156,4 +156,4 @@ def test_a_bf16_autocast_step_is_judged_against_the_bf16_ceiling(tiny_cfg, tmp_p
     assert "bfloat16 100%" in fb.window[r01.BLENDED_PEAK]
     bw = one_value(rows, r01.MEMORY_BANDWIDTH, r01.BANDWIDTH)
     assert fb.value[r01.RIDGE] == pytest.approx(bf16_peak / bw)
-    assert (rows.variant == r01.CACHE_BANDWIDTH).any()
+    assert (rows.variant == r01.CACHE_BANDWIDTH).any() and fb.value[r01.CACHE_FRACTION] > 0

@@ -66,6 +66,8 @@ ROOFLINE_FRACTION = "roofline_fraction"
 BLENDED_PEAK, RIDGE = "blended_peak_flops", "ridge_point"
 #: the memory roof of tensors that stay in the last-level cache (a small buffer's copy)
 CACHE_BANDWIDTH = "ceiling/cache_bandwidth"
+#: per phase: its bytes/s as % of that cache-resident roof
+CACHE_FRACTION = "cache_bandwidth_fraction"
 #: the TF32 mode of matmuls and convolutions as the step ran (1: TF32 applies)
 TF32_MODE = "precision/tf32"
 #: the most of a measured ceiling a phase can reach: above it the instrument is wrong
