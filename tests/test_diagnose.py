@@ -537,3 +537,28 @@ def test_the_device_candidate_can_be_ruled_out():
     dev = next(f for f in d.findings if f.bottleneck in ("device_compute", "memory_bandwidth"))
     assert dev.outcome == diagnose.RULED_OUT and "neither FLOPs nor bytes" in dev.because
     assert d.verdict != "device_compute"
+
+
+def _compiler_rows(recompiles, share, fallback):
+    from perflab import compiler_watch as cw
+
+    return [_row("E05", cw.VARIANT, m, v) for m, v in (
+        (cw.GRAPHS, recompiles + 1.0), (cw.RECOMPILES, recompiles), (cw.COMPILE_SHARE, share),
+        (cw.EAGER_FALLBACK, fallback), (cw.COMPILE_TIME, 1.0), (cw.BREAKS, 0.0))]
+
+
+def test_the_compiler_fits_on_recompiles_or_a_fallback_never_on_one_compile():
+    def comp(*a):
+        d = diagnose.diagnose(frame(phases(), BUSY, ROOF, _compiler_rows(*a)))
+        return d, next(f for f in d.findings if f.bottleneck == "compiler")
+
+    d, f = comp(6.0, 60.0, 0.0)  # recompiling, most of the job
+    assert d.verdict == "compiler" and "60% of E05's job" in f.because
+    d, f = comp(8.0, 5.0, 1.0)  # cheap compiles, but past the limit it runs eager
+    assert d.verdict == "compiler" and "runs eager" in f.because
+    d, f = comp(0.0, 60.0, 0.0)  # one compile in a short job: a one-time cost
+    assert f.outcome == diagnose.RULED_OUT and d.verdict == "device_compute"
+    d, f = comp(3.0, 10.0, 0.0)  # recompiles that cost little
+    assert f.outcome == diagnose.RULED_OUT
+    assert next(f for f in diagnose.diagnose(frame(phases(), BUSY, ROOF)).findings
+                if f.bottleneck == "compiler").outcome == diagnose.NOT_MEASURED
