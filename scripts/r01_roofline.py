@@ -222,8 +222,9 @@ def _group_rows(ctx, name, members, work, medians, ceilings, window: str, bounda
         ctx.row(variant=variant, metric=r01.PHASE_TIME, value=ms, unit="ms", statistic="median",
                 n=ctx.params["repeats"], window=window,
                 sync_boundary=boundary + "; sum of the members' medians")
-    mix = total.by_precision or {ctx.contract["dtype"]: 0}
-    peak, why = precision.blend(total.by_precision, peaks)
+    # a torch whose flop counter has no per-op hook counts no precisions: the contract's
+    mix = total.by_precision or {ctx.contract["dtype"]: total.flops}
+    peak, why = precision.blend(mix, peaks)
     if peak is None and not total.flops:  # no FLOPs: the contract's ceiling, for the bytes
         peak, why = peaks.get(ctx.contract["dtype"]), ""
     ceiling_bw = link if name == "host_to_device" else bandwidth
