@@ -54,6 +54,8 @@ DIAGNOSE_RUN = {kind: ",".join(eid for eid, e in EXPERIMENTS.items() if kind in 
 DIAGNOSE_CONFIG = ROOT / "config" / "diagnose.yaml"
 #: the what-if step of diagnose (off with --no-whatif), and what `perflab whatif` runs
 WHATIF = "W01"
+#: what `perflab whatif` runs: W01 and the calibration whose A/A floor its A/Bs are held to
+WHATIF_RUN = f"C00,{WHATIF}"
 
 
 def _only(args) -> list[str] | None:
@@ -313,10 +315,13 @@ def _diagnose_run(args, cfg: dict, run: str, snakemake_args: list[str],
 
 
 def whatif(args, snakemake_args: list[str]) -> int:
-    """W01 alone: its table, with the bounds of any localization this directory holds."""
+    """W01 with C00 (its A/A floor: no intervention is called resolved without one): its
+    table, with the bounds of any localization this directory holds."""
+    args.run = WHATIF_RUN
     cfg = _config(args)
     md = Path(cfgmod.experiment_outputs(cfg, WHATIF)["md"])
-    rc, workdir = _snakemake(args, cfg, WHATIF, [str(md), *cfgmod.result_files(cfg, [WHATIF])],
+    rc, workdir = _snakemake(args, cfg, WHATIF_RUN,
+                             [str(md), *cfgmod.result_files(cfg, WHATIF_RUN.split(","))],
                              snakemake_args)
     if rc == 0 and (workdir / md).is_file():
         other = current.other_code(cfg, [WHATIF], workdir)

@@ -8,8 +8,9 @@ training step of every precision as an interleaved round robin (ms/step,
 examples/s, % of fp32). (4) Peak memory of each precision alone at each batch
 size (CUDA: allocator peaks; CPU: VmHWM of a fresh process per variant).
 
-A precision this device cannot run (an error on its first step) becomes
-``unsupported`` rows with the error as the reason.
+A precision this device cannot run (torch has no kernel for it: "not implemented", "not
+supported") becomes ``unsupported`` rows with the error as the reason; any other failure of
+its first step (a bug, a wrong shape) becomes ``error`` rows, never "unsupported".
 """
 
 from perflab.core.forkserver import delegate
@@ -18,6 +19,7 @@ delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
 import copy
 import math
+import re
 
 import torch
 
@@ -43,17 +45,33 @@ def _row(ctx, **kw):
                     "the GradScaler would skip", **kw)
 
 
+#: what torch says when a dtype has no kernel on this device: the precision is unsupported
+#: here. Any other failure (a wrong shape, a bug, an overflow's exception) is an error
+NOT_SUPPORTED = re.compile(r"not (?:implemented|supported)|unsupported|no kernel", re.I)
+
+
+def failure_status(exc: BaseException) -> str:
+    """"unsupported" where the device has no kernel for the precision, else "error"."""
+    if isinstance(exc, NotImplementedError):
+        return "unsupported"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return "unsupported" if (isinstance(exc, RuntimeError)
+                             and NOT_SUPPORTED.search(first)) else "error"
+
+
 def _failed(ctx, prec, exc):
-    """Rows saying why ``prec`` cannot run here: its numerics and every batch size's."""
+    """Rows saying why ``prec`` did not run here: its numerics and every batch size's, as
+    ``unsupported`` where the device cannot run it, else as an ``error``."""
+    status = failure_status(exc)
     reason = (f"autocast {prec} on {ctx.device.type} failed: "
-              f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-    ctx.log(reason)
+              f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+    ctx.log(f"{status}: {reason}")
     ctx.unsupported(variant=e15.numerics_variant(prec), metric=e15.LOSS, unit="loss",
-                    reason=reason, dtype=_dtype_label(prec))
+                    reason=reason, status=status, dtype=_dtype_label(prec))
     for b in ctx.params["batches"]:
         for metric, unit in ((STEP_LATENCY, "ms"), ("peak_memory", "MiB")):
             ctx.unsupported(variant=e15.batch_variant(b, prec), metric=metric, unit=unit,
-                            reason=reason, dtype=_dtype_label(prec))
+                            reason=reason, status=status, dtype=_dtype_label(prec))
 
 
 def _one_step_rows(ctx, prec, r, base, batch):
@@ -103,7 +121,7 @@ def numerics(ctx, w, fresh, batch):
         try:
             results[prec] = iv.amp_one_step(fresh, w, x, y, prec, ctx.device, w.make_optimizer)
             ok.append(prec)
-        except (RuntimeError, TypeError, ValueError) as exc:
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
             _failed(ctx, prec, exc)
     for prec in ok:
         _one_step_rows(ctx, prec, results[prec], results.get(e15.FP32), batch)

@@ -19,39 +19,55 @@ from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
+import contextlib
+
 import torch
 
 from perflab.experiments import r01_roofline as r01
-from perflab.instruments import phases, roofline, timing
+from perflab.experiments.w01_whatif import whatif
+from perflab.instruments import phases, precision, roofline, timing
 from perflab.pipeline.runner import run
 
 STATS = ("median", "iqr", "min", "max")
 
 
-def _dtypes(ctx) -> list[str]:
-    """The configured dtypes, and always the contract's (its ceiling is the one used)."""
-    return list(dict.fromkeys([*ctx.params["dtypes"], ctx.contract["dtype"]]))
+def _precisions(ctx, ran=()) -> list[str]:
+    """The configured dtypes, the contract's, and every precision the step runs (``ran``):
+    a phase is judged against the ceilings of what it ran. TF32 only on CUDA."""
+    want = [*ctx.params["dtypes"], ctx.contract["dtype"], *ran]
+    if ctx.is_cuda and "float32" in want:
+        want.append("tf32")
+    return [p for p in dict.fromkeys(want) if p in precision.PRECISIONS]
 
 
-def _precision_note(ctx, dtype: str) -> str:
-    if dtype != "float32":
-        return ""
-    note = f"; float32 matmul precision {torch.get_float32_matmul_precision()!r}"
-    if ctx.is_cuda:
-        note += f", TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}"
-    return note
+def _precision_note(ctx, name: str) -> str:
+    if name == "tf32":
+        return "; float32 operands, TF32 on (matmul precision 'high')"
+    if name == "float32":
+        return "; float32 strict: TF32 off (matmul precision 'highest')"
+    return ""
 
 
-def matmul_ceilings(ctx) -> dict[str, float]:
+def _mode(name: str):
+    """The flags a precision's ceiling is measured under: float32 strict, or TF32 on."""
+    if name == "float32":
+        return whatif.strict_fp32()
+    if name == "tf32":
+        return precision.tf32_on()
+    return contextlib.nullcontext()
+
+
+def matmul_ceilings(ctx, ran=()) -> dict[str, float]:
     p = ctx.params
     peaks: dict[str, float] = {}
-    for name in _dtypes(ctx):
-        dtype = getattr(torch, name)
+    for name in _precisions(ctx, ran):
+        dtype = torch.float32 if name == "tf32" else getattr(torch, name)
         best = None
-        for n in p["matmul_sizes"]:
-            flops = _matmul_rate(ctx, name, dtype, n)
-            if flops is not None:
-                best = flops if best is None else max(best, flops)
+        with _mode(name):
+            for n in p["matmul_sizes"]:
+                flops = _matmul_rate(ctx, name, dtype, n)
+                if flops is not None:
+                    best = flops if best is None else max(best, flops)
         if best is None:
             ctx.unsupported(variant=r01.matmul_ceiling(name), metric=r01.PEAK_FLOPS,
                             unit="FLOP/s", reason=f"no {name} matmul size measured", dtype=name)
@@ -68,7 +84,7 @@ def _matmul_rate(ctx, name: str, dtype: torch.dtype, n: int) -> float | None:
     """The achieved FLOP/s of an n x n matmul in ``dtype`` (its rows), or None (why, a row)."""
     p = ctx.params
     variant = r01.matmul_variant(name, n)
-    window = (f"torch.mm of two {n}x{n} {name} matrices into a preallocated output; "
+    window = (f"torch.mm of two {n}x{n} {dtype} matrices into a preallocated output; "
               f"each sample repeats it until it lasts ~{p['target_ms']} ms"
               + _precision_note(ctx, name))
     sync = f"{ctx.sync_name} at both ends of each sample of back-to-back calls"
@@ -95,8 +111,9 @@ def _matmul_rate(ctx, name: str, dtype: torch.dtype, n: int) -> float | None:
     return flops
 
 
-def copy_ceilings(ctx) -> tuple[float | None, float] | None:
-    """(pinned host-to-device bandwidth or None, memory bandwidth), or None."""
+def copy_ceilings(ctx) -> tuple[float | None, float, float | None] | None:
+    """(pinned host-to-device bandwidth or None, memory bandwidth, cache-resident copy
+    bandwidth or None), or None."""
     p = ctx.params
     rates: dict[str, float] = {}
     for kind in r01.COPY_KINDS:
@@ -137,7 +154,31 @@ def copy_ceilings(ctx) -> tuple[float | None, float] | None:
     ctx.row(variant=r01.MEMORY_BANDWIDTH, metric=r01.BANDWIDTH, value=rates[memory],
             unit="B/s", window=f"copy/{memory}: the device memory's bandwidth ceiling",
             sync_boundary="see the copy/ rows", dtype="float32")
-    return rates.get("host_to_device"), rates[memory]
+    return rates.get("host_to_device"), rates[memory], _cache_ceiling(ctx, memory)
+
+
+def _cache_ceiling(ctx, kind: str) -> float | None:
+    """The same copy on a buffer small enough to stay in the last-level cache: the roof a
+    phase whose tensors are cache-resident is held to (above the memory roof)."""
+    mib = float(ctx.params.get("cache_copy_mib", 8 if ctx.is_cuda else 0.5))
+    window = (f"Tensor.copy_ of a {mib} MiB float32 buffer, back to back (read + write; "
+              "small enough to stay in the last-level cache)")
+    sync = f"{ctx.sync_name} at both ends of each sample of back-to-back copies"
+    try:
+        fn, per_call = roofline.copy_op(kind, int(mib * 2**20), ctx.device)
+        samples, _ = roofline.per_call_ms(fn, target_ms=ctx.params["target_ms"],
+                                          repeats=ctx.params["repeats"], sync=ctx.sync)
+    except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+        ctx.unsupported(variant=r01.CACHE_BANDWIDTH, metric=r01.BANDWIDTH, unit="B/s",
+                        reason=f"cache-resident copy failed: {str(exc).splitlines()[0]}")
+        return None
+    med = sorted(samples)[len(samples) // 2]
+    rate = per_call / (med / 1e3)
+    ctx.row(variant=r01.CACHE_BANDWIDTH, metric=r01.BANDWIDTH, value=rate, unit="B/s",
+            statistic="median", n=len(samples), window=window, sync_boundary=sync,
+            dtype="float32")
+    ctx.log(f"cache-resident copy ({mib} MiB): {rate / 1e9:.1f} GB/s")
+    return rate
 
 
 COUNTED = ("FLOPs: torch.utils.flop_counter (elementwise ops count 0); bytes: sizes of "
@@ -157,31 +198,49 @@ def _phase_medians(ctx, step, window: str, boundary: str) -> dict[str, float]:
 
 
 def _group_rows(ctx, name, members, work, medians, ceilings, window: str, boundary: str):
-    """One phase or group: its counted work, its time (a group's: summed) and the achieved
-    fractions of ``ceilings`` (peak FLOP/s, link bandwidth, memory bandwidth)."""
-    peak, link, bandwidth = ceilings
+    """One phase or group: its counted work (FLOPs by the precision they ran in), its time
+    (a group's: summed) and the achieved fractions of its ceilings: the FLOP-weighted blend
+    of the matmul ceilings of the precisions it ran (perflab.instruments.precision.blend), the link or
+    memory bandwidth; its ridge point is the blend over the memory bandwidth."""
+    peaks, link, bandwidth, cache = ceilings
     variant = r01.phase_variant(name)
     if name == "host_to_device" and not ctx.is_cuda:
         ctx.unsupported(variant=variant, metric=r01.BANDWIDTH_FRACTION, unit="%",
                         reason="on a CPU device the batch is already in place: no copy")
         return
-    total = roofline.Work(sum(work[m].flops for m in members),
-                          sum(work[m].bytes for m in members),
-                          sum(work[m].ops for m in members))
+    total = sum((work[m] for m in members), roofline.Work(0, 0, 0))
     ms = sum(medians[m] for m in members)
     for metric, value, unit in ((r01.FLOPS, total.flops, "FLOP"), (r01.BYTES, total.bytes, "B"),
                                 (r01.ATEN_OPS, total.ops, "count")):
         ctx.row(variant=variant, metric=metric, value=float(value), unit=unit,
                 window="one steady-state step; " + COUNTED, sync_boundary="counted, not timed")
+    for prec, flops in sorted(total.by_precision.items()):
+        ctx.row(variant=variant, metric=r01.precision_flops(prec), value=float(flops),
+                unit="FLOP", dtype=prec, window="one steady-state step; the FLOPs whose "
+                "operands had this precision at the ATen level (autocast's cast applied; "
+                "float32 read as tf32 where TF32 applies)", sync_boundary="counted, not timed")
     if len(members) > 1:
         ctx.row(variant=variant, metric=r01.PHASE_TIME, value=ms, unit="ms", statistic="median",
                 n=ctx.params["repeats"], window=window,
                 sync_boundary=boundary + "; sum of the members' medians")
+    # a torch whose flop counter has no per-op hook counts no precisions: the contract's
+    mix = total.by_precision or {ctx.contract["dtype"]: total.flops}
+    peak, why = precision.blend(mix, peaks)
+    if peak is None and not total.flops:  # no FLOPs: the contract's ceiling, for the bytes
+        peak, why = peaks.get(ctx.contract["dtype"]), ""
     ceiling_bw = link if name == "host_to_device" else bandwidth
     if peak is None or ceiling_bw is None:
         ctx.unsupported(variant=variant, metric=r01.ROOFLINE_FRACTION, unit="%",
-                        reason="a ceiling was not measured")
+                        reason=why or "a ceiling was not measured")
         return
+    against_flops = (f"the FLOP-weighted blend of the matmul ceilings of what it ran "
+                     f"({precision.describe(mix)})")
+    ctx.row(variant=variant, metric=r01.BLENDED_PEAK, value=peak, unit="FLOP/s",
+            window=against_flops, sync_boundary="derived from the ceilings and the counts")
+    if name != "host_to_device":
+        ctx.row(variant=variant, metric=r01.RIDGE, value=peak / bandwidth, unit="FLOP/B",
+                window=f"{against_flops} / memory bandwidth: below it the phase is "
+                "bandwidth-bound", sync_boundary="derived from ceilings")
     fr = roofline.fractions(total, ms, peak, ceiling_bw)
     units = {r01.ACHIEVED_FLOPS: "FLOP/s", r01.ACHIEVED_BANDWIDTH: "B/s",
              r01.ARITHMETIC_INTENSITY: "FLOP/B"}
@@ -189,39 +248,57 @@ def _group_rows(ctx, name, members, work, medians, ceilings, window: str, bounda
     for metric, value in fr.items():
         ctx.row(variant=variant, metric=metric, value=value, unit=units.get(metric, "%"),
                 statistic="median", n=ctx.params["repeats"],
-                window=window + f"; against the {ctx.contract['dtype']} matmul ceiling "
-                f"and the {against} ceiling", sync_boundary=boundary)
-    ctx.log(f"{name}: {total.flops:.3g} FLOP, {total.bytes:.3g} B in {ms:.3f} ms: "
-            f"{fr[r01.FLOPS_FRACTION]:.1f}% of peak FLOP/s, "
-            f"{fr[r01.BANDWIDTH_FRACTION]:.1f}% of bandwidth")
+                window=window + f"; against {against_flops} and the {against} ceiling",
+                sync_boundary=boundary)
+    if cache and name != "host_to_device":
+        ctx.row(variant=variant, metric=r01.CACHE_FRACTION,
+                value=100 * fr[r01.ACHIEVED_BANDWIDTH] / cache, unit="%", statistic="median",
+                n=ctx.params["repeats"], window=window + "; against the cache-resident copy's "
+                "bandwidth (ceiling/cache_bandwidth)", sync_boundary=boundary)
+    over = [m for m in (r01.FLOPS_FRACTION, r01.BANDWIDTH_FRACTION)
+            if fr[m] > r01.CEILING_MAX_PCT]
+    ctx.log(f"{name}: {total.flops:.3g} FLOP ({precision.describe(mix)}), {total.bytes:.3g} B "
+            f"in {ms:.3f} ms: {fr[r01.FLOPS_FRACTION]:.1f}% of its FLOP/s ceiling, "
+            f"{fr[r01.BANDWIDTH_FRACTION]:.1f}% of bandwidth"
+            + (f" — INSTRUMENT ERROR: {', '.join(over)} above 100% (a ceiling of the wrong "
+               "precision, or bytes that stay in cache)" if over else ""))
 
 
-def phase_fractions(ctx, peak: float | None, link: float | None, bandwidth: float | None):
+def _tf32_rows(ctx) -> None:
+    """The TF32 mode of each kind as this process runs the step (the contract's record)."""
+    for kind, on in precision.tf32_modes(ctx.device.type).items():
+        ctx.row(variant=r01.TF32_MODE, metric=f"tf32_{kind}", value=float(on), unit="bool",
+                window=("torch.backends.cudnn.allow_tf32" if kind == "convolution" else
+                        "torch.backends.cuda.matmul.allow_tf32 / float32 matmul precision")
+                + " as the step runs (a CPU: never)", sync_boundary="read from torch's flags")
+
+
+def measure(ctx):
+    _tf32_rows(ctx)
     step = ctx.step(resident=False, metric=r01.FLOPS, unit="FLOP",
                     variants=tuple(r01.phase_variant(ph) for ph in r01.WORK_PHASES))
+    # the work first (one counted step): the ceilings measured are those of what it runs
+    work = roofline.step_work(step) if step is not None else {}
+    ran = {p for w in work.values() for p, f in w.by_precision.items() if f}
+    peaks = matmul_ceilings(ctx, sorted(ran))
+    bw = copy_ceilings(ctx)
+    link, bandwidth, cache = bw if bw else (None, None, None)
+    peak = peaks.get(ctx.contract["dtype"])
+    if peak is not None and bandwidth:
+        ctx.row(variant=r01.RIDGE_POINT, metric=r01.ARITHMETIC_INTENSITY,
+                value=peak / bandwidth, unit="FLOP/B", dtype=ctx.contract["dtype"],
+                window=f"{ctx.contract['dtype']} matmul ceiling / memory bandwidth ceiling "
+                "(each phase's own, from the precisions it runs: its ridge_point row)",
+                sync_boundary="derived from ceilings")
     if step is None:
         return
-    work = roofline.step_work(step)  # the phases from the hooks (perflab/instruments/phases.py)
-
     window = (f"steady-state step (optimizer state allocated); phase times: median of "
               f"{ctx.params['repeats']} after warmup {ctx.timing['warmup']}")
     boundary = f"sync ({ctx.sync_name}) at every phase boundary, as in E05"
     medians = _phase_medians(ctx, step, window, boundary)
     for name, members in r01.PHASE_GROUPS.items():
-        _group_rows(ctx, name, members, work, medians, (peak, link, bandwidth), window, boundary)
-
-
-def measure(ctx):
-    peaks = matmul_ceilings(ctx)
-    bw = copy_ceilings(ctx)
-    link, bandwidth = bw if bw else (None, None)
-    peak = peaks.get(ctx.contract["dtype"])
-    if peak is not None and bandwidth:
-        ctx.row(variant=r01.RIDGE_POINT, metric=r01.ARITHMETIC_INTENSITY,
-                value=peak / bandwidth, unit="FLOP/B", dtype=ctx.contract["dtype"],
-                window=f"{ctx.contract['dtype']} matmul ceiling / memory bandwidth ceiling: "
-                "below it a phase is bandwidth-bound", sync_boundary="derived from ceilings")
-    phase_fractions(ctx, peak, link, bandwidth)
+        _group_rows(ctx, name, members, work, medians, (peaks, link, bandwidth, cache),
+                    window, boundary)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import math
 import subprocess
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -114,9 +115,27 @@ def _graph_breaks() -> int:
     return sum(counters["graph_break"].values())
 
 
-def _first_steps(ctx, iv, base, inter, kw_of, ref=None) -> float:
-    """Each side's first call from identical state, timed, and the one-step check's rows
-    (``ref``: the baseline's strict-fp32 reference where TF32 may run, else None).
+#: the seed of every compared first step: the baseline's, the intervention's, the baseline's
+#: control (run twice) and its strict-fp32 rerun draw the same dropout masks; RESEEDED: the
+#: baseline's step from another seed, to see whether the step draws random numbers at all
+SEED, RESEEDED = 0, 1
+
+
+@contextmanager
+def _rng(ctx, seed: int):
+    """The CPU and this device's generators at ``seed`` inside, as they were after."""
+    devices = [ctx.device.index if ctx.device.index is not None
+               else torch.cuda.current_device()] if ctx.is_cuda else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)  # every generator: the CPU's and each CUDA device's
+        yield
+
+
+def _first_steps(ctx, iv, base, inter, kw_of, rebuild) -> float:
+    """Each side's first call from identical state, batch and RNG state, timed, and the
+    one-step check's rows (``rebuild``: a builder of the baseline from the initial state, for
+    its control: its first step once more, from the same seed and from another, and in strict
+    fp32 where TF32 may run).
 
     Returns the intervened side's first call (ms).
     """
@@ -129,7 +148,8 @@ def _first_steps(ctx, iv, base, inter, kw_of, ref=None) -> float:
     for side, parts in ((names.BASELINE, base), (names.INTERVENED, inter)):
         b = parts.next_batch() if side == names.INTERVENED and own else batch
         before, out = transforms.parameters_before(parts), []
-        firsts[side] = timing.time_first_call(lambda: out.append(parts.run(b)), ctx.sync)
+        with _rng(ctx, SEED):
+            firsts[side] = timing.time_first_call(lambda: out.append(parts.run(b)), ctx.sync)
         states[side] = transforms.capture(parts, before, out[0])
         ctx.row(variant=names.variant(iv.name, side), metric=names.FIRST_CALL,
                 value=firsts[side], unit="ms", window="the side's first call in this process "
@@ -142,48 +162,67 @@ def _first_steps(ctx, iv, base, inter, kw_of, ref=None) -> float:
                 "compiling the first call", sync_boundary="dynamo's counters",
                 **kw_of[names.INTERVENED])
     # after both first calls, so that the baseline's still pays the lazy initialisation
-    scale = _tf32_scale(ctx, ref, batch, states[names.BASELINE])
+    control = _baseline_again(ctx, rebuild, batch, SEED)
+    reseeded = _baseline_again(ctx, rebuild, batch, RESEEDED)
+    scale = _tf32_scale(ctx, rebuild, batch, states[names.BASELINE])
     ctx.log(f"{iv.name}: first calls baseline {firsts[names.BASELINE]:.1f} ms, intervened "
-            f"{firsts[names.INTERVENED]:.1f} ms; " + _check(ctx, iv, states, scale))
+            f"{firsts[names.INTERVENED]:.1f} ms; "
+            + _check(ctx, iv, states, scale, control, reseeded))
     return firsts[names.INTERVENED]
 
 
-def _strict_reference(ctx, w, base_recipe, fresh):
-    """(what may run TF32, a builder of the baseline from the initial state ``fresh``) for its
-    first step in strict fp32; None where nothing may (a CPU, or TF32 off). The initial state
-    waits on the host: the first calls do not hold a third copy on the device."""
+def _rebuilder(ctx, w, base_recipe, fresh):
+    """A builder of the baseline from the initial state ``fresh``, for the control's steps.
+    The initial state waits on the host: the first calls do not hold a third copy on the
+    device."""
+    host = fresh.cpu()  # fresh is this job's own copy
+    return lambda: transforms.build(w, base_recipe, ctx.device,
+                                    transforms.fresh_copy(host, ctx.device))
+
+
+def _baseline_again(ctx, rebuild, batch, seed: int, strict: bool = False):
+    """The baseline's first step once more from the initial state on ``batch`` at ``seed``
+    (``strict``: TF32 off); a StepState, or the exception that stopped it."""
+    try:
+        parts = rebuild()
+        before, out = transforms.parameters_before(parts), []
+        with _rng(ctx, seed), (whatif.strict_fp32() if strict else nullcontext()):
+            out.append(parts.run(batch))
+            ctx.sync()
+        return transforms.capture(parts, before, out[0])
+    except RuntimeError as exc:  # an OOM too: the check says what is missing and why
+        return exc
+
+
+def _tf32_scale(ctx, rebuild, batch, as_run) -> whatif.Tf32Scale | None:
+    """The baseline's own TF32 rounding: its first step once more, from the initial state,
+    batch and seed, in strict fp32, against the baseline's step as run (None where TF32 may
+    not run: a CPU, or TF32 off)."""
     modes = whatif.tf32_modes(ctx.device.type)
     if not modes:
         return None
-    host = fresh.cpu()  # fresh is this job's own copy
-    return modes, lambda: transforms.build(w, base_recipe, ctx.device,
-                                           transforms.fresh_copy(host, ctx.device))
+    strict = _baseline_again(ctx, rebuild, batch, SEED, strict=True)
+    if isinstance(strict, Exception):  # no scale: the fp32 limits hold, its rows say why
+        return whatif.Tf32Scale(modes, why=" ".join(f"{type(strict).__name__}: {strict}"
+                                                    .split())[:200])
+    return whatif.tf32_scale(strict, as_run, modes)
 
 
-def _tf32_scale(ctx, ref, batch, as_run) -> whatif.Tf32Scale | None:
-    """The baseline's own TF32 rounding: its first step once more, from the initial state on
-    the same batch, in strict fp32, against the baseline's step as run (None: no ``ref``)."""
-    if ref is None:
-        return None
-    modes, build = ref
-    try:
-        parts = build()
-        before, out = transforms.parameters_before(parts), []
-        with whatif.strict_fp32():
-            out.append(parts.run(batch))
-            ctx.sync()
-        return whatif.tf32_scale(transforms.capture(parts, before, out[0]), as_run, modes)
-    except RuntimeError as exc:  # an OOM too. No scale: the fp32 limits hold, its rows say why
-        return whatif.Tf32Scale(modes, why=" ".join(f"{type(exc).__name__}: {exc}".split())[:200])
-
-
-def _check(ctx, iv, states, scale) -> str:
-    """The one-step check's rows (each number, its limit, the TF32 scale where measured, the
-    verdict); returns them in a phrase for the log."""
-    tol = whatif.tf32_aware(whatif.TOLERANCES[iv.tolerance], scale)
-    agree = whatif.agreement(states[names.BASELINE], states[names.INTERVENED], tol)
+def _check(ctx, iv, states, scale, control, reseeded) -> str:
+    """The one-step check's rows (each number, its limit or why it is unchecked, the
+    baseline's difference from itself, the TF32 scale where measured, the verdict); returns
+    them in a phrase for the log."""
+    why_no_control = ""
+    if isinstance(control, Exception):
+        why_no_control = " ".join(f"{type(control).__name__}: {control}".split())[:200]
+        control = None
+    own = None if control is None else whatif.differences(states[names.BASELINE], control)
+    tol = whatif.tf32_aware(whatif.TOLERANCES[iv.tolerance], scale, own)
+    agree = whatif.agreement(states[names.BASELINE], states[names.INTERVENED], tol, control,
+                             other_generator=bool(iv.change.get("compile_mode")),
+                             reseeded=None if isinstance(reseeded, Exception) else reseeded)
     check = dict(variant=names.variant(iv.name, names.CHECK), n=1,
-                 window="one step of each side from identical state and batch",
+                 window="one step of each side from identical state, batch and RNG state",
                  sync_boundary="values read after both steps; tolerance " + tol.describe())
     for metric in names.CHECK_METRICS:
         if math.isfinite(agree[metric]):
@@ -194,15 +233,30 @@ def _check(ctx, iv, states, scale) -> str:
         if agree["limits"][metric] is not None:
             ctx.row(metric=metric + names.TOLERANCE_SUFFIX, value=agree["limits"][metric],
                     unit="relative", **check)
+        else:
+            ctx.unsupported(metric=metric + names.TOLERANCE_SUFFIX, unit="relative",
+                            reason=f"unchecked: {tol.describe()}", **check)
+        self_kw = {**check, "window": "the baseline's first step twice, from the same state, "
+                   "batch and RNG state"}
+        if own is not None and math.isfinite(own[metric]):
+            ctx.row(metric=names.SELF_PREFIX + metric, value=own[metric], unit="relative",
+                    **self_kw)
+        else:
+            ctx.unsupported(metric=names.SELF_PREFIX + metric, unit="relative",
+                            reason=why_no_control or "not finite", **self_kw)
     if scale is not None:
         _scale_rows(ctx, scale, check)
-    ctx.row(metric=names.CORRECT, value=float(agree["passes"]), unit="bool", **check)
+    if agree["verdict"] == whatif.NOT_DECIDABLE:
+        ctx.unsupported(metric=names.CORRECT, unit="bool",
+                        reason=f"{whatif.NOT_DECIDABLE}: {agree['why']}", **check)
+    else:
+        ctx.row(metric=names.CORRECT, value=float(agree["passes"]), unit="bool", **check)
     tf32 = "" if scale is None else (
-        f"; TF32 scale loss {scale.loss_rel:.2e}, grad {scale.grad_rel:.2e} "
-        f"(limits: the larger of fp32's and {whatif.TF32_FACTOR:g} x it)" if scale.measured
+        f"; TF32 scale loss {scale.loss_rel:.2e}, grad {scale.grad_rel:.2e}" if scale.measured
         else f"; TF32 scale not measured ({scale.why}): fp32 limits")
+    unchecked = "".join(f"; {m} unchecked" for m in agree["unchecked"])
     return ("check " + ", ".join(f"{m} {agree[m]:.2e}" for m in names.CHECK_METRICS) + tf32
-            + (" ok" if agree["passes"] else " MISMATCH"))
+            + unchecked + f" {agree['verdict']}" + (f" ({agree['why']})" if agree["why"] else ""))
 
 
 def _scale_rows(ctx, scale, check) -> None:
@@ -210,8 +264,9 @@ def _scale_rows(ctx, scale, check) -> None:
     kw = {**check, "window": "the baseline's first step from the initial state and batch as "
           f"run (TF32 may run: {' and '.join(scale.modes)}) against the same step in strict "
           "fp32 (TF32 off), relative to the strict one",
-          "sync_boundary": "values read after both steps; the TF32-aware tolerance's loss and "
-          f"gradient limits are at least {whatif.TF32_FACTOR:g} x this"}
+          "sync_boundary": "values read after both steps; where TF32 is observed (this past "
+          "the baseline's difference from itself) the loss and gradient limits are at least "
+          f"{whatif.TF32_FACTOR:g} x this, capped at what TF32 rounding can do"}
     for metric, value in zip(names.TF32_SCALE_METRICS, (scale.loss_rel, scale.grad_rel)):
         if scale.measured:
             ctx.row(metric=metric, value=value, unit="relative", **kw)
@@ -287,13 +342,13 @@ def _measure_pair(ctx, iv, w, base_recipe, recipe) -> None:
     fresh = copy.deepcopy(w.model)
     base = transforms.build(w, base_recipe, ctx.device, transforms.fresh_copy(fresh, ctx.device))
     inter = transforms.build(w, recipe, ctx.device, transforms.fresh_copy(fresh, ctx.device))
-    ref = _strict_reference(ctx, w, base_recipe, fresh)
+    rebuild = _rebuilder(ctx, w, base_recipe, fresh)
     del fresh
     if iv.custom is not None:
         inter = iv.custom(inter)
     kw_of = {names.BASELINE: {}, names.INTERVENED: _side_contract(w, recipe, inter)}
-    first_ms = _first_steps(ctx, iv, base, inter, kw_of, ref)
-    del ref
+    first_ms = _first_steps(ctx, iv, base, inter, kw_of, rebuild)
+    del rebuild
     pc = _pair(ctx, iv, base, inter, kw_of)
     _break_even(ctx, iv, pc, first_ms, {names.BASELINE: base.examples,
                                         names.INTERVENED: inter.examples},

@@ -343,8 +343,17 @@ case("C47", e24_copy, lambda: e24_copy(pinned=0.2),
 # ------------------------------------------------------------------ E25 the worked pass
 
 
-def e25_rows(rel=-24.0, floor_pct=2.0, p=0.001):
-    return with_floor(floor_pct, ("E25", e25.DIFFERENCE, e25.THROUGHPUT_REL, "value", -rel),
+def e25_rows(rel=-24.0, floor_pct=2.0, p=0.001, thr=True, agree=3.7e-9):
+    """E25's pair (its two sides and their difference), the throughput change (``thr``), and
+    the one-step agreement (``agree``: max |diff| at parameter scale 2.6e-2; None: absent)."""
+    specs = [(e25.FOREACH, "step_latency", "median", 19.1),
+             (e25.FUSED, "step_latency", "median", 19.1 * (1 + rel / 100))]
+    if thr:
+        specs.append((e25.DIFFERENCE, e25.THROUGHPUT_REL, "value", -rel))
+    if agree is not None:
+        specs += [(e25.FUSED_VS_FOREACH, e25.MAX_ABS_DIFF, "value", agree),
+                  (e25.FUSED_VS_FOREACH, e25.PARAMETER_SCALE, "value", 2.6e-2)]
+    return with_floor(floor_pct, *(("E25", *x) for x in specs),
                       *ab_rows("E25", e25.DIFFERENCE, rel, base_ms=19.1, p=p))
 
 

@@ -63,3 +63,24 @@ WRONG = whatif.Intervention("wrong_lr", "the learning rate tripled", {}, "same a
                             ("optimizer",), custom=_triple_lr)
 BROKEN = whatif.Intervention("broken", "a change that fails to build", {}, "reordered",
                              custom=_fail)
+
+
+#: a generator outside every model's state (a copy of the model shares it) and every seed
+#: of torch's: it stands for what no RNG state fixes (atomics' order, a time-based seed)
+_OUTSIDE = torch.Generator().manual_seed(1234)
+
+
+class _Jitter(torch.nn.Module):
+    """Scales its input by 1 + 1e-2 noise from :data:`_OUTSIDE`: the step differs from
+    itself from the same state, batch and RNG state."""
+
+    def forward(self, x):
+        return x * (1 + 1e-2 * torch.randn(x.shape[-1], generator=_OUTSIDE).to(x.device))
+
+
+def unrepeatable_mlp(device, *, dim: int = 32, batch: int = 16, seed: int = 0
+                     ) -> workloads.Workload:
+    """The tiny MLP with a :class:`_Jitter` in front: a step that is not repeatable."""
+    w = workloads.mlp(device, dim=dim, depth=1, num_classes=10, batch=batch, seed=seed)
+    w.model = torch.nn.Sequential(_Jitter(), w.model)
+    return w

@@ -116,3 +116,69 @@ def test_perflab_diagnose_names_the_slow_loader(tmp_path):
     assert (results / "r02_step_trace_trace.json.gz").stat().st_size > 0
     assert not (results / "report.html").exists()  # the diagnosis alone, by default
     assert proc.stderr.count("builds and steps") == 1  # one pre-flight, not two
+
+
+def _recompiling(tmp_path, monkeypatch, **params) -> diagnose.Diagnosis:
+    """E05 on examples/bottlenecks/recompiling.py (Dynamo with the eager backend: the same
+    guards and recompiles as Inductor's, without its seconds of codegen per graph)."""
+    import torch
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    torch._dynamo.reset()
+    cfg = config.load([cli.DIAGNOSE_CONFIG, TEST_CONFIG], {"device": "cpu", "run": "E05"})
+    spec = {"target": "bottlenecks.recompiling:make_step",
+            "params": {"backend": "eager", "recompile_limit": 4, **params}}
+
+    def patch(contract):
+        contract["workload"], contract["workloads"] = "recompiling", {"recompiling": spec}
+
+    try:
+        _, out = run_tiny(cfg, "E05", tmp_path, patch=patch)
+    finally:
+        torch._dynamo.reset()
+    return diagnose.diagnose(io.read_results([out["csv"]]))
+
+
+def test_a_step_that_recompiles_every_length_is_the_compiler(tmp_path, monkeypatch):
+    """A new sequence length each step under dynamic=False: past the recompile limit the step
+    runs eager. The verdict is the compiler, naming the dimension and the fix."""
+    d = _recompiling(tmp_path, monkeypatch)
+    assert d.verdict == "compiler", _why(d)
+    assert "recompile limit" in d.because and "dimension 1" in d.because, d.because
+    assert "dynamic=True" in d.intervention or "bucketed padding" in d.intervention
+    rows = io.read_results([tmp_path / "e05.csv"])
+    job = rows[rows.variant == "compiler/job"].set_index("metric")
+    assert job.value["recompiles"] >= 3 and job.value["eager_fallback"] == 1
+    assert set(job.execution) == {"eager: a frame hit Dynamo's recompile limit and runs "
+                                  "uncompiled"}
+
+
+def test_a_step_compiled_once_is_not_the_compiler(tmp_path, monkeypatch):
+    """The same model fed one length: compiled once, never again, no fallback."""
+    d = _recompiling(tmp_path, monkeypatch, lengths=1)
+    comp = finding(d, "compiler")
+    assert comp.outcome == diagnose.RULED_OUT and d.verdict != "compiler", _why(d)
+
+
+def test_the_preflight_sets_compiling_steps_apart_from_the_steady_step(monkeypatch):
+    """The recompiling example in the pre-flight: the steps that compiled (or met the
+    recompile limit) are not timed as steady steps; with every timed step compiling there is
+    no step time at all, never one made of compile time."""
+    import torch
+
+    from perflab.pipeline import preflight
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    spec = {"device": "cpu", "target": "bottlenecks.recompiling:make_step", "tag": "t",
+            "dtype": "float32", "params": {"backend": "eager", "recompile_limit": 4}}
+    torch._dynamo.reset()
+    try:
+        got = preflight.measure_step(spec)  # 1 untimed + 5 timed: 3 recompile, 1 hits the limit
+        assert got["compile_steps"] == 4 and got["step_ms"] is not None, got
+        assert got["compiler"]["eager_fallback"] and "eager" in got["eager_note"]
+        torch._dynamo.reset()
+        monkeypatch.setattr(preflight, "TIMED_STEPS", 2)  # every timed step recompiles
+        got = preflight.measure_step({**spec, "params": {"backend": "eager"}})
+        assert got["step_ms"] is None and "never from compile time" in got["no_steady_step"]
+    finally:
+        torch._dynamo.reset()

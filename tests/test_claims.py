@@ -26,7 +26,7 @@ from perflab.kit import claims
 from perflab.views import reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workflow_rules import rule_names  # noqa: E402
+from workflow_rules import rule_names
 
 
 def shares(**pct: float) -> list[tuple]:
@@ -106,11 +106,10 @@ def test_fused_step_judged_against_the_iqr_when_no_flag_is_written():
 
 
 def test_paired_difference_is_rejudged_against_the_floor():
-    d = "adamw_fused_minus_adamw_foreach"
-
     def pair(rel, p, floor=2.0):
-        return with_floor(floor, ("E25", d, "throughput_rel", "value", -rel),
-                          *ab_rows("E25", d, rel, base_ms=19.1, p=p))
+        from cases_c23_c47 import e25_rows
+
+        return e25_rows(rel=rel, p=p, floor_pct=floor)
 
     assert verdict("C43", pair(-24, 0.001)).verdict == claims.REPRODUCED
     inside = verdict("C43", pair(-3, 0.4))
@@ -118,6 +117,18 @@ def test_paired_difference_is_rejudged_against_the_floor():
     assert verdict("C43", pair(+5, 0.001)).verdict == claims.DIFFERS
     # significant, but no larger than two copies of the same step differ
     assert verdict("C43", pair(-3, 0.001, floor=4.0)).verdict == claims.INCONCLUSIVE
+
+
+def test_c43_is_not_reproduced_on_latency_alone():
+    """The claim is latency down, throughput up, one contract, the same result: a faster step
+    without its throughput or agreement rows is undecided, one whose result differs fails."""
+    from cases_c23_c47 import e25_rows
+
+    for rows_ in (e25_rows(thr=False), e25_rows(agree=None)):
+        v = verdict("C43", rows_)
+        assert v.verdict == claims.INCONCLUSIVE and "not measured" in v.measured, v
+    wrong = verdict("C43", e25_rows(agree=1e-3))
+    assert wrong.verdict == claims.DIFFERS and "same result fails" in wrong.mechanism
 
 
 def test_not_run_and_unsupported():
@@ -401,3 +412,16 @@ def test_c09_orders_the_two_iqrs_by_the_interval_of_their_ratio():
     close = verdict("C09", e04_sampled(timer_sd=0.15, helper_sd=0.14))
     assert close.verdict == claims.INCONCLUSIVE, close.measured
     assert "IQR" in close.measured and "straddles the 0% bound" in close.measured
+
+
+def test_c39_reads_no_oom_row_as_not_measured_not_as_fitting():
+    """SDPA "never runs out" only where it was measured at the length manual ran out at."""
+    from cases_c23_c47 import e18_rows
+
+    from perflab.experiments import e18_attention_seq as e18
+
+    full = e18_rows()
+    assert verdict("C39", full).verdict == claims.REPRODUCED
+    gone = full[~((full.variant == e18.seq_variant(4096, e18.SDPA)))]
+    v = verdict("C39", gone)
+    assert v.verdict == claims.INCONCLUSIVE and "no peak measured" in v.measured, v

@@ -528,3 +528,74 @@ def test_a_verdict_near_its_threshold_names_both_candidates_in_its_headline():
     far = diagnose.diagnose(frame(phases(input_wait=40.0), ROOF, floor))
     assert far.verdict == "input_pipeline" and not far.rival and far.label == "input pipeline"
     assert "**Verdict: input pipeline** —" in diagnose.render_markdown(far)
+
+
+def test_a_missing_row_is_not_measured_never_zero():
+    """R02 without the row a test decides on: that candidate is not measured (a missing share
+    read as 0% would rule it out), the others still decided."""
+    def without(rows, variant, metric):
+        return [r for r in rows if not (r["variant"] == variant and r["metric"] == metric)]
+
+    cases = {"input_pipeline": (r02.idle_variant("data"), r02.WINDOW_SHARE),
+             "synchronization": (r02.SYNC_COST_BOUND, r02.WINDOW_SHARE),
+             "host_overhead": (r02.idle_variant("launch"), r02.WINDOW_SHARE)}
+    for bottleneck, (variant, metric) in cases.items():
+        rows = without(traced(launch=2.0, syncs=1.0, cost=2.0), variant, metric)
+        d = diagnose.diagnose(frame(phases(), rows, ROOF))
+        got = {f.bottleneck: f for f in d.findings}
+        assert got[bottleneck].outcome == diagnose.NOT_MEASURED, _why(d)
+        assert variant in got[bottleneck].because
+        # with the row, the same evidence rules it out
+        full = diagnose.diagnose(frame(phases(), traced(launch=2.0, syncs=1.0, cost=2.0), ROOF))
+        assert {f.bottleneck: f.outcome for f in full.findings}[bottleneck] == diagnose.RULED_OUT
+
+
+def test_a_fraction_above_the_ceiling_is_an_instrument_error_not_a_finding():
+    """The ViT under bf16 autocast judged against the fp32 ceiling read 544%: never printed
+    as a finding, and the verdict does not lean on it."""
+    d = diagnose.diagnose(frame(phases(), BUSY, roofline(169, 12, 544, 30, 544)))
+    dev = next(f for f in d.findings if f.bottleneck in ("device_compute", "memory_bandwidth"))
+    assert dev.outcome == diagnose.INSTRUMENT_ERROR and "544%" in dev.because
+    assert d.verdict == "undetermined", _why(d)
+    cached = roofline(4, 20, 8, 131, 131) + [_row("R01", "phase/forward_backward",
+                                                   "cache_bandwidth_fraction", 40.0, "median")]
+    d = diagnose.diagnose(frame(phases(), BUSY, cached))  # its data stays in cache
+    because = " ".join(f.because for f in d.findings)
+    assert d.verdict == "undetermined" and "131% of the measured memory bandwidth" in because
+    assert "40% of the cache-resident roof" in because
+    # at 100% it is a finding
+    assert diagnose.diagnose(frame(phases(), BUSY, roofline(169, 12, 100, 30, 100))
+                             ).verdict == "device_compute"
+
+
+def test_the_device_candidate_can_be_ruled_out():
+    """Busy with neither FLOPs nor bytes (2% of the attainable rate): not device-bound."""
+    d = diagnose.diagnose(frame(phases(), BUSY, roofline(50, 20, 2.0, 0.5, 2.0)))
+    dev = next(f for f in d.findings if f.bottleneck in ("device_compute", "memory_bandwidth"))
+    assert dev.outcome == diagnose.RULED_OUT and "neither FLOPs nor bytes" in dev.because
+    assert d.verdict != "device_compute"
+
+
+def _compiler_rows(recompiles, share, fallback):
+    from perflab.instruments import compiler_watch as cw
+
+    return [_row("E05", cw.VARIANT, m, v) for m, v in (
+        (cw.GRAPHS, recompiles + 1.0), (cw.RECOMPILES, recompiles), (cw.COMPILE_SHARE, share),
+        (cw.EAGER_FALLBACK, fallback), (cw.COMPILE_TIME, 1.0), (cw.BREAKS, 0.0))]
+
+
+def test_the_compiler_fits_on_recompiles_or_a_fallback_never_on_one_compile():
+    def comp(*a):
+        d = diagnose.diagnose(frame(phases(), BUSY, ROOF, _compiler_rows(*a)))
+        return d, next(f for f in d.findings if f.bottleneck == "compiler")
+
+    d, f = comp(6.0, 60.0, 0.0)  # recompiling, most of the job
+    assert d.verdict == "compiler" and "60% of E05's job" in f.because
+    d, f = comp(8.0, 5.0, 1.0)  # cheap compiles, but past the limit it runs eager
+    assert d.verdict == "compiler" and "runs eager" in f.because
+    d, f = comp(0.0, 60.0, 0.0)  # one compile in a short job: a one-time cost
+    assert f.outcome == diagnose.RULED_OUT and d.verdict == "device_compute"
+    d, f = comp(3.0, 10.0, 0.0)  # recompiles that cost little
+    assert f.outcome == diagnose.RULED_OUT
+    assert next(f for f in diagnose.diagnose(frame(phases(), BUSY, ROOF)).findings
+                if f.bottleneck == "compiler").outcome == diagnose.NOT_MEASURED

@@ -107,7 +107,12 @@ def test_a_precision_that_fails_becomes_unsupported_rows(tiny_cfg, tmp_path, mon
     assert set(fp16.status) == {"unsupported"}
     assert fp16.reason.str.contains("not implemented here").all()
     assert {"numerics/fp16", "b8/fp16"} <= set(fp16.variant)
-    assert one_value(rows, "b8/bf16", "time_pct_of_fp32") > 0  # the others still ran
+    # the others still ran: bf16's loss and its time as a share of fp32's both measured
+    bf16 = rows[rows.variant.str.endswith("/bf16")
+                & rows.metric.isin(["loss", "time_pct_of_fp32"])]
+    assert set(zip(bf16.variant, bf16.metric, bf16.status)) >= {
+        ("numerics/bf16", "loss", "ok"), ("b8/bf16", "time_pct_of_fp32", "ok")}
+    assert set(bf16.status) == {"ok"}
     t = experiments.table("E15", rows)
     assert "unsupported" in set(t[t.config == "fp16"].median_ms)
 
@@ -118,3 +123,16 @@ def test_the_round_robin_takes_the_experiments_warmup(tiny_cfg, tmp_path, monkey
     assert_round_robin_takes_the_warmup(tiny_cfg, "E15", tmp_path, monkeypatch, batches=[8],
                                         finite_steps=2, blocks=1, inner=1, peak_calls=1)
     assert_cpu_scale_sets("E15", "warmup", 5, 30)
+
+
+def test_only_a_missing_kernel_is_unsupported_any_other_failure_is_an_error():
+    from experiments import load_script
+
+    script = load_script("e15_amp")
+    for exc in (RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\''),
+                NotImplementedError("fp16"), RuntimeError("bf16 is not supported on this GPU")):
+        assert script.failure_status(exc) == "unsupported", exc
+    for exc in (RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x3 and 4x4)"),
+                ValueError("bad target"), TypeError("forward() missing 1 argument"),
+                RuntimeError("CUDA error: an illegal memory access was encountered")):
+        assert script.failure_status(exc) == "error", exc

@@ -95,3 +95,65 @@ def test_r01_ceilings_and_fractions_are_consistent(r01):
         achieved_bw = one_value(rows, f"phase/{ph}", "achieved_bandwidth", "median")
         assert one_value(rows, f"phase/{ph}", "bandwidth_fraction", "median") == pytest.approx(
             100 * achieved_bw / bw)
+
+
+# ------------------------------------------------------------------ the precision that runs
+
+
+def test_flops_are_counted_by_the_precision_their_operands_have():
+
+    m, x = torch.nn.Linear(32, 32), torch.randn(4, 32)
+
+    def step(autocast):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = m(x)
+        out.float().sum().backward()
+
+    for autocast, prec in ((True, "bfloat16"), (False, "float32")):
+        work, _ = roofline.count(lambda: step(autocast))
+        assert work.by_precision == {prec: work.flops} and work.flops > 0
+
+
+def test_the_blend_is_the_time_at_each_ceiling_summed():
+    from perflab.instruments import precision
+
+    # 3 parts bf16 at 4 units/s and 1 part fp32 at 1: 4 FLOP in 0.75 + 1 s
+    assert precision.blend({"bfloat16": 3, "float32": 1}, {"bfloat16": 4.0, "float32": 1.0}
+                           )[0] == pytest.approx(4 / 1.75)
+    # a precision that ran with no ceiling measured: no blend, saying which
+    peak, why = precision.blend({"bfloat16": 3}, {"float32": 1.0})
+    assert peak is None and "bfloat16" in why
+    assert precision.tf32_applies("matmul", "cpu") is False
+
+
+def test_a_bf16_autocast_step_is_judged_against_the_bf16_ceiling(tiny_cfg, tmp_path,
+                                                                   monkeypatch):
+    """examples/known/bf16_autocast: its FLOPs counted as bfloat16, the bf16 ceiling measured
+    although the config names float32 only, each phase against the blend of what it ran."""
+    import copy
+
+    from conftest import REPO_ROOT
+    from experiments import run_tiny
+
+    from perflab.core import io
+    from perflab.experiments import r01_roofline as r01
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples"))
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["workload"] = "bf16"
+    cfg["workloads"] = {"bf16": {"target": "known.bf16_autocast:make_step",
+                                 "params": {"dim": 64, "depth": 2, "batch": 16}}}
+
+    def patch(c):
+        c["workload"], c["workloads"] = "bf16", cfg["workloads"]
+
+    _, out = run_tiny(tiny_cfg, "R01", tmp_path, patch=patch)
+    rows = io.read_results([out["csv"]])
+    fb = rows[rows.variant == r01.phase_variant(r01.FORWARD_BACKWARD)].set_index("metric")
+    assert fb.value[r01.precision_flops("bfloat16")] == fb.value[r01.FLOPS] > 0
+    bf16_peak = one_value(rows, r01.matmul_ceiling("bfloat16"), r01.PEAK_FLOPS)
+    assert fb.value[r01.BLENDED_PEAK] == pytest.approx(bf16_peak)
+    assert "bfloat16 100%" in fb.window[r01.BLENDED_PEAK]
+    bw = one_value(rows, r01.MEMORY_BANDWIDTH, r01.BANDWIDTH)
+    assert fb.value[r01.RIDGE] == pytest.approx(bf16_peak / bw)
+    assert (rows.variant == r01.CACHE_BANDWIDTH).any() and fb.value[r01.CACHE_FRACTION] > 0

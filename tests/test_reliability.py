@@ -467,6 +467,15 @@ def test_estimate_counts_the_contract_and_allow_long_passes(tiny_cfg):
     e01 = config.contract(tiny_cfg, "E01")
     more = {**e01, "timing": {"warmup": 3, "repeats": 300}}
     assert calls(more)[0] > calls(e01)[0]
+    # R01's ceiling sweep repeats its matmuls, not the step: more sizes, same step calls
+    r01 = config.contract(tiny_cfg, "R01")
+    wider = {**r01, "params": {**r01["params"], "matmul_sizes": [32, 64, 128, 256],
+                               "dtypes": ["float32", "bfloat16"]}}
+    assert calls(wider)[0] == calls(r01)[0] and calls(wider)[1] > calls(r01)[1]
+    # C00's 1000 clock reads are no step calls; its fresh processes are seconds
+    c00 = config.contract(tiny_cfg, "C00")
+    floors = {**c00, "params": {**c00["params"], "floor_repeats": 10**6}}
+    assert calls(floors)[0] == calls(c00)[0]
 
 
 # ---------------------------------------------------------------- malformed result files

@@ -74,6 +74,53 @@ def planted_runs(tiny_cfg, tmp_path_factory):
     return pd.concat([*frames, pd.DataFrame([_floor_row()])], ignore_index=True)
 
 
+@pytest.fixture(scope="module")
+def known_answers(tiny_cfg, tmp_path_factory):
+    """A no-op and a tripled learning rate on a model with dropout 0.5 (examples/known), and
+    a no-op on a step that differs from itself (planted.unrepeatable_mlp)."""
+    from conftest import REPO_ROOT
+
+    d = tmp_path_factory.mktemp("w01_known")
+    frames = []
+    import sys
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    try:
+        for target, ivs in (("known.dropout:make_step", (planted.NOOP, planted.WRONG)),
+                            ("planted:unrepeatable_mlp", (planted.NOOP, planted.WRONG))):
+            spec = {"target": target, "params": {"seed": 0}}
+            for iv in ivs:
+                rows = _run(_contract(tiny_cfg, iv.name, spec, blocks=2, inner=2), d, iv.name,
+                            lambda ctx, iv=iv: SCRIPT.measure_intervention(ctx, iv))
+                frames.append((target.split(":")[0], iv.name, rows))
+    finally:
+        sys.path.remove(str(REPO_ROOT / "examples"))
+    return {(t, n): rows for t, n, rows in frames}
+
+
+def test_dropout_a_tripled_lr_is_mismatch_and_a_noop_is_ok(known_answers):
+    """The compared first steps draw the same dropout masks: the no-op lands exactly on the
+    baseline, the tripled learning rate's update three times as far."""
+    noop = w01.outcome(known_answers["known.dropout", "noop"], "noop")
+    wrong = w01.outcome(known_answers["known.dropout", "wrong_lr"], "wrong_lr")
+    assert noop.check_verdict == whatif.OK and noop.correct
+    assert wrong.check_verdict == whatif.MISMATCH and wrong.correct is False
+    r = known_answers["known.dropout", "noop"].set_index("metric")
+    assert r.value["grad_rel_diff"] == 0 and r.value[w01.SELF_PREFIX + "grad_rel_diff"] == 0
+
+
+def test_a_step_that_differs_from_itself_is_not_decidable(known_answers):
+    """Neither the no-op nor the tripled learning rate is decided where the baseline's own
+    step, from the same state, batch and RNG state, moves past a tenth of the limits."""
+    for name in ("noop", "wrong_lr"):
+        rows = known_answers["planted", name]
+        o = w01.outcome(rows, name)
+        assert o.check_verdict == whatif.NOT_DECIDABLE and o.correct is None, o
+        assert "differs from itself" in o.check
+        assert w01.table(rows).correct.iloc[0] == whatif.NOT_DECIDABLE
+        tol = rows[rows.metric == "grad_rel_diff_tol"].value.iloc[0]
+        assert tol == whatif.TOLERANCES["same arithmetic"].grad_rel  # not widened
+
+
 def _verdicts(frame) -> dict[str, w01.Outcome]:
     return {n: w01.outcome(frame, n) for n in w01.names_in(frame)}
 
@@ -92,6 +139,14 @@ def test_no_change_is_not_resolved_and_a_sleep_is_slower(planted_runs):
     v = _verdicts(planted_runs)
     assert v["noop"].verdict == w01.UNRESOLVED and v["noop"].correct
     assert v["sleep_added"].verdict == w01.SLOWER
+
+
+def test_without_an_aa_floor_nothing_is_resolved(planted_runs):
+    """A run without C00: the planted gain (significant on its own) is not called faster."""
+    bare = planted_runs[planted_runs.experiment != "C00"]
+    o = _verdicts(bare)["fused_optimizer"]
+    assert o.verdict == w01.UNRESOLVED and o.reason == w01.NO_FLOOR
+    assert w01.best(bare) is None and "no A/A floor" in w01.markdown(bare)
 
 
 def test_a_real_gain_inside_a_wider_floor_is_not_resolved(planted_runs):
@@ -128,7 +183,14 @@ def test_ranked_by_gain_with_first_call_break_even_and_check(planted_runs):
     assert list(t.intervention[:1]) == ["fused_optimizer"]
     assert t.verdict.iloc[-1] == w01.FAILED
     fused = t[t.intervention == "fused_optimizer"].iloc[0]
-    assert fused.break_even_steps >= 0 and fused.correct == "yes"
+    assert fused.correct == "yes"
+    # the break-even is the first-call cost over the saving per step, rounded up: it repays
+    # the cost, and one step fewer does not
+    r = planted_runs.set_index(["variant", "metric", "statistic"]).value
+    cost = r["fused_optimizer/intervened", w01.FIRST_CALL_COST, "value"]
+    saving = -r["fused_optimizer/change", "step_latency", "value"]
+    steps = fused.break_even_steps
+    assert saving > 0 and steps * saving >= cost and (steps == 0 or (steps - 1) * saving < cost)
     md = w01.markdown(planted_runs)
     assert "**Best measured:** fused_optimizer" in md and f"{FLOOR_PCT:.2g}%" in md
 
@@ -184,9 +246,47 @@ def test_the_one_step_check_catches_a_changed_update():
     same = whatif.StepState(1.0 + 1e-7, [torch.ones(3)], [torch.full((3,), 1e-3)])
     off = whatif.StepState(1.0, [torch.ones(3)], [torch.full((3,), 2e-3)])
     gone = whatif.StepState(1.0, [None], [torch.full((3,), 1e-3)])
-    assert whatif.agreement(a, same, tol)["passes"]
-    assert not whatif.agreement(a, off, tol)["passes"]
-    assert not whatif.agreement(a, gone, tol)["passes"]
+    assert whatif.agreement(a, same, tol, a)["passes"]
+    assert not whatif.agreement(a, off, tol, a)["passes"]
+    assert not whatif.agreement(a, gone, tol, a)["passes"]
+    assert whatif.agreement(a, off, tol, a)["verdict"] == whatif.MISMATCH
+    # without the baseline run twice its own spread is unknown: neither ok nor MISMATCH
+    assert whatif.agreement(a, same, tol)["verdict"] == whatif.NOT_DECIDABLE
+
+
+def test_a_baseline_that_differs_from_itself_is_not_decidable_and_widens_nothing():
+    tol = whatif.TOLERANCES["same arithmetic"]
+    a = whatif.StepState(1.0, [torch.ones(3)], [torch.full((3,), 1e-3)])
+    jittered = whatif.StepState(1.0, [torch.ones(3) * 1.5], [torch.full((3,), 1e-3)])
+    for b in (a, jittered, whatif.StepState(1.0, [torch.ones(3)], [torch.full((3,), 3e-3)])):
+        got = whatif.agreement(a, b, tol, jittered)
+        assert got["verdict"] == whatif.NOT_DECIDABLE and not got["passes"]
+        assert "differs from itself by grad 0.5" in got["why"]
+        assert got["limits"]["grad_rel_diff"] == tol.grad_rel  # never widened from it
+    # a spread well inside the limits (10%) leaves the check deciding
+    close = whatif.StepState(1.0, [torch.ones(3) * (1 + 1e-6)], [torch.full((3,), 1e-3)])
+    assert whatif.agreement(a, a, tol, close)["verdict"] == whatif.OK
+
+
+def test_a_random_step_under_another_generator_is_not_decidable():
+    """A compiled step draws its dropout masks from Inductor's generator: the same seed gives
+    it other masks. Where another seed moves the baseline's step, the check cannot decide;
+    where it does not (no random numbers), it decides as usual."""
+    tol = whatif.TOLERANCES["reordered"]
+    a = whatif.StepState(1.0, [torch.ones(3)], [torch.full((3,), 1e-3)])
+    other = whatif.StepState(1.1, [torch.ones(3) * 1.9], [torch.full((3,), 1e-3)])
+    got = whatif.agreement(a, other, tol, a, other_generator=True, reseeded=other)
+    assert got["verdict"] == whatif.NOT_DECIDABLE and "another generator" in got["why"]
+    assert whatif.agreement(a, other, tol, a, other_generator=True,
+                            reseeded=a)["verdict"] == whatif.MISMATCH
+    assert whatif.agreement(a, other, tol, a, reseeded=other)["verdict"] == whatif.MISMATCH
+
+
+def test_an_unchecked_update_is_reported_unchecked():
+    tol = whatif.TOLERANCES["reduced precision"]
+    a = whatif.StepState(1.0, [torch.ones(3)], [torch.full((3,), 1e-3)])
+    got = whatif.agreement(a, a, tol, a)
+    assert got["unchecked"] == ["update_rel_diff"] and got["limits"]["update_rel_diff"] is None
 
 
 # ------------------------------------------------------------------ TF32 on CUDA
@@ -215,21 +315,36 @@ def test_tf32_aware_limits_are_k_times_the_measured_scale():
     text = tol.describe()
     assert "TF32-aware" in text and f"{k:g} x" in text and "gradient 0.003" in text
     inside, outside = _step(2.0, 0.9 * k * 3e-3, FLIPPED), _step(2.0, 1.1 * k * 3e-3, FLIPPED)
-    got = whatif.agreement(BASE, inside, tol)
+    got = whatif.agreement(BASE, inside, tol, BASE)
     # past its fp32 limit the gradient is TF32-rounded: the update is not compared
     assert got["passes"] and got["limits"]["update_rel_diff"] is None
-    assert not whatif.agreement(BASE, inside, fp32)["passes"]  # what W01 said before: MISMATCH
-    assert not whatif.agreement(BASE, outside, tol)["passes"]
-    assert not whatif.agreement(BASE, _step(2.0 * (1 + 2e-4), 0.0), tol)["passes"]  # loss
+    assert got["unchecked"] == ["update_rel_diff"]
+    assert not whatif.agreement(BASE, inside, fp32, BASE)["passes"]  # what W01 said before
+    assert not whatif.agreement(BASE, outside, tol, BASE)["passes"]
+    assert not whatif.agreement(BASE, _step(2.0 * (1 + 2e-4), 0.0), tol, BASE)["passes"]
+
+
+def test_tf32_widens_only_where_observed_and_at_most_what_tf32_can_do():
+    fp32 = whatif.TOLERANCES["reordered"]
+    own = whatif.differences(BASE, _step(2.0 * (1 + 2e-6), 3.1e-3))  # as far as strict fp32
+    assert whatif.tf32_aware(fp32, CONV_SCALE, own).grad_rel == fp32.grad_rel
+    assert "not observed" in whatif.tf32_aware(fp32, CONV_SCALE, own).why
+    # a "TF32 scale" of 0.9 (other dropout masks, not rounding) widens to the cap, no further
+    masks = whatif.Tf32Scale(("matmuls",), loss_rel=0.3, grad_rel=0.9)
+    tol = whatif.tf32_aware(fp32, masks, whatif.differences(BASE, BASE))
+    assert (tol.loss_rel, tol.grad_rel) == (whatif.TF32_CAP["loss_rel"],
+                                           whatif.TF32_CAP["grad_rel"])
+    assert "capped" in tol.why
+    assert not whatif.agreement(BASE, _step(2.0, 0.5), tol, BASE)["passes"]
 
 
 def test_tf32_aware_still_checks_the_update_of_an_unchanged_gradient():
     """A fused optimizer leaves forward and backward alone: while the gradient agrees within
     its fp32 limit the update is held to its fp32 limit, so a wrong update still fails."""
     tol = whatif.tf32_aware(whatif.TOLERANCES["same arithmetic"], CONV_SCALE)
-    got = whatif.agreement(BASE, _step(2.0, 0.0, FLIPPED), tol)
+    got = whatif.agreement(BASE, _step(2.0, 0.0, FLIPPED), tol, BASE)
     assert not got["passes"] and got["limits"]["update_rel_diff"] == 1e-3
-    assert whatif.agreement(BASE, _step(2.0, 1e-5), tol)["passes"]
+    assert whatif.agreement(BASE, _step(2.0, 1e-5), tol, BASE)["passes"]
 
 
 def test_without_tf32_or_its_scale_the_fp32_limits_hold():
@@ -245,7 +360,7 @@ def test_without_tf32_or_its_scale_the_fp32_limits_hold():
         tol = whatif.tf32_aware(fp32, missing)  # never silently looser
         assert (tol.loss_rel, tol.grad_rel, tol.update_rel) == (1e-4, 1e-3, 1e-2)
         assert "not measured" in tol.describe()
-        assert not whatif.agreement(BASE, tf32_rounded, tol)["passes"]
+        assert not whatif.agreement(BASE, tf32_rounded, tol, BASE)["passes"]
 
 
 def test_the_scale_is_the_baselines_step_against_strict_fp32():
@@ -327,7 +442,8 @@ def test_a_job_where_tf32_may_run_measures_its_scale(tiny_cfg, tmp_path, monkeyp
     for metric in w01.TF32_SCALE_METRICS:  # the same step on a CPU: no TF32 rounding
         assert check.unit[metric] == "relative" and check.value[metric] <= 1e-6
         assert "strict fp32" in check.window[metric]
-    assert "reordered, TF32-aware" in check.sync_boundary[w01.CORRECT]
+    # a CPU never rounds to TF32: allowed by the (patched) flags, but not observed
+    assert "not observed" in check.sync_boundary[w01.CORRECT]
     assert check.value[w01.CORRECT] == 1
     assert "TF32 scale loss" in w01.outcome(rows, "larger_batch").check
     assert "TF32 may run" in w01.markdown(rows)
@@ -370,6 +486,11 @@ def test_bounds_come_from_the_localization():
     assert w01.predicted_bound(frame, "device_accumulator")[0] == pytest.approx(20.0)
     assert w01.predicted_bound(frame, "larger_batch")[0] == pytest.approx(40.0 + 30.0)
     assert w01.predicted_bound(frame.iloc[0:0], "fused_optimizer")[0] is None
+    # a fraction above 100% of the ceiling is R01's error: no bound, never clipped to one
+    over = frame.copy()
+    over.loc[over.experiment == "R01", "value"] = 544.0
+    bound, why = w01.predicted_bound(over, "larger_batch")
+    assert bound is None and "instrument error" in why
     inside = w01.Outcome("x", w01.FASTER, change_pct=-20.0, ci_pct=(-22.0, -18.0), bound_pct=24)
     beyond = w01.Outcome("x", w01.FASTER, change_pct=-40.0, ci_pct=(-42.0, -38.0), bound_pct=24)
     assert w01.explained(inside) == "within the bound"
@@ -425,7 +546,9 @@ def test_the_built_in_workloads_plan_and_measure(tiny_cfg, tmp_path, workload):
     rows = _run(c1, tmp_path, "larger_batch", SCRIPT.measure_one)
     frame = pd.concat([plan, rows])
     o = w01.outcome(frame, "larger_batch")
-    assert o.verdict in (w01.FASTER, w01.SLOWER, w01.UNRESOLVED) and o.correct, o
+    # a measured change, and a check that decided and passed (a larger batch of the same
+    # examples: the mean loss and its gradient agree within the reordered limits)
+    assert o.change_pct is not None and o.check_verdict == whatif.OK, o
     assert (rows.metric == w01.FIRST_CALL_COST).any()
     shape = rows[rows.variant == "larger_batch/intervened"].input_shape.iloc[0]
     assert shape.startswith(f"[{2 * spec['params']['batch']},")
@@ -496,7 +619,8 @@ def test_perflab_whatif_plans_w01_alone(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "checkpoint w01_plan:" in out and "rule w01_whatif:" in out
-    assert "e05_phases" not in out  # W01 alone: no other experiment
+    assert "e05_phases" not in out  # no localization: W01 and its A/A floor
+    assert "rule c00_calibration:" in out or "c00_calibration" in out
 
 
 def test_a_users_own_loader_and_step(tiny_cfg, tmp_path, monkeypatch):
@@ -518,4 +642,4 @@ def test_a_users_own_loader_and_step(tiny_cfg, tmp_path, monkeypatch):
     rows = _run(whatif.intervention_contract(c, "loader_workers"), tmp_path, "loader_workers",
                 SCRIPT.measure_one)
     o = w01.outcome(pd.concat([plan, rows]), "loader_workers")
-    assert o.verdict in (w01.FASTER, w01.SLOWER, w01.UNRESOLVED) and o.correct, o
+    assert o.change_pct is not None and o.check_verdict == whatif.OK, o

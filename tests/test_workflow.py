@@ -160,6 +160,13 @@ def test_claims_table_is_written_and_shown_first(run_dir):
     assert list(frame.columns) == claims.CLAIM_COLUMNS
     assert set(frame.verdict) <= set(claims.VERDICTS)
     assert set(frame.claim) == set(experiments.claim_registry())
+    # a claim is judged from its experiment's rows: NOT RUN exactly where that experiment did
+    # not run, and never "not run" where it ran (absent rows read as the experiment's absence)
+    ran = frame.experiment.isin(set(EXPERIMENTS))
+    assert (frame[~ran].verdict == claims.NOT_RUN).all(), frame[~ran][["claim", "verdict"]]
+    said_absent = frame.apply(lambda c: f"({c.experiment} not run)" in c.measured, axis=1)
+    assert not (ran & said_absent).any(), frame[ran & said_absent][["claim", "measured"]]
+    assert (frame[ran].verdict == claims.REPRODUCED).any()
     html = (results / "report.html").read_text()
     # the claims table comes before the ledger and every experiment section
     first = html.index('class="claims"')

@@ -14,6 +14,7 @@ device it is built for (a CUDA GPU, or a small CPU: :func:`sized`). From the rep
 | ``tiny_kernels`` | a deep stack of tiny layers: every kernel shorter than its launch | host launch & Python overhead | the same, from the roofline (no device queue) |
 | ``elementwise`` | large elementwise chains, no matmul | memory bandwidth | memory bandwidth |
 | ``big_matmuls`` | large square matmuls | device compute | device compute |
+| ``recompiling`` | torch.compile(dynamic=False) fed a new sequence length each step | the compiler | the compiler |
 
 tests/test_bottlenecks.py runs the verdict on each on the CPU; on an H200 each gave its CUDA
 verdict above (the README's table has the evidence each cited).

@@ -1,6 +1,6 @@
 """On CUDA: the profiled window of the script's own steps, read as R02 reads its window.
 
-perflab.trace splits the window's device time into busy and idle, each idle gap charged to
+perflab.instruments.trace splits the window's device time into busy and idle, each idle gap charged to
 data (the host in the loader's next()), sync (the host blocked in a synchronizing call),
 launch (the device ran dry before the host launched more) or other; it finds the blocking
 calls and the operators that made them. Here those are written as R02's rows, so

@@ -146,7 +146,7 @@ def workload_name(command: list[str]) -> str:
 
 
 def rows(ev: dict, s: Summary, command: list[str]) -> list[dict]:
-    """CSV-contract rows (perflab.io) of one attached run."""
+    """CSV-contract rows (perflab.core.io) of one attached run."""
     common = dict(experiment=EID, workload=workload_name(command),
                   model="+".join(ev["models"]) or "none observed", input_shape="",
                   dtype="as the script sets it", device="cuda" if ev["cuda"] else "cpu",

@@ -286,9 +286,18 @@ def _attention_memory(ev):
     om, osd = _first_oom(ev, MANUAL), _first_oom(ev, SDPA)
     # the OOM order is tested under the allocator cap, or where the device itself ran out
     if ev.maybe(ENTRY.eid, BUDGET_VARIANT, MEMORY_BUDGET, "value") is not None or om or osd:
-        parts.append(Part(om is not None and (osd is None or om < osd),
-                          f"under the cap manual runs out at T={om}, SDPA "
-                          + (f"at T={osd}" if osd else "never"), name="manual OOMs first",
-                          mechanism="manual attention fit the cap at every T measured"
-                          if om is None else "SDPA ran out no later than manual"))
+        # "SDPA never runs out" needs SDPA measured where manual ran out: no OOM row is
+        # not a peak row (an SDPA length that was never run says nothing)
+        fits = [t for t in sdpa if om is not None and t >= om]
+        if om is not None and osd is None and not fits:
+            parts.append(Part(None, f"under the cap manual runs out at T={om}; SDPA has no "
+                              f"peak measured at T >= {om}", (False, "not resolved: SDPA was "
+                              "not measured where manual ran out"), name="manual OOMs first"))
+        else:
+            parts.append(Part(om is not None and (osd is None or om < osd),
+                              f"under the cap manual runs out at T={om}, SDPA "
+                              + (f"at T={osd}" if osd else f"fits at T={max(fits)}"
+                                 if fits else "never"), name="manual OOMs first",
+                              mechanism="manual attention fit the cap at every T measured"
+                              if om is None else "SDPA ran out no later than manual"))
     return judge_parts(*parts)

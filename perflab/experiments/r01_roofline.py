@@ -95,6 +95,23 @@ from perflab.core.names import (  # noqa: E402
     ROOFLINE_FRACTION,
 )
 
+#: per phase: the FLOP-weighted blend of the ceilings of the precisions it ran (FLOP/s), its
+#: own ridge point (that blend / memory bandwidth, FLOP/B), and its FLOPs by precision
+BLENDED_PEAK, RIDGE = "blended_peak_flops", "ridge_point"
+#: the memory roof of tensors that stay in the last-level cache (a small buffer's copy)
+CACHE_BANDWIDTH = "ceiling/cache_bandwidth"
+#: per phase: its bytes/s as % of that cache-resident roof
+CACHE_FRACTION = "cache_bandwidth_fraction"
+#: the TF32 mode of matmuls and convolutions as the step ran (1: TF32 applies)
+TF32_MODE = "precision/tf32"
+#: the most of a measured ceiling a phase can reach: above it the instrument is wrong
+CEILING_MAX_PCT = 100.0
+
+
+def precision_flops(precision: str) -> str:
+    """The metric of a phase's FLOPs that ran in ``precision``."""
+    return f"flops_{precision}"
+
 
 def matmul_variant(dtype: str, n: int) -> str:
     return f"matmul/{dtype}/n{n}"
@@ -148,6 +165,9 @@ def forward_backward_row(metric: str) -> tuple[str, str, str, str]:
 
 #: where the ridge point (matmul ceiling / memory bandwidth, FLOP/B) is
 RIDGE_POINT_ROW = (ENTRY.eid, RIDGE_POINT, ARITHMETIC_INTENSITY, "value")
+#: forward + backward's own ridge point, from the precisions it ran (the diagnosis reads it
+#: before the contract dtype's RIDGE_POINT_ROW, which a run from before it lacks)
+FORWARD_BACKWARD_RIDGE_ROW = (ENTRY.eid, phase_variant(FORWARD_BACKWARD), RIDGE, "value")
 
 
 def _number(cell: Any) -> float | None:

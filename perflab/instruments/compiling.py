@@ -20,18 +20,7 @@ from typing import Any
 import torch
 
 from perflab.instruments import memory
-
-
-def counters() -> dict[str, int]:
-    """A flat snapshot of torch._dynamo's counters ("section.key" -> count).
-
-    ``stats.unique_graphs`` counts graphs Dynamo handed to the backend (one per
-    compile or recompile); ``inductor.fxgraph_cache_hit/miss`` and
-    ``aot_autograd.autograd_cache_hit/miss`` say whether the on-disk caches served them.
-    """
-    from torch._dynamo.utils import counters as c
-
-    return {f"{section}.{key}": int(v) for section, d in c.items() for key, v in d.items()}
+from perflab.instruments.compiler_watch import counters  # noqa: F401  (one place: the instrument)
 
 
 def delta(before: dict[str, int], after: dict[str, int], key: str) -> int:

@@ -24,17 +24,17 @@ arithmetic intensity).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode
 
 from perflab.core import names
-from perflab.instruments import timing
+from perflab.instruments import precision, timing
 
 
 def _register_cpu_attention_flops() -> None:
@@ -113,37 +113,52 @@ class ByteCounter(TorchDispatchMode):
 
 @dataclass
 class Work:
-    """What one call did: FLOPs counted by the flop counter, bytes moved, ATen ops run."""
+    """What one call did: FLOPs counted by the flop counter, bytes moved, ATen ops run, and
+    the FLOPs by the precision they ran in (:mod:`perflab.instruments.precision`)."""
 
     flops: int
     bytes: int
     ops: int
+    by_precision: dict[str, int] = field(default_factory=dict)
+
+    def __add__(self, other: Work) -> Work:
+        mix = Counter(self.by_precision)
+        mix.update(other.by_precision)
+        return Work(self.flops + other.flops, self.bytes + other.bytes, self.ops + other.ops,
+                    dict(mix))
 
 
 def count(fn: Callable[[], Any]) -> tuple[Work, Any]:
     """Run ``fn`` once under the FLOP and byte counters; (its work, its return value)."""
-    flops = FlopCounterMode(display=False)
+    flops = precision.PrecisionFlops()
     with flops, ByteCounter() as moved:
         out = fn()
-    return Work(int(flops.get_total_flops()), int(moved.bytes), moved.ops), out
+    return Work(int(flops.get_total_flops()), int(moved.bytes), moved.ops,
+                dict(flops.by_precision)), out
 
 
 class _PhaseWork:
     """A :mod:`perflab.instruments.phases` listener: the counters' totals read at each boundary."""
 
-    def __init__(self, flops: FlopCounterMode, moved: ByteCounter):
+    def __init__(self, flops: precision.PrecisionFlops, moved: ByteCounter):
         self.flops, self.moved = flops, moved
         self.phase: str | None = None
         self.work: dict[str, Work] = {}
-        self._at = (0, 0, 0)
+        self._at = Work(0, 0, 0)
+
+    def _now(self) -> Work:
+        return Work(int(self.flops.get_total_flops()), self.moved.bytes, self.moved.ops,
+                    dict(self.flops.by_precision))
 
     def enter(self, phase: str | None) -> None:
-        now = (int(self.flops.get_total_flops()), self.moved.bytes, self.moved.ops)
+        now = self._now()
         if self.phase is not None:
-            w = self.work.get(self.phase, Work(0, 0, 0))
-            self.work[self.phase] = Work(w.flops + now[0] - self._at[0],
-                                         w.bytes + now[1] - self._at[1],
-                                         w.ops + now[2] - self._at[2])
+            done = Work(now.flops - self._at.flops, now.bytes - self._at.bytes,
+                        now.ops - self._at.ops,
+                        {p: f - self._at.by_precision.get(p, 0)
+                         for p, f in now.by_precision.items()
+                         if f - self._at.by_precision.get(p, 0)})
+            self.work[self.phase] = self.work.get(self.phase, Work(0, 0, 0)) + done
         self.phase, self._at = phase, now
 
 
@@ -159,7 +174,7 @@ def step_work(step) -> dict[str, Work]:
     from perflab.instruments import phases
 
     step()
-    listener = _PhaseWork(FlopCounterMode(display=False), ByteCounter())
+    listener = _PhaseWork(precision.PrecisionFlops(), ByteCounter())
     with listener.flops, listener.moved:
         phases.observe(step, listener)
     return {ph: listener.work.get(ph, Work(0, 0, 0)) for ph in phases.PHASES}

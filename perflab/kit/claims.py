@@ -392,7 +392,7 @@ class Part:
     says which part it is when a claim has several ("medians agree", "Timer tighter").
     """
 
-    holds: bool
+    holds: bool | None  # None: not measured (its ``decided`` says why it is undecided)
     measured: str
     decided: Decision | None = None
     mechanism: str = ""
@@ -403,7 +403,7 @@ def _part_text(p: Part) -> str:
     if p.decided is None:
         return p.measured
     ok, how = p.decided
-    if ok:
+    if ok or p.holds is None:  # decided; or not measured, so neither holds nor fails
         return f"{p.measured} ({how})"
     why = how if "not resolved" in how else f"inside the noise: {how}"
     return f"{p.measured} ({why}; as measured it {'holds' if p.holds else 'fails'})"
@@ -419,7 +419,10 @@ def judge_parts(*parts: Part) -> Verdict:
     """
     if not parts:
         raise ValueError("a predicate needs at least one part")
-    failed = [p for p in parts if not p.holds and (p.decided is None or p.decided[0])]
+    failed = [p for p in parts if p.holds is not None and not p.holds
+              and (p.decided is None or p.decided[0])]
+    if any(p.holds is None and (p.decided is None or p.decided[0]) for p in parts):
+        raise ValueError("a part not measured (holds None) must be undecided")
     undecided = [p for p in parts if p.decided is not None and not p.decided[0]]
     noise = any(p.decided is not None for p in parts)
     measured = "; ".join(_part_text(p) for p in parts)

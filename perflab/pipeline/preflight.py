@@ -33,17 +33,22 @@ from typing import Any
 
 #: contract params that count calls of a step (added up)
 CALL_COUNTS = ("repeats", "spread_repeats", "host_return_repeats", "steps", "iterations",
-               "finite_steps", "running_mean_steps", "floor_repeats", "profiler_steps",
-               "peak_calls", "snapshot_steps", "steady_step", "process_repeats", "warmup",
+               "finite_steps", "running_mean_steps", "profiler_steps",
+               "peak_calls", "snapshot_steps", "steady_step", "warmup",
                "wait", "active")
+#: C00's fresh processes (interpreter, torch import, device init: three kinds): seconds each,
+#: not step calls. (C00's ``floor_repeats`` time empty calls and the clock: no step at all)
+PROCESS_S, PROCESS_KINDS = 3.0, 3
 #: list params whose sum counts calls (loop lengths, warmup counts)
 CALL_LISTS = ("loops", "warmups")
 #: prefixes of interleaved A/B params: ``<p>blocks`` x ``<p>inner`` calls per side (E08's
 #: interleaved job: that many synchronized calls and as many free-running steps per size)
 PAIRS = ("", "pair_", "aa_", "copy_", "interleaved_")
 #: list params that repeat the whole measurement once per entry (a sweep)
-SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers", "dtypes",
-          "matmul_sizes")
+SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers")
+#: list params of a ceiling sweep (R01's matmuls): they repeat its timed ops (``*_ms`` x
+#: repeats), never the step, which R01 runs once after them
+CEILING_SWEEPS = ("dtypes", "matmul_sizes")
 #: int params that add that many further runs of the whole measurement (E08's replicates)
 REPEATS_OF_RUN = ("replicates",)
 #: full-batch steps the pre-flight times (after one untimed)
@@ -78,9 +83,13 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
     batches = [b for b in (p.get("batches") or []) + [p.get("batch")] if _int(b)]
     base = _controlled_batch(contract)
     scale = max(1.0, max(batches, default=0) / base) if base else 1.0
+    ceilings = math.prod(len(p[k]) for k in CEILING_SWEEPS if isinstance(p.get(k), list)
+                         and p[k])
     seconds = sum(float(v) for k, v in p.items() if k.endswith("_s") and _num(v))
     seconds += sum(float(v) / 1e3 for k, v in p.items() if k.endswith("_ms") and _num(v)) \
-        * max(1, p.get("repeats", 1) if _int(p.get("repeats")) else 1) * sweep
+        * max(1, p.get("repeats", 1) if _int(p.get("repeats")) else 1) * sweep * ceilings
+    if _int(p.get("process_repeats")):
+        seconds += p["process_repeats"] * PROCESS_KINDS * PROCESS_S
     return calls * sweep * scale, seconds
 
 
@@ -233,6 +242,7 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     from perflab.core import devicelock
     from perflab.instruments import steps, timing, workloads
+    from perflab.instruments.compiler_watch import CompilerWatch
 
     device = torch.device(spec["device"])
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -253,17 +263,39 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
         w = workloads.cast(w, getattr(torch, spec.get("dtype", "float32")))
         step = steps.build(w, device)
         sync = timing.synchronizer(device)
-        times = []
+        times, compiling = [], []
+        whole = CompilerWatch().start()
         for i in range(1 + TIMED_STEPS):
+            watch = CompilerWatch().start()
             sync()
             t0 = time.perf_counter()
             loss = step()
             sync()
-            if i:
-                times.append((time.perf_counter() - t0) * 1e3)
+            ms = (time.perf_counter() - t0) * 1e3
+            got = watch.stop()
+            if i:  # a step that compiled (or met the recompile limit) is not a steady step
+                (compiling if got.graphs or got.limit_hits else times).append(ms)
+        seen = whole.stop()
         workloads.check_finite(spec["target"], loss, f"after {1 + TIMED_STEPS} full-batch steps")
-    out["step_ms"] = sorted(times)[len(times) // 2]
+    out.update(_steady(times, compiling, seen))
     out["steps_s"] = round(time.perf_counter() - t_steps, 2)
+    return out
+
+
+def _steady(times: list[float], compiling: list[float], seen) -> dict[str, Any]:
+    """The steady step (the median of the timed steps that compiled nothing) and what the
+    compiler did; no step time where every timed step compiled: an estimate is never made
+    from compile time."""
+    out: dict[str, Any] = {"compile_steps": len(compiling),
+                           "compiler": seen.as_dict() if seen.compiled else None}
+    out["step_ms"] = sorted(times)[len(times) // 2] if times else None
+    if not times:
+        out["no_steady_step"] = (f"every one of the {len(compiling)} timed steps compiled "
+                                 f"({seen.cause() or 'see the compiler'}): no steady step to "
+                                 "estimate from (never from compile time)")
+    elif seen.eager_fallback:
+        out["eager_note"] = ("the steady steps ran after torch.compile's recompile limit: "
+                             "they are eager, not compiled")
     return out
 
 
@@ -331,7 +363,16 @@ def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
            f"in {wall_s:.1f} s: " + _split(answer, wall_s))
     log(f"pre-flight: {spec['target']} builds and steps on {answer['device']} "
         f"({answer['description']}, batch {answer['batch']}) {how}")
-    if answer["step_ms"] is None:
+    if answer.get("compiler"):
+        c = answer["compiler"]
+        log(f"pre-flight: torch.compile compiled {c['graphs']} graph(s) in "
+            f"{c['compile_s']:.1f} s over {answer.get('compile_steps', 0)} of the timed steps "
+            "(set apart from the steady step)"
+            + (f"; {c['cause']}; fix: {c['fix']}" if c.get("cause") else "")
+            + ("; " + answer["eager_note"] if answer.get("eager_note") else ""))
+    if answer["step_ms"] is None and answer.get("no_steady_step"):
+        log(f"{answer['no_steady_step']}: no time estimate")
+    elif answer["step_ms"] is None:
         log("no training step (the workload has no optimizer): no time estimate")
     elif answer["device"] != spec["device"]:
         log(f"checked on {answer['device']}, not {spec['device']} (not visible here): "

@@ -36,7 +36,7 @@ from perflab.core import affinity, devicelock, env, forkserver, integrity, io
 from perflab.core.io import log_to  # noqa: F401  (scripts import it from here too)
 from perflab.core.names import STEP_LATENCY
 from perflab.experiments.catalogue import EXPERIMENTS
-from perflab.instruments import ab, stats, steps, timing, workloads
+from perflab.instruments import ab, compiler_watch, stats, steps, timing, workloads
 from perflab.pipeline import config as cfgmod
 
 #: the experiment scripts, whose code is part of each result's instrument code
@@ -396,6 +396,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             f"flush denormals {bool(contract.get('flush_denormal', False))}")
         log(affinity.describe(cores))
         steps.LAST_LOSS[0] = None
+        watch = compiler_watch.CompilerWatch().start()
         try:
             measure(ctx)
             # a diverged step (its last loss NaN or inf) measured nothing of training
@@ -412,6 +413,15 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         except Exception:
             log("FAILED; no result written:\n" + traceback.format_exc())
             raise
+        finally:
+            compiled = watch.stop()
+        if eid not in compiler_watch.DELIBERATE:  # the compiler on the user's step
+            compiler_watch.write_rows(ctx, compiled, time.perf_counter() - t_start)
+        if compiled.compiled:
+            log(f"compiler: {compiled.graphs} graph(s), {compiled.recompiles} recompile(s), "
+                f"{compiled.compile_s:.1f} s compiling"
+                + (", EAGER after the recompile limit" if compiled.eager_fallback else "")
+                + (f"; {compiled.cause()}" if compiled.cause() else ""))
         gpu_after = env.gpu_state(gpu_index) if ctx.is_cuda else None
         host_cpu = env.host_contention(host_before, env.host_cpu_times())
         lock["load_average_after"] = devicelock.loadavg()
@@ -432,6 +442,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
             "host_cores": cores,
             "inductor_cache_dir": env.portable_path(cache_dir),
             "workloads": ctx.workloads_built,
+            "compiler": compiled.as_dict(),
             "argv": [env.portable_path(a) for a in sys.argv],
             "process_start": forkserver.process_start(),
             "rows": len(ctx.rows),

@@ -64,6 +64,7 @@ from perflab.experiments import floors as calibration
 from perflab.experiments import r01_roofline as r01
 from perflab.experiments import r02_step_trace as r02
 from perflab.experiments.d01_data_parallel import overlap
+from perflab.instruments import compiler_watch as cw
 
 #: input share of the step above which the step is starved (E05: of the phase sum; R02: the
 #: device idle on the loader plus host-to-device copies, of the profiled step)
@@ -84,6 +85,9 @@ ROOFLINE_FLOOR_PCT = 5.0
 OPTIMIZER_SHARE_PCT = 25.0
 #: compute-bound forward + backward below this % of the matmul ceiling: utilization first
 UTILIZATION_PCT = 50.0
+#: compiling (first compiles and recompiles) above this % of a job's time: the compiler
+#: sets the pace of the run
+COMPILE_SHARE_PCT = 25.0
 #: D01: the others' wait for a named late rank (median arrival lateness), % of the step
 STRAGGLER_SHARE_PCT = 10.0
 #: D01: exposed all-reduce transfer (the least exposed communication of any rank), % of the step
@@ -92,6 +96,7 @@ COMM_SHARE_PCT = 20.0
 LABELS = {
     "straggler": "a straggler rank",
     "communication": "exposed communication",
+    "compiler": "the compiler (compiling, recompiling, or silently eager)",
     "input_pipeline": "input pipeline",
     "synchronization": "synchronization",
     "host_overhead": "host launch & Python overhead",
@@ -111,6 +116,9 @@ INTERVENTIONS = {
     "communication": "hide or shrink the all-reduce: buckets that start it earlier in the "
                      "backward (bucket_cap_mb), one all-reduce per K micro-batches (no_sync "
                      "accumulation), fewer bytes (fp16_compress_hook) — D01 times each",
+    "compiler": "stop the recompiles: give torch.compile one shape (drop_last=True, bucketed "
+                "padding) or let it generalize (dynamic=True / torch._dynamo.mark_dynamic); a "
+                "step past the recompile limit runs eager",
     "input_pipeline": "feed the step faster: DataLoader workers, pinned host memory with "
                       "non_blocking copies, prefetch the next batch while this one trains "
                       "(E24 sweeps the workers)",
@@ -143,14 +151,21 @@ HYPOTHESES = {
     "memory_bandwidth": ("compile_default", "autocast_bf16"),
     "straggler": (),
     "communication": (),
+    "compiler": (),
     "undetermined": (),
     "recompiling": (),
     "memory_growth": (),
 }
 
-ORDER = ("straggler", "communication", "input_pipeline", "synchronization", "optimizer",
+ORDER = ("straggler", "communication", "compiler", "input_pipeline", "synchronization", "optimizer",
          "host_overhead", "device_bound")
 FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
+#: a reading no honest measurement can give (a fraction of a measured ceiling above 100%):
+#: the instrument, not the step, is wrong, and the candidate is neither fitted nor ruled out
+INSTRUMENT_ERROR = "instrument error"
+#: the most of a measured ceiling a phase can reach: above it the ceiling is of the wrong
+#: precision or the bytes counted miss the cache's reuse
+CEILING_MAX_PCT = 100.0
 
 
 @dataclass
@@ -280,6 +295,9 @@ def _input_pipeline(r: _Rows) -> Finding:
                        "on a device with a queue)")
     share = wait.value + (h2d.value or 0.0)
     ok = share >= INPUT_SHARE_PCT
+    if h2d.value is None and not ok:  # a missing row is not 0%: it cannot rule it out
+        return Finding("input_pipeline", NOT_MEASURED, f"E05 has no {h2d.source} row: the "
+                       f"step's host-to-device share is not measured{fed}", [wait])
     test = f"input wait + host-to-device >= {INPUT_SHARE_PCT:g}% of the phase sum"
     for e in (wait, h2d):
         e.test, e.passes = test, ok
@@ -294,8 +312,13 @@ def _input_from_trace(r: _Rows, fed: str) -> Finding:
     """With a device queue: the device idle on the loader, plus copies, of the profiled step."""
     data = r.get("R02", r02.idle_variant("data"), r02.WINDOW_SHARE, "value", "%")
     copy = r.get("R02", r02.H2D_COPY, r02.WINDOW_SHARE, "value", "%")
-    share = (data.value or 0.0) + (copy.value or 0.0)
+    missing = [e.source for e in (data, copy) if e.value is None]
+    share = sum(e.value for e in (data, copy) if e.value is not None)
     ok = share >= INPUT_SHARE_PCT
+    if missing and not ok:  # a missing row is not 0%: what was measured cannot rule it out
+        return Finding("input_pipeline", NOT_MEASURED,
+                       f"R02 has no {' or '.join(missing)} row: the device's wait for data "
+                       f"is not measured{fed}", [e for e in (data, copy) if e.value is not None])
     test = (f"device idle in the loader's next() + host-to-device copies >= "
             f"{INPUT_SHARE_PCT:g}% of the step")
     for e in (data, copy):
@@ -305,8 +328,8 @@ def _input_from_trace(r: _Rows, fed: str) -> Finding:
                     "trace decides, where the wait may overlap device work)")
     evidence = [data, copy] + ([context] if context.value is not None else [])
     f = Finding("input_pipeline", FITS if ok else RULED_OUT,
-                f"the device waits for data {data.value or 0.0:.1f}% of the step and copies "
-                f"its input {copy.value or 0.0:.1f}% ({'>=' if ok else '<'} "
+                f"the device waits for data {_fmt(data.value, '%')} of the step and copies "
+                f"its input {_fmt(copy.value, '%')} ({'>=' if ok else '<'} "
                 f"{INPUT_SHARE_PCT:g}% together, R02){fed}", evidence)
     f.borderline = _near(r, share, INPUT_SHARE_PCT, "the input share",
                          _spread(r, r02.idle_variant("data")))
@@ -360,17 +383,21 @@ def _synchronization(r: _Rows) -> Finding:
         cost = r.get("R02", r02.SYNC_COST_BOUND, r02.WINDOW_SHARE, "value", "%")
     cost.test = (f"min(host blocked, device idle on a sync or a launch) >= {SYNC_COST_PCT:g}% "
                  "of the step: what removing the syncs could save, at most")
-    cost.passes = (cost.value or 0.0) >= SYNC_COST_PCT
+    if cost.value is None:  # a missing row is not 0%: the syncs' cost is not measured
+        return Finding("synchronization", NOT_MEASURED,
+                       f"the step synchronizes {count.value:.3g}x per step, but R02 has no "
+                       f"row of what the syncs cost ({cost.source})", evidence + context)
+    cost.passes = cost.value >= SYNC_COST_PCT
     sites = r02.sync_sites(r.rows)
     where = sites[0].where if sites else "an unlocated site"
     f = Finding("synchronization", FITS if cost.passes else RULED_OUT,
                 f"the step synchronizes {count.value:.3g}x per step ({where}); removing the "
-                f"syncs could save up to {cost.value or 0.0:.1f}% of the step "
+                f"syncs could save up to {cost.value:.1f}% of the step "
                 f"({'>=' if cost.passes else '<'} {SYNC_COST_PCT:g}%)",
                 evidence + [blocked, cost] + context)
     if r02.step_sync_sites(r.rows):
         f.intervention = _sync_advice(r02.step_sync_sites(r.rows))
-    f.borderline = _near(r, cost.value or 0.0, SYNC_COST_PCT, "the sync cost",
+    f.borderline = _near(r, cost.value, SYNC_COST_PCT, "the sync cost",
                          _spread(r, r02.SYNC_COST_BOUND))
     return f
 
@@ -418,7 +445,10 @@ def _host_from_trace(r: _Rows) -> Finding:
     """With a device queue: the device's idle time waiting for launches (R02)."""
     launch = r.get("R02", r02.idle_variant("launch"), r02.WINDOW_SHARE, "value", "%")
     launch.test = f">= {HOST_IDLE_PCT:g}% of the step: the device waits for the host to launch"
-    launch.passes = (launch.value or 0.0) >= HOST_IDLE_PCT
+    if launch.value is None:  # a missing row is not 0%: the launch wait is not measured
+        return Finding("host_overhead", NOT_MEASURED,
+                       f"R02 has no row of the device's wait for launches ({launch.source})")
+    launch.passes = launch.value >= HOST_IDLE_PCT
     other = r.get("R02", r02.idle_variant("other"), r02.WINDOW_SHARE, "value", "%",
                   "context: idle with the next kernel already queued (device-side latency)")
     where = max(((ph, r.get("R02", r02.phase_variant(ph, "launch"), r02.IDLE_TIME, "mean"))
@@ -428,7 +458,7 @@ def _host_from_trace(r: _Rows) -> Finding:
     for e in exposed:
         e.test = "corroboration (not deciding): " + (e.test or "E06")
     ok = launch.passes
-    because = (f"the device waits for the host to launch {launch.value or 0.0:.1f}% of the step "
+    because = (f"the device waits for the host to launch {launch.value:.1f}% of the step "
                f"({'>=' if ok else '<'} {HOST_IDLE_PCT:g}%, R02)")
     if ok and where[1].value:
         because += f", most of it in {where[0]} ({where[1].value:.3g} ms per step)"
@@ -440,7 +470,7 @@ def _host_from_trace(r: _Rows) -> Finding:
                        "the launch wait)"))
     f = Finding("host_overhead", FITS if ok else RULED_OUT, because,
                 [launch, other] + exposed + _queued(r)[0])
-    f.borderline = _near(r, launch.value or 0.0, HOST_IDLE_PCT, "the launch wait",
+    f.borderline = _near(r, launch.value, HOST_IDLE_PCT, "the launch wait",
                          _spread(r, r02.idle_variant("launch")))
     if ok:
         f.intervention = _no_graphs(r)
@@ -506,11 +536,58 @@ def _optimizer(r: _Rows) -> Finding:
     return f
 
 
+def _compiler(r: _Rows) -> Finding:
+    """The compiler on the step (perflab.instruments.compiler_watch's rows, E05's job first): fits when
+    a frame hit the recompile limit (the step silently runs eager from then on) or it
+    recompiled and compiling takes COMPILE_SHARE_PCT of the job (one first compile is a
+    one-time cost, never the verdict)."""
+    rows = r.rows[(r.rows.variant == cw.VARIANT) & (r.rows.status == "ok")]
+    if rows.empty:
+        return Finding("compiler", NOT_MEASURED, "no job saw torch.compile compile the step "
+                       "(no compiler rows: an eager step, or a run from before the watch)")
+    eid = "E05" if (rows.experiment == "E05").any() else str(rows.experiment.iloc[0])
+    fallback = r.get(eid, cw.VARIANT, cw.EAGER_FALLBACK, "value", "bool",
+                     "0: no frame hit Dynamo's recompile limit (after it, it runs eager)")
+    share = r.get(eid, cw.VARIANT, cw.COMPILE_SHARE, "value", "%",
+                  f"< {COMPILE_SHARE_PCT:g}% of the job spent compiling")
+    recompiles = r.get(eid, cw.VARIANT, cw.RECOMPILES, "value", "count", "context")
+    if fallback.value is None or share.value is None:
+        return Finding("compiler", NOT_MEASURED, f"{eid}'s compiler rows are incomplete")
+    fallback.passes = not fallback.value
+    share.passes = share.value < COMPILE_SHARE_PCT
+    window = rows[(rows.experiment == eid) & (rows.metric == cw.RECOMPILES)].window
+    text = str(window.iloc[0]) if not window.empty else ""
+    cause = text.split("; cause: ", 1)[1].split("; fix: ")[0] if "; cause: " in text else ""
+    fix = text.split("; fix: ", 1)[1] if "; fix: " in text else ""
+    evidence = [fallback, share] + ([recompiles] if recompiles.value is not None else [])
+    n = f"{recompiles.value:.0f} recompile(s)" if recompiles.value is not None else "recompiles"
+    # one compile is a one-time cost a training run amortizes; recompiles recur with the data
+    recurring = recompiles.value is not None and recompiles.value >= 1
+    if fallback.value or (recurring and share.value >= COMPILE_SHARE_PCT):
+        because = ((f"the step hit torch.compile's recompile limit after {n} and from then "
+                    "on runs eager, uncompiled" if fallback.value else
+                    f"compiling ({n}) takes {share.value:.0f}% of {eid}'s job "
+                    f"(>= {COMPILE_SHARE_PCT:g}%)") + (f": {cause}" if cause else ""))
+        f = Finding("compiler", FITS, because, evidence)
+        f.intervention = (f"{fix} — then W01's compile interventions time the step compiled "
+                          "once" if fix else "")
+        return f
+    return Finding("compiler", RULED_OUT, (
+        f"compiling takes {share.value:.0f}% of {eid}'s job (< {COMPILE_SHARE_PCT:g}%)"
+        if recurring else f"the step compiled once ({share.value:.0f}% of {eid}'s short job: "
+        "a one-time cost) and never recompiled") + " and no frame fell back to eager", evidence)
+
+
 def _device_bound(r: _Rows) -> Finding:
     ai = r.get(*r01.forward_backward_row(r01.ARITHMETIC_INTENSITY), "FLOP/B")
-    ridge = r.get(*r01.RIDGE_POINT_ROW, "FLOP/B")
+    # forward + backward's own ridge (the blend of the ceilings of the precisions it ran);
+    # a run from before R01 wrote it: the contract dtype's
+    ridge = r.get(*r01.FORWARD_BACKWARD_RIDGE_ROW, "FLOP/B")
+    if ridge.value is None:
+        ridge = r.get(*r01.RIDGE_POINT_ROW, "FLOP/B")
     flops = r.get(*r01.forward_backward_row(r01.FLOPS_FRACTION), "%",
-                  "achieved FLOP/s as % of the measured matmul ceiling")
+                  "achieved FLOP/s as % of the measured matmul ceiling of the precisions "
+                  "it ran")
     bw = r.get(*r01.forward_backward_row(r01.BANDWIDTH_FRACTION), "%",
                "achieved bytes/s as % of the measured memory bandwidth")
     if ai.value is None or ridge.value is None:
@@ -524,6 +601,30 @@ def _device_bound(r: _Rows) -> Finding:
     evidence += [e for e in fb if e.value is not None]
     kind = "device_compute" if compute else "memory_bandwidth"
     close = flops.value if compute else bw.value
+    over = [e for e in (flops, bw) if e.value is not None and e.value > CEILING_MAX_PCT]
+    for e in over:
+        e.test, e.passes = f"<= {CEILING_MAX_PCT:g}% of its measured ceiling", False
+    cache = r.get(*r01.forward_backward_row(r01.CACHE_FRACTION), "%",
+                  "bytes/s as % of the cache-resident copy's bandwidth")
+    in_cache = (bw in over and cache.value is not None and cache.value <= CEILING_MAX_PCT)
+    if in_cache:
+        evidence.append(cache)
+    if over:
+        return Finding(kind, INSTRUMENT_ERROR, "forward + backward read " + " and ".join(
+            f"{e.value:.0f}% of the measured "
+            + ("matmul ceiling" if e is flops else "memory bandwidth") for e in over) + ": more than the device can do, so the ceiling is of another "
+            "precision than the one that ran, or the bytes counted miss the cache's reuse — an "
+            "instrument error (R01), not a finding"
+            + (f"; at {cache.value:.0f}% of the cache-resident roof, its data stays in cache"
+               if in_cache else ""), evidence)
+    roof = r.get(*r01.forward_backward_row(r01.ROOFLINE_FRACTION), "%",
+                 "achieved as % of the attainable rate at this intensity")
+    if roof.value is not None and roof.value < ROOFLINE_FLOOR_PCT:
+        roof.test = (f">= {ROOFLINE_FLOOR_PCT:g}% of the roofline: FLOPs or bytes set the time")
+        roof.passes = False
+        return Finding(kind, RULED_OUT, f"forward + backward reach {roof.value:.1f}% of the "
+                       "attainable rate at their intensity: neither FLOPs nor bytes set the "
+                       "time", evidence + [roof])
     refined = ""
     if compute and flops.value is not None and flops.value < UTILIZATION_PCT:
         # compute-bound by intensity, yet far from the ceiling: the kernels are too small
@@ -534,7 +635,8 @@ def _device_bound(r: _Rows) -> Finding:
                    f"forward + backward do {ai.value:.3g} FLOP per byte "
                    f"({'>=' if compute else '<'} the ridge point {ridge.value:.3g}) and reach "
                    f"{_fmt(close, '%')} of the measured "
-                   + ("matmul ceiling" if compute else "memory bandwidth"), evidence, refined)
+                   + ("matmul ceiling (of the precisions they ran)" if compute
+                      else "memory bandwidth"), evidence, refined)
 
 
 # ------------------------------------------------------------------ data parallel (D01)
@@ -603,6 +705,7 @@ def _communication(r: _Rows) -> Finding:
 TESTS = {
     "straggler": _straggler,
     "communication": _communication,
+    "compiler": _compiler,
     "input_pipeline": _input_pipeline,
     "synchronization": _synchronization,
     "optimizer": _optimizer,

@@ -118,7 +118,11 @@ GRAPH_BREAKS = "graph_breaks"
 PEAK_CHANGE = "peak_change"  # intervened minus baseline peak, MiB (each side alone)
 CHECK_METRICS = ("loss_rel_diff", "grad_rel_diff", "update_rel_diff")
 TOLERANCE_SUFFIX = "_tol"
-CORRECT = "correct"  # 1 when every check number is inside its tolerance
+CORRECT = "correct"  # 1 when every check number is inside its tolerance, 0 when one is not;
+#: a row saying "not decidable: why" where the baseline is not repeatable enough to judge
+#: the baseline's first step run twice, from the same state, batch and RNG state: each check
+#: number of the baseline against itself (the check decides only where these are small)
+SELF_PREFIX = "self_"
 #: the check's TF32 scale (CUDA, TF32 on): the baseline's first step as run against strict
 #: fp32, loss and gradient relative differences (perflab.experiments.w01_whatif.whatif.tf32_aware's scale)
 TF32_SCALE_METRICS = ("tf32_loss_rel_diff", "tf32_grad_rel_diff")
@@ -148,6 +152,9 @@ def judged_metric(name: str) -> str:
 
 FASTER, SLOWER, UNRESOLVED, NOT_APPLICABLE, FAILED = (
     "faster", "slower", "not resolved", "does not apply", "failed")
+#: why a measured change is not resolved in a run without C00
+NO_FLOOR = ("no A/A floor (C00 did not run): a change is resolved only beyond what two "
+            "copies of the same step differ by")
 
 
 @dataclass
@@ -162,8 +169,9 @@ class Outcome:
     throughput_pct: float | None = None
     bound_pct: float | None = None  # the most the localization says it can save, %
     bound_from: str = ""
-    correct: bool | None = None
+    correct: bool | None = None  # None: no check, or not decidable (check_verdict says)
     check: str = ""
+    check_verdict: str = "no check"  # whatif.OK, MISMATCH, NOT_DECIDABLE, or "no check"
 
     @property
     def gain_pct(self) -> float | None:
@@ -204,16 +212,29 @@ def outcome(frame: pd.DataFrame, name: str) -> Outcome | None:
     # the judgement's interval, relative to the same baseline as its effect: A's block medians
     base = _value(r, variant(name, BASELINE), ab.BLOCK_MEDIAN, "median")
     lo, hi = _value(r, ch, "ab_ci_low"), _value(r, ch, "ab_ci_high")
-    judged = calibration.verdict_of(frame, EID, ch)
+    # resolved only against an A/A floor (C00's): significance alone calls a no-op a change
+    # in about one run in twenty
+    floor = calibration.noise_floor_pct(frame, calibration.ab_pairs(r[r.variant == ch]))
+    judged = calibration.verdict_of(frame, EID, ch) if floor is not None else None
     change = rel if effect is None else effect
     verdict = UNRESOLVED if judged != "resolved" else FASTER if change < 0 else SLOWER
-    o = Outcome(name, verdict, change_pct=change,
+    o = Outcome(name, verdict, reason="" if floor is not None else NO_FLOOR,
+                change_pct=change,
                 ci_pct=(100 * lo / base, 100 * hi / base) if None not in (lo, hi, base) else None,
                 throughput_pct=_value(r, ch, THROUGHPUT_REL))
-    ok = _value(r, variant(name, CHECK), CORRECT)
-    o.correct = None if ok is None else bool(ok)
+    ok = pick(r, variant(name, CHECK), CORRECT, "value")
+    o.correct = None if isinstance(ok, Missing) else bool(float(ok))
+    o.check_verdict = (whatif.NOT_DECIDABLE if isinstance(ok, Missing)
+                       and ok.reason.startswith(whatif.NOT_DECIDABLE) else "no check"
+                       if isinstance(ok, Missing) else whatif.OK if o.correct else whatif.MISMATCH)
     o.check = ", ".join(f"{m.removesuffix('_rel_diff')} {v:.1e}" for m in CHECK_METRICS
                         if (v := _value(r, variant(name, CHECK), m)) is not None)
+    unchecked = [m.removesuffix("_rel_diff") for m in CHECK_METRICS
+                 if _value(r, variant(name, CHECK), m + TOLERANCE_SUFFIX) is None]
+    if o.check and unchecked:
+        o.check += f" ({', '.join(unchecked)} unchecked)"
+    if isinstance(ok, Missing) and ok.reason:
+        o.check += f"; {ok.reason}"
     if scale := tf32_scale(r, name):
         o.check += f"; {scale}"
     o.bound_pct, o.bound_from = predicted_bound(frame, name)
@@ -260,7 +281,11 @@ def predicted_bound(frame: pd.DataFrame, name: str) -> tuple[float | None, str]:
         if isinstance(frac, Missing) or not shares:
             return None, "needs E05 and R01"
         fb = shares.get("forward", 0.0) + shares.get("backward", 0.0)
-        f = min(float(frac), 100.0)
+        f = float(frac)
+        if f > 100.0:  # not clipped to 100%: a ceiling exceeded is the instrument's error
+            return None, (f"R01's forward + backward read {f:.0f}% of the matmul ceiling, "
+                          "more than the device can do: an instrument error (a ceiling of "
+                          "another precision), no bound")
         return ((100 - fb) + fb * (1 - f / 100),
                 f"E05 + R01: {100 - fb:.0f}% outside forward + backward, which reach "
                 f"{f:.0f}% of the matmul ceiling")
@@ -338,7 +363,8 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
             "first_call_cost_s": _cell(r, o.name, INTERVENED, FIRST_CALL_COST, 1e-3),
             "break_even_steps": (_cell(r, o.name, CHANGE, BREAK_EVEN)
                                  if o.verdict == FASTER else None),
-            "correct": "" if o.correct is None else ("yes" if o.correct else "MISMATCH"),
+            "correct": {whatif.OK: "yes", whatif.MISMATCH: "MISMATCH"}.get(
+                o.check_verdict, o.check_verdict),
             "check": o.check,
             "job_s": _cell(r, o.name, JOB, JOB_WALL),
         })
@@ -383,15 +409,17 @@ def markdown(frame: pd.DataFrame) -> str:
                   + "."]
     tf32 = [f"{o.name}: {s}" for o in ranked(frame) if (s := tf32_scale(r, o.name))]
     if tf32:
-        lines += ["", "One-step check where TF32 may run (CUDA): the loss and gradient limits "
-                  f"are the larger of the fp32 limit and {whatif.TF32_FACTOR:g} x the "
-                  "baseline's own TF32 rounding (its first step as run against strict fp32), "
-                  "and the update is unchecked once the gradient is past its fp32 limit — "
+        lines += ["", "One-step check where TF32 may run (CUDA): where strict fp32 moves the "
+                  "baseline's step further than the baseline moves from itself (TF32 observed), "
+                  f"the loss and gradient limits are the larger of the fp32 limit and "
+                  f"{whatif.TF32_FACTOR:g} x the baseline's own TF32 rounding (its first step "
+                  "as run against strict fp32), capped at what TF32 rounding can do, and the "
+                  "update is unchecked once the gradient is past its fp32 limit — "
                   + "; ".join(tf32) + "."]
     lines += ["", "Time change: the judged time (ms per step; per example for a larger batch), "
               "median of the paired block differences with its 95% bootstrap interval; "
               + (f"judged against C00's A/A floor of {floor:.2g}%." if floor is not None
-                 else "no A/A floor in this run (C00 did not run).")]
+                 else f"not resolved: {NO_FLOOR}.")]
     return "\n".join(lines) + "\n"
 
 
@@ -437,7 +465,8 @@ def describe(o: Outcome) -> str:
     if o.change_pct is None:
         return f"{o.name}: {o.verdict} ({o.reason})" if o.reason else f"{o.name}: {o.verdict}"
     ci = f" [{o.ci_pct[0]:+.1f}, {o.ci_pct[1]:+.1f}]" if o.ci_pct else ""
-    check = {True: "check ok", False: "check MISMATCH", None: "no check"}[o.correct]
+    check = {whatif.OK: "check ok", whatif.MISMATCH: "check MISMATCH"}.get(
+        o.check_verdict, f"check {o.check_verdict}")
     bound = (f"; bound {o.bound_pct:.0f}% ({o.bound_from})" if o.bound_pct is not None else "")
     return f"{o.name}: time {o.change_pct:+.1f}%{ci}, {o.verdict}, {check}{bound}"
 

@@ -158,18 +158,70 @@ def differences(a: StepState, b: StepState) -> dict[str, Any]:
     }
 
 
-def agreement(a: StepState, b: StepState, tol: Tolerance) -> dict[str, Any]:
-    """The check's numbers, the limits applied (``limits``; None: unchecked) and its
-    verdict: ``passes`` when every number is inside its limit.
+#: the check's verdicts: inside every limit; outside one; or the baseline is not repeatable
+#: enough (from the same state, batch and RNG state) for its limits to tell either
+OK, MISMATCH, NOT_DECIDABLE = "ok", "MISMATCH", "not decidable"
+#: the check decides only where the baseline, run twice from the same state, batch and RNG
+#: state, lands within this share of each limit of itself: a limit is then ten times what
+#: the step's own non-determinism can move it, and a difference past it is the change's
+SELF_SHARE = 0.1
 
-    A parameter with a gradient on one side and none on the other fails the check.
+
+def agreement(a: StepState, b: StepState, tol: Tolerance,
+              control: StepState | None = None, *,
+              other_generator: bool = False, reseeded: StepState | None = None) -> dict:
+    """The check's numbers, the limits applied (``limits``; None: that number unchecked,
+    listed in ``unchecked``) and its ``verdict`` (OK, MISMATCH, NOT_DECIDABLE, ``why``);
+    ``passes`` is the verdict OK.
+
+    ``control``: the baseline's first step once more, from the same state, batch and RNG
+    state as ``a``. Without it, or where it lands further from ``a`` than SELF_SHARE of a
+    limit, the check is not decidable: its limits could not tell a changed step from the
+    baseline's own spread, and no limit is widened to cover that spread. ``reseeded``: the
+    baseline's step from another seed; where it moves the step (the step draws random
+    numbers) and the intervention draws them from ``other_generator`` (a compiled step:
+    Inductor's, not eager's), the same seed gives other numbers: not decidable either.
+    A parameter with a gradient on one side and none on the other is a MISMATCH.
     """
     out = differences(a, b)
     out["limits"] = tol.limits(out["grad_rel_diff"])
-    out["passes"] = out["grads_missing"] == 0 and all(
-        lim is None or (math.isfinite(out[k]) and out[k] <= lim)
-        for k, lim in out["limits"].items())
+    out["unchecked"] = [k for k, lim in out["limits"].items() if lim is None]
+    checked = {k: lim for k, lim in out["limits"].items() if lim is not None}
+    out["self"] = None if control is None else differences(a, control)
+    out["verdict"], out["why"] = _verdict(out, checked, other_generator, a, reseeded)
+    out["passes"] = out["verdict"] == OK
     return out
+
+
+def _verdict(out: dict, checked: dict, other_generator: bool, a: StepState,
+             reseeded: StepState | None) -> tuple[str, str]:
+    own = out["self"]
+    if own is None:
+        return NOT_DECIDABLE, "the baseline was not run twice: its own spread is unknown"
+    if own["grads_missing"]:
+        return NOT_DECIDABLE, (f"the baseline run twice gave {own['grads_missing']} "
+                               "parameter(s) a gradient once only")
+    loose = {k: own[k] for k, lim in checked.items()
+             if not (math.isfinite(own[k]) and own[k] <= SELF_SHARE * lim)}
+    if loose:
+        return NOT_DECIDABLE, ("the baseline differs from itself by " + ", ".join(
+            f"{k.removesuffix('_rel_diff')} {v:.2g} (limit {checked[k]:g})"
+            for k, v in loose.items()) + f", over {SELF_SHARE:g} x the limit: from the same "
+            "state, batch and RNG state its step is not repeatable enough to judge")
+    if other_generator and reseeded is not None:
+        moved = differences(a, reseeded)["grad_rel_diff"]
+        if moved > own["grad_rel_diff"]:
+            return NOT_DECIDABLE, (f"the step draws random numbers (another seed moves its "
+                                   f"gradient by {moved:.2g}) and the intervention draws them "
+                                   "from another generator (a compiled step: Inductor's), so "
+                                   "the same seed gives it other numbers")
+    bad = [k for k, lim in checked.items() if not (math.isfinite(out[k]) and out[k] <= lim)]
+    if out["grads_missing"]:
+        bad.append(f"{out['grads_missing']} parameter(s) with a gradient on one side only")
+    if bad:
+        return MISMATCH, "outside its limit: " + ", ".join(b.removesuffix("_rel_diff")
+                                                             for b in bad)
+    return OK, ""
 
 
 # ------------------------------------------------------------------ TF32 on CUDA
@@ -281,14 +333,24 @@ def tf32_scale(strict: StepState, as_run: StepState, modes: tuple[str, ...]) -> 
     return Tf32Scale(modes, d["loss_rel_diff"], d["grad_rel_diff"])
 
 
-def tf32_aware(tol: Tolerance, scale: Tf32Scale | None) -> Tolerance:
-    """``tol`` as it holds where the baseline may run TF32, from its measured rounding.
+#: the most TF32 rounding can move one step, relative: TF32 keeps 10 mantissa bits (unit
+#: roundoff 2^-11), bfloat16 7 (2^-8), so a TF32 step is 8 times closer to strict fp32 than a
+#: bf16-autocast one: the reduced-precision limits over 8. A scale past this is not TF32's
+TF32_CAP = {"loss_rel": 2e-2 / 8, "grad_rel": 1e-1 / 8}
+
+
+def tf32_aware(tol: Tolerance, scale: Tf32Scale | None,
+               own: Mapping[str, Any] | None = None) -> Tolerance:
+    """``tol`` as it holds where the baseline's step was seen to round in TF32.
 
     ``tol`` itself on a CPU or with TF32 off (``scale`` None or without modes), and for
-    reduced precision (coarser than TF32; its update is unchecked already). For same
-    arithmetic and reordered: loss and gradient each within max(the fp32 limit,
-    TF32_FACTOR x the scale); the update at its fp32 limit while the gradient is within its
-    fp32 limit (then Adam's update, about lr * sign(g), is as comparable as in fp32), else
+    reduced precision (coarser than TF32; its update is unchecked already). TF32 is observed,
+    not inferred from its flags: where the strict-fp32 step lands no further from the step as
+    run than the baseline from itself (``own``: :func:`differences` of the baseline run
+    twice), TF32 changed nothing and the fp32 limits hold. Where observed, for same arithmetic
+    and reordered: loss and gradient each within max(the fp32 limit, min(TF32_FACTOR x the
+    scale, TF32_CAP)); the update at its fp32 limit while the gradient is within its fp32
+    limit (then Adam's update, about lr * sign(g), is as comparable as in fp32), else
     unchecked: a gradient near 0 whose sign TF32 rounding flips moves its parameter the other
     way. A scale not measured leaves the fp32 limits (never looser), saying so.
     """
@@ -298,14 +360,24 @@ def tf32_aware(tol: Tolerance, scale: Tf32Scale | None) -> Tolerance:
     if not scale.measured:
         return replace(tol, why=f"{tol.why}; TF32 may run ({where}) but its rounding was not "
                                 f"measured ({scale.why}): the fp32 limits")
+    if own is not None and (scale.loss_rel <= own["loss_rel_diff"]
+                            and scale.grad_rel <= own["grad_rel_diff"]):
+        return replace(tol, why=f"{tol.why}; TF32 allowed ({where}) but not observed: strict "
+                                "fp32 lands no further from the step than the baseline from "
+                                "itself: the fp32 limits")
     k = TF32_FACTOR
+    loss = max(tol.loss_rel, min(k * scale.loss_rel, TF32_CAP["loss_rel"]))
+    grad = max(tol.grad_rel, min(k * scale.grad_rel, TF32_CAP["grad_rel"]))
+    capped = (k * scale.loss_rel > TF32_CAP["loss_rel"]
+              or k * scale.grad_rel > TF32_CAP["grad_rel"])
     return Tolerance(
-        f"{tol.name}, TF32-aware", max(tol.loss_rel, k * scale.loss_rel),
-        max(tol.grad_rel, k * scale.grad_rel), tol.update_rel,
-        f"{tol.why}; TF32 may run ({where}): the loss and gradient limits are the larger of "
+        f"{tol.name}, TF32-aware", loss, grad, tol.update_rel,
+        f"{tol.why}; TF32 observed ({where}): the loss and gradient limits are the larger of "
         f"the fp32 limit ({tol.loss_rel:g}, {tol.grad_rel:g}) and {k:g} x the baseline's own "
         f"TF32 rounding, strict fp32 vs as run: loss {scale.loss_rel:.2g}, gradient "
-        f"{scale.grad_rel:.2g}",
+        f"{scale.grad_rel:.2g}" + (", capped at what TF32 rounding can do "
+                                    f"({TF32_CAP['loss_rel']:g}, {TF32_CAP['grad_rel']:g})"
+                                    if capped else ""),
         update_while_grad=tol.grad_rel)
 
 

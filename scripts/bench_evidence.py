@@ -1,0 +1,158 @@
+"""Issue 38's known answers on one device, without Snakemake: the evidence under a verdict
+holds on a step that leaves fp32 eager.
+
+1. ``bf16``: examples/known/bf16_autocast (a float32 model under bf16 autocast) through E05
+   and R01: each phase's FLOP/s and bytes/s as % of the ceilings of the precisions it ran
+   (must be <= 100%), and the verdict.
+2. ``recompiling``: examples/bottlenecks/recompiling (torch.compile(dynamic=False) fed a new
+   sequence length every step) through E05: the verdict must be the compiler.
+3. ``dropout``: examples/known/dropout through W01's one-step check: a no-op must be "ok" or
+   "not decidable" (never MISMATCH), a tripled learning rate MISMATCH (never "ok").
+
+Each part's rows, provenance and log go under OUT/<part>/; a summary (what each part
+expects and got) to OUT/summary.json and stdout. Exit status 1 when an expectation fails.
+
+    python scripts/bench_evidence.py --device cuda --out "$OUT"
+    python scripts/bench_evidence.py --device cpu --out /tmp/ev --scale tiny --parts dropout
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+import torch
+
+from perflab import cli
+from perflab.core import io
+from perflab.experiments import r01_roofline as r01
+from perflab.experiments.w01_whatif import whatif
+from perflab.pipeline import config, runner
+from perflab.views import diagnose
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(eid: str, cfg: dict, out: Path, measure=None, contract=None) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    c = contract or config.contract(cfg, eid)
+    paths = {k: str(out / f"{eid.lower()}.{k}") for k in ("csv", "samples", "provenance")}
+    from perflab.experiments.catalogue import EXPERIMENTS
+
+    measure = measure or _script(EXPERIMENTS[eid].slug).measure
+    runner.execute(eid, measure, c, paths, str(out / f"{eid.lower()}.log"))
+    return Path(paths["csv"])
+
+
+def _cfg(args, target: str, run: str, params: dict | None = None) -> dict:
+    over = {"device": args.device, "workload": target, "run": run}
+    if args.scale:
+        over["scale"] = args.scale
+    if params:
+        over["workloads"] = {target: dict(params)}
+    return config.load([cli.DIAGNOSE_CONFIG, *args.configfile], over)
+
+
+def bf16(args, out: Path) -> dict:
+    cfg = _cfg(args, "known.bf16_autocast:make_step", "E05,R01")
+    rows = io.read_results([_run(e, cfg, out) for e in ("E05", "R01")])
+    d = diagnose.diagnose(rows)
+    fr = rows[(rows.experiment == "R01") & rows.metric.isin(
+        [r01.FLOPS_FRACTION, r01.BANDWIDTH_FRACTION]) & (rows.status == "ok")
+        & (rows.statistic == "median")]
+    phases = {f"{v} {m}": round(float(x), 1) for v, m, x in zip(fr.variant, fr.metric, fr.value)}
+    over = {k: v for k, v in phases.items() if v > r01.CEILING_MAX_PCT}
+    mix = rows[(rows.variant == r01.phase_variant(r01.FORWARD_BACKWARD))
+               & rows.metric.str.startswith("flops_") & (rows.metric != r01.FLOPS_FRACTION)]
+    (out / "diagnosis.md").write_text(diagnose.render_markdown(d))
+    return {"expect": "every phase <= 100% of its ceilings; verdict not undetermined",
+            "fractions_pct": phases, "over_100": over,
+            "forward_backward_flops_by_precision": dict(zip(mix.metric, mix.value)),
+            "verdict": d.verdict, "because": d.because,
+            "ok": not over and d.verdict != "undetermined"}
+
+
+def recompiling(args, out: Path) -> dict:
+    params = {"backend": "eager"} if args.device == "cpu" else {}
+    cfg = _cfg(args, "bottlenecks.recompiling:make_step", "E05", params)
+    torch._dynamo.reset()
+    rows = io.read_results([_run("E05", cfg, out)])
+    d = diagnose.diagnose(rows)
+    (out / "diagnosis.md").write_text(diagnose.render_markdown(d))
+    return {"expect": "verdict compiler, naming the dimension and the fix",
+            "verdict": d.verdict, "because": d.because, "fix": d.intervention,
+            "ok": d.verdict == "compiler"}
+
+
+def _triple_lr(parts):
+    for g in parts.optimizer.param_groups:
+        g["lr"] *= 3
+    return parts
+
+
+NOOP = whatif.Intervention("noop", "no change at all", {}, "same arithmetic", ("optimizer",))
+WRONG = whatif.Intervention("wrong_lr", "the learning rate tripled", {}, "same arithmetic",
+                            ("optimizer",), custom=_triple_lr)
+
+
+def dropout(args, out: Path) -> dict:
+    from perflab.experiments import w01_whatif as w01
+
+    cfg = _cfg(args, "known.dropout:make_step", "W01")
+    w01_script = _script("w01_whatif")
+    got = {}
+    for iv in (NOOP, WRONG):
+        c = whatif.intervention_contract(config.contract(cfg, "W01"), iv.name)
+        c["params"].update(peak_calls=0)
+        csv = _run("W01", cfg, out / iv.name, contract=c,
+                   measure=lambda ctx, iv=iv: w01_script.measure_intervention(ctx, iv))
+        o = w01.outcome(io.read_results([csv]), iv.name)
+        got[iv.name] = {"check": o.check_verdict, "numbers": o.check}
+    ok = (got["noop"]["check"] in (whatif.OK, whatif.NOT_DECIDABLE)
+          and got["wrong_lr"]["check"] in (whatif.MISMATCH, whatif.NOT_DECIDABLE))
+    return {"expect": "noop ok or not decidable; wrong_lr MISMATCH (never ok)", **got,
+            "ok": ok}
+
+
+PARTS = {"bf16": bf16, "recompiling": recompiling, "dropout": dropout}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", required=True, help="directory for every part's files")
+    p.add_argument("--scale", default=None, help="the contract's scale (tiny for a quick check)")
+    p.add_argument("--configfile", nargs="*", default=[])
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated: "
+                   + ", ".join(PARTS))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    summary = {}
+    for name in args.parts.split(","):
+        print(f"[bench_evidence] {name} ...", file=sys.stderr, flush=True)
+        try:
+            summary[name] = PARTS[name](args, out / name)
+        except Exception as exc:  # one part's failure is its result; the others still run
+            summary[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        print(json.dumps({name: summary[name]}, indent=1, default=str), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    bad = [n for n, s in summary.items() if not s.get("ok")]
+    verdict = "all as expected" if not bad else "NOT as expected: " + ", ".join(bad)
+    print(f"[bench_evidence] {verdict}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
