@@ -136,6 +136,50 @@ def test_the_plan_times_only_stretches_with_the_hooks_on_and_off():
     assert timed[observers.STRETCH:2 * observers.STRETCH] == ["bare"] * observers.STRETCH
 
 
+class _FakeEvent:
+    """A CUDA event whose moment is set by the test: the device's clock, planted."""
+    now = [0.0]
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self):
+        self.t = _FakeEvent.now[0]
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, other):
+        return other.t - self.t
+
+
+def test_on_cuda_a_step_is_timed_by_the_device_not_by_the_host_running_ahead(monkeypatch):
+    """The host returns from launching a step long before the device has done it (E01): 1 ms of
+    host time per step for 30 ms of device work. The steps' times are the events' (30 ms a
+    step, forward 10 and backward 20), the host's kept beside them."""
+    monkeypatch.setattr(observers.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(observers.torch.cuda, "synchronize", lambda: None)
+    obs = observers.Observer({"warmup": 0, "no_profile": True}, "/dev/null")
+    obs.cuda, obs.steady_t0 = True, 0.0
+    device = {"forward": 10.0, "loss": 0.0, "backward": 20.0, "optimizer": 0.0}
+    obs._mark(-1, observers.STEP_END)
+    for i in range(3):
+        for phase, ms in device.items():
+            obs._mark(i, phase)
+            _FakeEvent.now[0] += ms
+        obs._mark(i, observers.STEP_END)
+        obs.steps.append({"index": i, "kind": "observed", "wall_ms": 1.0,
+                          "phases_ms": {p: 0.25 for p in device}})
+    obs._resolve(block=True)
+    obs._device_times()
+    assert [r["wall_ms"] for r in obs.steps] == [30.0, 30.0, 30.0]
+    assert all(r["host_wall_ms"] == 1.0 for r in obs.steps)
+    assert obs.steps[1]["phases_ms"]["backward"] == 20.0 and obs.steps[1]["phases_ms"]["forward"] == 10.0
+    obs._resolve(block=True)  # resolving again counts nothing twice
+    obs._device_times()
+    assert obs.steps[2]["phases_ms"]["backward"] == 20.0
+
+
 def test_rows_keep_the_csv_contract_and_name_the_script_and_its_hash(tmp_path):
     from perflab.core import io
 

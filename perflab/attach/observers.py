@@ -56,6 +56,12 @@ FORWARDS_FOR_INFERENCE = 8
 #: how often the evidence file is rewritten while the script runs (s): a killed child keeps
 #: what it had
 FLUSH_S = 5.0
+#: the label of a step's end among the device clock's marks
+STEP_END = "step end"
+#: what a step's time is read by (the evidence's ``step_clock``)
+DEVICE_CLOCK = ("CUDA events at each step end and phase boundary, in stream order: the "
+                "device's time, its waits for the host included (the host's in host_wall_ms)")
+HOST_CLOCK = "the host's clock (time.perf_counter) at each step end and phase boundary"
 #: host reads of a tensor's value wrapped on a CPU (each one is a sync on CUDA)
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
 SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -167,13 +173,69 @@ class Observer:
         self._last_flush = _clock()
         self._dynamo = None
         self._lock = threading.Lock()
+        #: on CUDA, the device's own clock: a CUDA event at every phase boundary and step end,
+        #: (step index, label, event) in stream order, resolved once complete (:meth:`_resolve`)
+        self._marks: list[tuple[int, str | None, Any]] = []
+        self._counted = 0
+        self._device: dict[int, dict[str, float]] = {}
 
     # ------------------------------------------------------------ phase boundaries
     def enter(self, phase: str | None) -> None:
         if self._phase_on:
             self.clock.enter(phase)
+            self._mark(len(self.steps), phase)
             if self.ranges is not None:
                 self.ranges.enter(phase)
+
+    # ------------------------------------------------------------ the device's clock
+    def _mark(self, step: int, label: str | None) -> None:
+        """A CUDA event on the current stream at a boundary (CUDA steady steps only). The host
+        runs ahead of an asynchronous device: its clock at a boundary times the launches, not
+        the work (E01's lying benchmark). The events' intervals are the device's, in stream
+        order: its work between two boundaries and any wait for the host between them (E06)."""
+        if self.cuda and self.steady_t0 is not None:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._marks.append((step, label, ev))
+
+    def _resolve(self, block: bool) -> None:
+        """Turn complete events into ms per phase and per step (``_step``: from the previous
+        step's end to its own), then drop them; ``block``: wait for the device first (at the
+        end, never inside a step). Each interval is counted once (``_counted``)."""
+        if len(self._marks) < 2:
+            return
+        if block:
+            torch.cuda.synchronize()
+        done = self._counted
+        for i in range(self._counted, len(self._marks) - 1):
+            step, label, ev = self._marks[i]
+            nxt = self._marks[i + 1][2]
+            if not block and not nxt.query():
+                break
+            if label not in (None, STEP_END):
+                d = self._device.setdefault(step, {})
+                d[label] = d.get(label, 0.0) + ev.elapsed_time(nxt)
+            done = i + 1
+        ends = [(s, ev) for s, lab, ev in self._marks[:done + 1] if lab == STEP_END]
+        for (_, a), (s, b) in zip(ends, ends[1:]):
+            self._device.setdefault(s, {})["_step"] = a.elapsed_time(b)
+        # keep from the last resolved step end on: the next step's start
+        keep = max((i for i, (_, lab, _) in enumerate(self._marks[:done + 1])
+                    if lab == STEP_END), default=0)
+        self._marks, self._counted = self._marks[keep:], done - keep
+
+    def _device_times(self) -> None:
+        """The steps' times by the device's clock: ``wall_ms`` and ``phases_ms`` of each CUDA
+        steady step become the events' (the host's kept as ``host_wall_ms``,
+        ``host_phases_ms``)."""
+        for r in self.steps:
+            d = self._device.get(r["index"])
+            if not d or "_step" not in d or "host_wall_ms" in r:
+                continue
+            r["host_wall_ms"], r["wall_ms"] = r["wall_ms"], d.get("_step")
+            if r["phases_ms"]:
+                r["host_phases_ms"] = r["phases_ms"]
+                r["phases_ms"] = {p: d.get(p, 0.0) for p in r["phases_ms"]}
 
     def _forward_pre(self, module, _args):
         if torch.compiler.is_compiling() or self._bwd_depth:
@@ -362,6 +424,7 @@ class Observer:
 
     def _step_end(self) -> None:
         now = _clock()
+        self._mark(len(self.steps), STEP_END)
         kind = self._kind
         if kind == "work" and self._work_modes:
             self._stop_work()
@@ -391,6 +454,7 @@ class Observer:
         if self._kind == "warmup" and n >= self.s.get("warmup", 3):
             self.steady_t0 = now
             self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            self._mark(n - 1, STEP_END)  # the last warm-up step's end: the first steady start
             if self.unit == "optimizer step" and self.models:
                 self._phase_hooks(on=True)  # narrowed to the outermost modules
         if self.steady_t0 is None:
@@ -533,6 +597,9 @@ class Observer:
         if self._prof is not None:
             self._stop_profile()
         self._kind = "closed"
+        if self.cuda:
+            self._resolve(block=True)
+            self._device_times()
         try:
             mib = 1024 ** 2
             mods = [m for m in self.models.values()]
@@ -552,6 +619,7 @@ class Observer:
             metrics = {k: float(sum(v)) for k, v in ctm.items()}
         return {
             "settings": self.s, "unit": self.unit, "cuda": self.cuda,
+            "step_clock": (DEVICE_CLOCK if self.cuda else HOST_CLOCK),
             "device_name": (torch.cuda.get_device_name() if self.cuda else "cpu"),
             "torch": torch.__version__, "first_step_s": self.first_step_s,
             "steps": self.steps, "optimizers": list(self.optimizers.values()),
@@ -570,6 +638,9 @@ class Observer:
         from perflab.core import io
 
         self._last_flush = _clock()
+        if self.cuda:  # between steps: only what the device has finished
+            self._resolve(block=False)
+            self._device_times()
         io.atomic_write_json(self.out, self.evidence())
 
 
