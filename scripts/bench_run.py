@@ -31,8 +31,8 @@ SCRIPTS = ROOT / "examples" / "scripts"
 CASES = {
     "input_bound.py": ("input_pipeline", "input_pipeline", ["--delay-ms", "2"],
                        ["--delay-ms", "2"]),
-    # on CUDA a step of real device work (~9 ms at fp32), so the host's launches (~1.5 ms) are
-    # not what it waits for: the per-step reads keep the host from running ahead, which is
+    # on CUDA a step of real device work (~9 ms at fp32) beside the host's launches (~1.5 ms):
+    # then the per-step reads, keeping the host from running ahead, are what the step waits for
     "sync_item.py": ("not synchronization", "synchronization", ["--hidden", "256"],
                      ["--hidden", "4096", "--batch-size", "4096"]),
     "optimizer_bound.py": ("optimizer", "optimizer", ["--params", "300"], ["--params", "600"]),
