@@ -388,15 +388,19 @@ def test_a_script_that_never_steps_an_optimizer_is_measured_per_forward_and_says
     assert "per forward (no optimizer step was observed" in md
 
 
+#: a script that raises at its 41st step (also tests/test_attach_report.py's)
+CRASH = ("import torch\nm = torch.nn.Linear(8, 1)\n"
+         "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+         "for i in range(10000):\n"
+         "    loss = m(torch.randn(4, 8)).pow(2).mean()\n"
+         "    opt.zero_grad(); loss.backward(); opt.step()\n"
+         "    if i == 40:\n        raise RuntimeError('diverged')\n")
+
+
 @pytest.mark.background
 def test_a_script_that_raises_mid_run_is_judged_on_the_steps_before(tmp_path):
     s = tmp_path / "crash.py"
-    s.write_text("import torch\nm = torch.nn.Linear(8, 1)\n"
-                 "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-                 "for i in range(10000):\n"
-                 "    loss = m(torch.randn(4, 8)).pow(2).mean()\n"
-                 "    opt.zero_grad(); loss.backward(); opt.step()\n"
-                 "    if i == 40:\n        raise RuntimeError('diverged')\n")
+    s.write_text(CRASH)
     p, md = perflab_run(tmp_path, "--steps", "1000", str(s))
     assert p.returncode == 1
     assert "RuntimeError: diverged" in p.stderr and "raised RuntimeError: diverged" in p.stderr

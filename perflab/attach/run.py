@@ -106,9 +106,9 @@ def outcome_line(rc: int, ev: dict | None, command: list[str]) -> str:
 
 
 def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, warmup: int,
-        out: str | None) -> int:
-    from perflab.attach import evidence as evmod
-    from perflab.attach import verdict as vmod
+        out: str | None, report: bool = False) -> int:
+    from perflab.attach import ledger as lmod
+    from perflab.attach import report as rmod
     from perflab.core import io
     from perflab.views import diagnose as dg
 
@@ -128,18 +128,19 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
           file=sys.stderr)
     rc, ev, wall = run_child(command, settings, out_dir)
     t_verdict = time.perf_counter()
-    print(f"\nperflab run: {outcome_line(rc, ev, command)}", file=sys.stderr)
+    outcome = outcome_line(rc, ev, command)
+    print(f"\nperflab run: {outcome}", file=sys.stderr)
     if ev is None or not ev["steps"]:
+        # nothing to judge; the ledger and the report still say what was run and how it ended
+        write_ledger(out_dir, lmod.build(command, ev, outcome))
+        if report:
+            print(f"report: {rmod.write(out_dir, command, outcome)}")
         return rc or 1
-    d, s, extra = vmod.judge(ev, out_dir)
-    frame = io.write_results(out_dir / "results.csv", evmod.rows(ev, s, command))
-    md = render(ev, s, d, extra, command, wall)
-    io.atomic_write_text(out_dir / "diagnosis.md", md)
-    dg.to_frame(d).to_csv(out_dir / "diagnosis.csv", index=False)
+    d, s, extra, md, frame = write_verdict(out_dir, ev, command, wall)
     print(md)
     verdict_s = time.perf_counter() - t_verdict
     first = ev["unix0"] + ev["first_step_s"]
-    io.atomic_write_json(out_dir / "timings.json", {
+    timings = {
         # the command's time, by the wall clock across the two processes: perflab's own
         # start before the child, the script's start-up (python, imports, model build, first
         # calls) to its first step, the observed steps, the child's end (the ceilings are
@@ -151,12 +152,41 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
         "verdict_s": verdict_s, "child_wall_s": wall, "verdict": d.verdict,
         "memory_grows": extra["memory"].outcome == dg.FITS,
         "observers_cost_pct": s.cost["relative_pct"] if s.cost else None,
-        "observers_cost_resolved": s.cost["resolved"] if s.cost else None})
+        "observers_cost_resolved": s.cost["resolved"] if s.cost else None}
+    io.atomic_write_json(out_dir / "timings.json", timings)
+    write_ledger(out_dir, lmod.build(command, ev, outcome, s, d, extra, timings))
     print(f"verdict in {verdict_s:.1f} s after the script; "
           f"rows: {out_dir / 'results.csv'} ({len(frame)}), diagnosis: {out_dir / 'diagnosis.md'}"
+          f", ledger: {out_dir / 'ledger.md'}"
           + (f", trace: {out_dir / ev['profile']['trace']}" if ev["profile"].get("trace")
              else ""))
+    if report:
+        print(f"report: {rmod.write(out_dir, command, outcome)}")
     return rc
+
+
+def write_verdict(out_dir: Path, ev: dict, command: list[str], wall: float):
+    """Judge the evidence; write the CSV-contract rows and the diagnosis (Markdown, CSV).
+    (diagnosis, summary, extra findings, diagnosis.md's text, the rows)."""
+    from perflab.attach import evidence as evmod
+    from perflab.attach import verdict as vmod
+    from perflab.core import io
+    from perflab.views import diagnose as dg
+
+    d, s, extra = vmod.judge(ev, out_dir)
+    frame = io.write_results(out_dir / "results.csv", evmod.rows(ev, s, command))
+    md = render(ev, s, d, extra, command, wall)
+    io.atomic_write_text(out_dir / "diagnosis.md", md)
+    io.atomic_write_text(out_dir / "diagnosis.csv", dg.to_frame(d).to_csv(index=False))
+    return d, s, extra, md, frame
+
+
+def write_ledger(out_dir: Path, ledger) -> None:
+    from perflab.attach import ledger as lmod
+    from perflab.core import io
+
+    io.atomic_write_text(out_dir / "ledger.csv", ledger.to_csv(index=False))
+    io.atomic_write_text(out_dir / "ledger.md", lmod.render_markdown(ledger))
 
 
 def _ms(v) -> str:
@@ -263,6 +293,9 @@ def add_arguments(p) -> None:
                    help="let the script run on to its end, observing all of it")
     p.add_argument("--out", help="where the evidence, rows, trace and diagnosis go "
                    "(default perflab-run/<script>-<time>)")
+    p.add_argument("--report", action="store_true",
+                   help="also write report.html: this run's verdict on its first screen, "
+                   "the phases, the ledger, the evidence (self-contained, offline)")
     p.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
 
 
@@ -279,7 +312,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def run_args(args, extra: list[str]) -> int:
     return run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
-               follow=args.follow, warmup=args.warmup, out=args.out)
+               follow=args.follow, warmup=args.warmup, out=args.out, report=args.report)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,7 +63,7 @@ COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
            "#ff9da7", "#9c755f", "#bab0ac"]
 
 
-def _stack(parts: dict[str, float], title: str) -> str:
+def stack_html(parts: dict[str, float], title: str) -> str:
     """One stacked bar of ``parts`` (label -> %, summing to about 100) with its key."""
     esc = html.escape
     cells, keys = [], []
@@ -167,11 +167,11 @@ def time_html(rows: pd.DataFrame) -> str:
     out = []
     phases = e05_phases.phase_shares(rows)
     if phases:
-        out.append(_stack(phases, "Where the step's time goes (E05, each phase synchronized, "
+        out.append(stack_html(phases, "Where the step's time goes (E05, each phase synchronized, "
                           "% of the phase sum)"))
     idle = device_idle(rows)
     if idle:
-        out.append(_stack(idle, "The device during free-running steps (R02, % of its "
+        out.append(stack_html(idle, "The device during free-running steps (R02, % of its "
                           "profiled window)"))
     if not out:
         out.append("<p>Where the step's time goes: not measured in this run (E05 did not run; "
@@ -197,32 +197,38 @@ def verdict_html(results: Path, title: str, workload: str) -> str:
         out.append("<p class=\"verdict\">No verdict: the diagnosis did not run in this run "
                    "(<code>perflab diagnose</code> runs it).</p>")
     else:
-        frame = pd.read_csv(diag, keep_default_na=False, dtype=str)
-        chosen = frame[frame.verdict == "True"]
-        if chosen.empty:
-            out.append("<p class=\"verdict\"><strong>No verdict</strong>: no candidate fits its evidence "
-                       "(the diagnosis below says why for each).</p>")
-        else:
-            first = chosen.iloc[0]
-            out.append(f'<p class="verdict">The machine is waiting for: '
-                       f"<strong>{esc(first['label'])}</strong> — {esc(first['because'])}.</p>")
-            if first.get("source"):
-                value = first.get("value", "")
-                try:
-                    value = f"{float(value):.3g}"
-                except ValueError:
-                    pass
-                out.append(f"<p>Evidence: <code>{esc(first['source'])}</code> = {esc(value)} "
-                           f"{esc(first.get('unit', ''))} (test: {esc(first.get('test', ''))})"
-                           "</p>")
-            if first.get("intervention"):
-                out.append(f"<p>Next: {esc(first['intervention'])}</p>")
+        out.append(chosen_html(diag))
         best = summary.best_whatif(results)
         out.append(f"<p>Measured (W01): {esc(best)}</p>" if best else
                    "<p>Measured effect: not measured in this run "
                    f"(<code>perflab whatif {esc(workload)}</code> measures each intervention "
                    "that applies).</p>")
     out.append("</div>")
+    return "".join(out)
+
+
+def chosen_html(diagnosis_csv: Path) -> str:
+    """The verdict of a ``diagnosis.csv`` (perflab.views.diagnose.to_frame), its first evidence
+    row and the next intervention, as the answer box's paragraphs."""
+    esc = html.escape
+    frame = pd.read_csv(diagnosis_csv, keep_default_na=False, dtype=str)
+    chosen = frame[frame.verdict == "True"]
+    if chosen.empty:
+        return ("<p class=\"verdict\"><strong>No verdict</strong>: no candidate fits its "
+                "evidence (the diagnosis below says why for each).</p>")
+    first = chosen.iloc[0]
+    out = [f'<p class="verdict">The machine is waiting for: '
+           f"<strong>{esc(first['label'])}</strong> — {esc(first['because'])}.</p>"]
+    if first.get("source"):
+        value = first.get("value", "")
+        try:
+            value = f"{float(value):.3g}"
+        except ValueError:
+            pass
+        out.append(f"<p>Evidence: <code>{esc(first['source'])}</code> = {esc(value)} "
+                   f"{esc(first.get('unit', ''))} (test: {esc(first.get('test', ''))})</p>")
+    if first.get("intervention"):
+        out.append(f"<p>Next: {esc(first['intervention'])}</p>")
     return "".join(out)
 
 
