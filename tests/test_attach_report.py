@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path

@@ -35,6 +35,9 @@ main pre {background: #f6f6f6; padding: 8px; font-size: 12px}
 #: where diagnosis.md's verdict starts (perflab.views.diagnose.render_markdown); the lines
 #: before it are what the run observed (perflab.attach.run.render)
 VERDICT_HEAD = "## What is the machine waiting for?"
+#: the run's own files, named at the page's end (the trace's name is in the evidence)
+FILES = ("evidence.json", "results.csv", "diagnosis.md", "diagnosis.csv", "ledger.md",
+         "ledger.csv", "timings.json")
 #: diagnosis.csv's columns shown in the evidence table
 EVIDENCE_COLUMNS = ["label", "outcome", "because", "source", "value", "unit", "test", "passes"]
 
@@ -176,10 +179,11 @@ def build(out_dir: Path, command: list[str], outcome: str) -> str:
     if tb:
         body += ["<h2 id=\"traceback\">The script's traceback</h2>",
                  f"<pre>{esc(tb)}</pre>"]
-    files = [p.name for p in sorted(out_dir.iterdir()) if p.is_file() and p.name != REPORT]
+    trace = ((ev or {}).get("profile") or {}).get("trace")
+    files = [f for f in (*FILES, trace) if f and (out_dir / f).is_file()]
     body.append("<p>This run's files, beside this page: " + ", ".join(
-        f"<code>{esc(f)}</code>" for f in files) + (" (<code>trace.json</code>: the profiled "
-        "window, open it in Perfetto)" if "trace.json" in files else "") + ".</p>")
+        f"<code>{esc(f)}</code>" for f in files) + (f" (<code>{esc(trace)}</code>: the "
+        "profiled window, open it in Perfetto)" if trace in files else "") + ".</p>")
     body.append("<p><em>Every number on this page is read from this run's files; a quantity "
                 "the run did not measure is said to be so, never invented.</em></p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
