@@ -5,6 +5,7 @@ Pure pandas, no experiment runs: each claim test builds the few rows its claim r
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -141,6 +142,7 @@ class Case:
 
     ``inside`` is None for a claim with no noise question (it declares ``exact``).
     ``holds_gives`` / ``fails_gives``: what the holding and the failing rows give.
+    ``module``: the test module that registered them (its experiment's, tests/test_<slug>.py).
     """
 
     holds: Rows
@@ -148,13 +150,16 @@ class Case:
     inside: Rows | None
     holds_gives: str = claims.REPRODUCED
     fails_gives: str = claims.DIFFERS
+    module: str = ""
 
 
-#: every claim's cases, by claim id (filled by tests/cases_*.py)
+#: every claim's cases, by claim id (filled by each experiment's tests/test_<slug>.py)
 CASES: dict[str, Case] = {}
 
 
 def case(cid: str, holds: Rows, fails: Rows, inside: Rows | None = None, **kw) -> None:
     if cid in CASES:
-        raise ValueError(f"{cid} has two sets of cases")
-    CASES[cid] = Case(holds, fails, inside, **kw)
+        raise ValueError(f"{cid} has two sets of cases (a test module imported twice?)")
+    # the caller's module: tests/test_claim_cases.py checks that it is the claim's experiment's
+    module = sys._getframe(1).f_globals["__name__"]
+    CASES[cid] = Case(holds, fails, inside, module=module, **kw)

@@ -2,33 +2,43 @@
 rows inside the noise — or, for a claim with no noise question, its stated reason and a check
 that no noise test takes part in its verdict.
 
-The cases are a few synthetic rows each (tests/cases_c01_c22.py, tests/cases_c23_c47.py,
-tests/cases_d01.py, built with tests/claims_rows.py); nothing runs an experiment.
+The cases are a few synthetic rows each, built with tests/claims_rows.py; each experiment's
+live in its own test module, tests/test_<slug>.py, which registers them with
+``claims_rows.case`` when imported. Nothing runs an experiment.
 """
 
 from __future__ import annotations
 
-import cases_d01  # noqa: F401  (registers C48-C52)
+import importlib
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
-from cases_c01_c22 import (
-    e01_loops,
-    e01_rounds,
-    e01_sampled,
-    e04_sampled,
-    e05_rows,
-    e05_sampled,
-    e06_rows,
-    e08_rows,
-)
-from cases_c23_c47 import e13_rows, e14_ranges, e21_rows, e23_rows, e24_workers
 from claims_rows import CASES, as_error, floor, rows, verdict, without_process_floor
+from test_e01_lying_benchmark import e01_loops, e01_rounds, e01_sampled
+from test_e04_timer_vs_helper import e04_sampled
+from test_e05_phases import e05_rows, e05_sampled
+from test_e06_events_vs_wall import e06_rows
+from test_e08_batch_sweep import e08_rows
+from test_e13_sync_tax import e13_rows
+from test_e14_profiler import e14_ranges
+from test_e21_recompile import e21_rows
+from test_e23_instrument_cost import e23_rows
+from test_e24_input_pipeline import e24_workers
 
 from perflab import experiments
 from perflab.experiments import e05_phases as e05
 from perflab.experiments import e13_sync_tax as e13
 from perflab.experiments import e24_input_pipeline as e24
 from perflab.kit import claims
+
+TESTS = Path(__file__).resolve().parent
+
+#: each experiment's test module, by experiment id: importing it registers its claims' cases
+#: (the module pytest collects: tests/ is on sys.path under pytest's default import mode)
+OWN_TESTS = {eid: importlib.import_module(f"test_{m.ENTRY.slug}")
+             for eid, m in experiments.modules().items()}
 
 # ------------------------------------------------------------------ the tests
 
@@ -38,6 +48,25 @@ EXACT = [c for c in IDS if experiments.claim_registry()[c].exact]
 
 def test_every_claim_has_its_cases():
     assert set(CASES) == set(experiments.claim_registry())
+
+
+def test_a_claims_cases_live_with_its_experiment():
+    """Registered by the test module of the claim's own experiment, tests/test_<slug>.py."""
+    slugs = {eid: m.ENTRY.slug for eid, m in experiments.modules().items()}
+    for cid, c in CASES.items():
+        assert c.module == f"test_{slugs[experiments.claim_registry()[cid].eid]}", (cid, c.module)
+
+
+def test_each_experiments_test_module_is_imported_once():
+    """The module imported here is the one pytest collects: one module object per file, so
+    its cases are registered once and its tests run once."""
+    for eid, mod in OWN_TESTS.items():
+        path = TESTS / f"test_{experiments.module(eid).ENTRY.slug}.py"
+        assert Path(mod.__file__).resolve() == path, (eid, mod.__file__)
+        same = [name for name, m in list(sys.modules.items())
+                if (getattr(m, "__file__", None) or "").endswith(path.name)
+                and Path(m.__file__).resolve() == path]
+        assert same == [mod.__name__], (eid, same)
 
 
 def test_a_claim_without_an_inside_case_says_why():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from cases_c01_c22 import e05_sampled
 from claims_rows import floor, rows
+from test_e05_phases import e05_sampled
 
 from perflab import experiments
 from perflab.core import io

@@ -107,7 +107,7 @@ def test_fused_step_judged_against_the_iqr_when_no_flag_is_written():
 
 def test_paired_difference_is_rejudged_against_the_floor():
     def pair(rel, p, floor=2.0):
-        from cases_c23_c47 import e25_rows
+        from test_e25_worked_pass import e25_rows
 
         return e25_rows(rel=rel, p=p, floor_pct=floor)
 
@@ -122,7 +122,7 @@ def test_paired_difference_is_rejudged_against_the_floor():
 def test_c43_is_not_reproduced_on_latency_alone():
     """The claim is latency down, throughput up, one contract, the same result: a faster step
     without its throughput or agreement rows is undecided, one whose result differs fails."""
-    from cases_c23_c47 import e25_rows
+    from test_e25_worked_pass import e25_rows
 
     for rows_ in (e25_rows(thr=False), e25_rows(agree=None)):
         v = verdict("C43", rows_)
@@ -348,7 +348,7 @@ def test_c41_in_one_process_needs_a_cache_hit():
     second compile that Inductor did not serve from the cache compares the fresh code with
     itself, so however close the two, it decides nothing; the pair, when present, is what
     decides, not the processes' medians 30% apart."""
-    from cases_c23_c47 import e20_paired
+    from test_e20_compile_cache import e20_paired
 
     assert verdict("C41", e20_paired()).verdict == claims.REPRODUCED
     v = verdict("C41", e20_paired(hits=0))
@@ -364,7 +364,7 @@ def test_the_claims_job_hands_the_run_samples_to_the_claims(tmp_path):
     interval with them, and not resolved from the rows alone."""
     import runpy
 
-    from cases_c01_c22 import e05_sampled
+    from test_e05_phases import e05_sampled
 
     frame = e05_sampled()
     csv, samples = tmp_path / "e05_phases.csv", tmp_path / "e05_phases_samples.csv"
@@ -387,7 +387,7 @@ def test_c09_gap_near_its_bound_is_judged_by_the_rounds_not_the_series():
     the interval of two series measured apart cleared -5%, while the run before read -19%:
     a flip. As the A/B of the rounds, -4.2% lies 0.8 points from -5% under a 3% A/A floor:
     INCONCLUSIVE, and the -19% of the other run is DIFFERS."""
-    from cases_c01_c22 import e04_sampled
+    from test_e04_timer_vs_helper import e04_sampled
 
     near = dict(timer=2.772, helper=2.894, timer_sd=0.013, helper_sd=0.065)
     apart = verdict("C09", e04_sampled(**near, rounds=False))
@@ -405,7 +405,7 @@ def test_c09_orders_the_two_iqrs_by_the_interval_of_their_ratio():
     """The Timer's IQR against the helper's is an estimate against an estimate: a Timer
     spread twice the helper's is decided against the claim, two close spreads are not
     decided (one CPU run read 4.49 vs 4.10 ms from 64 block means and 400 calls)."""
-    from cases_c01_c22 import e04_sampled
+    from test_e04_timer_vs_helper import e04_sampled
 
     wide = verdict("C09", e04_sampled(timer_sd=0.3, helper_sd=0.14))
     assert wide.verdict == claims.DIFFERS, wide.measured
@@ -416,7 +416,7 @@ def test_c09_orders_the_two_iqrs_by_the_interval_of_their_ratio():
 
 def test_c39_reads_no_oom_row_as_not_measured_not_as_fitting():
     """SDPA "never runs out" only where it was measured at the length manual ran out at."""
-    from cases_c23_c47 import e18_rows
+    from test_e18_attention_seq import e18_rows
 
     from perflab.experiments import e18_attention_seq as e18
 

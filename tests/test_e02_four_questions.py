@@ -6,10 +6,12 @@ import copy
 
 import pandas as pd
 import pytest
+from claims_rows import case, with_floor
 from experiments import assert_cpu_scale_sets, run_tiny
 
 from perflab import experiments
 from perflab.core import io
+from perflab.experiments import e02_four_questions as e02
 
 
 def test_four_questions_are_interleaved(tiny_cfg, tmp_path):
@@ -36,3 +38,19 @@ def test_four_questions_are_interleaved(tiny_cfg, tmp_path):
     t = experiments.table("E02", rows)
     assert t.question.tolist() == questions
     assert_cpu_scale_sets("E02", "repeats", 200, 400)
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C05, C06: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e02_rows(inf=2.968, f=2.967, fb=8.094, t=16.45, floor_pct=2.0):
+    return with_floor(floor_pct, *[("E02", v, "step_latency", "median", x) for v, x in (
+        (e02.FORWARD_INFERENCE, inf), (e02.FORWARD_GRAD, f), (e02.FORWARD_BACKWARD, fb),
+        (e02.TRAIN_STEP, t))])
+
+
+case("C05", e02_rows, lambda: e02_rows(inf=3.5), lambda: e02_rows(inf=3.2, floor_pct=5.0))
+case("C06", e02_rows, lambda: e02_rows(t=8.5),  # the optimizer adds 5%
+     lambda: e02_rows(t=8.094 * 1.22, floor_pct=5.0))  # 22%, 2 points above 20

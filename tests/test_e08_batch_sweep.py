@@ -17,10 +17,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from claims_rows import case, with_floor, with_process_floor
 from experiments import load_script, one_value
 
 from perflab import experiments
 from perflab.core import io
+from perflab.experiments import e08_batch_sweep as e08_slice
 from perflab.experiments.e08_batch_sweep import FREE_RUNNING_STEP, sweep
 from perflab.instruments import stats, timing
 from perflab.kit import tables
@@ -398,3 +400,37 @@ def test_standalone_sweep_runs_a_process_per_batch(tmp_path):
     argv = prov["replicates"]["4_r1"]["argv"]
     assert argv[argv.index("--batch") + 1] == "4" and argv[argv.index("--replicate") + 1] == "1"
     assert prov["replicates"]["4_r1"]["contract"]["params"]["replicate"] == 1
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C19, C20, C21, C22: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e08_rows(latency=(13.15, 13.12, 13.23, 20.0), peaks=(814.3, 815.0, 820.1, 928.0),
+             lowest=64, highest=2048, batches=(32, 64, 1024, 2048), throughput=None,
+             floor_pct=3.0):
+    """E08's batch sizes (one process each) with the run's between-process floor (%, from
+    the jobs that time the controlled step); throughput from the latency unless given."""
+    throughput = throughput or [b / ms * 1e3 for b, ms in zip(batches, latency)]
+    specs = [("E08", e08_slice.LOWEST_LATENCY, e08_slice.BATCH_SIZE, "value", lowest),
+             ("E08", e08_slice.HIGHEST_THROUGHPUT, e08_slice.BATCH_SIZE, "value", highest)]
+    for b, ms, tp, peak in zip(batches, latency, throughput, peaks):
+        specs += [("E08", e08_slice.batch_variant(b), "step_latency", "median", ms),
+                  ("E08", e08_slice.batch_variant(b), "throughput", "median", tp),
+                  ("E08", e08_slice.batch_variant(b), e08_slice.PEAK_ALLOCATED, "value", peak)]
+    return with_process_floor(with_floor(1.0, *specs), floor_pct)
+
+
+# throughput: 2434 -> 4877 -> 77400 -> 98000 examples/s; falls 40% at 2048; the top step
+# +6.1% is 11.1 points above the -5% allowed, inside a floor of 12%
+case("C19", e08_rows, lambda: e08_rows(latency=(13.15, 13.12, 13.23, 60.0)),
+     lambda: e08_rows(throughput=(2434, 4877, 77400, 82100), floor_pct=12.0))
+# +30% at the third-smallest batch; +0.6%, 9.4 points inside the 10% threshold, under 10%
+case("C20", e08_rows, lambda: e08_rows(latency=(4.0, 6.0, 5.2, 20.0)),
+     lambda: e08_rows(floor_pct=10.0))
+# the highest-throughput batch steps 4% slower than the lowest: one batch answers both;
+# 13% slower under a floor of 5%: 3 points past the knee
+case("C21", e08_rows, lambda: e08_rows(latency=(13.15, 13.12, 13.23, 13.6)),
+     lambda: e08_rows(latency=(13.15, 13.12, 13.23, 14.83), floor_pct=5.0))
+case("C22", e08_rows, lambda: e08_rows(peaks=(814.3, 900.0, 1020.0, 1200.0)))

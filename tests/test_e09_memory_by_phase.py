@@ -5,10 +5,12 @@ honest CPU rows; the CUDA phase table through a fake allocator, and for real on 
 from __future__ import annotations
 
 import pytest
+from claims_rows import case, rows
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
 from perflab import experiments
+from perflab.experiments import e09_memory_by_phase as e09_slice
 from perflab.views import ledger
 
 BOUNDARIES = ("start", "zero_grad", "forward", "loss", "backward", "optimizer")
@@ -103,3 +105,22 @@ def test_cuda_first_step_allocates_the_optimizer_state(tmp_path):
         assert value(rows, label, "hidden_peak") == pytest.approx(peak - top)
     # the steady step starts where the previous one ended: the state is already there
     assert value(rows, "steady/start", "allocated") >= value(rows, "cold/start", "allocated")
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C23, C24, C25: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e09_rows(persistent=456.0, peak=589.0, boundary=475.0, jump=227.0, params=113.9):
+    return rows(("E09", e09_slice.PERSISTENT, e09_slice.BYTES, "value", persistent),
+                ("E09", e09_slice.STEADY, e09_slice.PEAK_ALLOCATED, "value", peak),
+                ("E09", e09_slice.STEADY, e09_slice.MAX_BOUNDARY_ALLOCATED, "value", boundary),
+                ("E09", e09_slice.OPTIMIZER_STATE, e09_slice.FIRST_STEP_ALLOCATED_JUMP, "value",
+                 jump),
+                ("E09", e09_slice.part_variant("parameters"), e09_slice.BYTES, "value", params))
+
+
+case("C23", e09_rows, lambda: e09_rows(persistent=200.0))  # activations set the peak
+case("C24", e09_rows, lambda: e09_rows(jump=0.5))  # SGD: no state on the first step
+case("C25", e09_rows, lambda: e09_rows(peak=480.0))  # the peak is at a boundary

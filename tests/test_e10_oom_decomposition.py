@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from claims_rows import case, rows
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
 from perflab import experiments
+from perflab.experiments import e10_oom_decomposition as e10_slice
 from perflab.instruments import memory
 
 BRANCHES = memory.OOM_VERDICTS
@@ -129,3 +131,16 @@ def test_cuda_capped_run_really_runs_out_of_memory(tmp_path):
     assert value(rows, "diagnosis/persistent", "supported") == 1.0
     assert value(rows, "batch_8", "first_step_allocation") >= value(
         rows, "batch_8", "optimizer_state_bytes")
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C26: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e10_rows(hi=10137.6, lo=9318.4):
+    return rows(("E10", e10_slice.batch_variant(32), e10_slice.PEAK_ALLOCATED, "value", hi),
+                ("E10", e10_slice.batch_variant(8), e10_slice.PEAK_ALLOCATED, "value", lo))
+
+
+case("C26", e10_rows, lambda: e10_rows(lo=4000.0))

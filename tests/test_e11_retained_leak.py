@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from claims_rows import case, rows
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_rows, status, value
 
 from perflab import experiments
 from perflab.core import io
+from perflab.experiments import e11_retained_leak as e11_slice
 
 TESTS = Path(__file__).resolve().parent
 VARIANTS = ("retained_graph", "no_grad", "item")
@@ -133,3 +135,30 @@ def test_cuda_leak_allocated_climbs_and_empty_cache_frees_none_of_it(tmp_path):
         assert abs(value(rows, v, "allocated_growth")) < 0.05 * leak
     final = value(rows, "retained_graph/final", "allocated")
     assert value(rows, "retained_graph/after_empty_cache", "allocated") == final
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C27, C28: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e11_rows(retained=(164.1, 542.8, 922.1, 1300.9), after=None, graph=None):
+    specs = []
+    for loop, series in ((e11_slice.RETAINED_GRAPH, retained),
+                         (e11_slice.NO_GRAD, [124.1] * len(retained)),
+                         (e11_slice.ITEM, [162.0] * len(retained))):
+        specs += [("E11", e11_slice.mark_variant(loop, 10 * i), e11_slice.ALLOCATED, "value", v)
+                  for i, v in enumerate(series)]
+        specs.append(("E11", e11_slice.final_variant(loop), e11_slice.ALLOCATED, "value",
+                      series[-1]))
+    final = retained[-1]
+    specs += [("E11", e11_slice.after_empty_cache_variant(e11_slice.RETAINED_GRAPH),
+               e11_slice.ALLOCATED, "value", final if after is None else after),
+              ("E11", e11_slice.final_variant(e11_slice.RETAINED_GRAPH),
+               e11_slice.RETAINED_GRAPH_BYTES, "value", final - 150 if graph is None else graph)]
+    return rows(*specs)
+
+
+case("C27", e11_rows, lambda: e11_rows(retained=(164.1, 165.0, 164.9, 165.2)))
+# the allocator no longer holds the graph's bytes after empty_cache
+case("C28", e11_rows, lambda: e11_rows(after=300.0))

@@ -8,10 +8,12 @@ reserved, empty_cache does not move allocated) need CUDA and are checked there.
 from __future__ import annotations
 
 import pytest
+from claims_rows import case, rows
 from experiments import pipeline_results
 from memory_checks import assert_rows_honest, cuda_cfg, run_fake_cuda, run_rows, status, value
 
 from perflab import experiments
+from perflab.experiments import e12_alloc_reserved_smi as e12_slice
 
 STATES = ("steady", "after_alloc", "after_del", "after_empty_cache")
 
@@ -75,3 +77,20 @@ def test_cuda_del_moves_allocated_not_reserved_and_empty_cache_the_reverse(tmp_p
     # a high-water mark: empty_cache leaves it where the large tensor put it
     assert value(rows, "after_empty_cache", "max_reserved") == value(rows, "after_del",
                                                                       "max_reserved")
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C29: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e12_rows(reserved_after_del=1064.0):
+    a = {e12_slice.AFTER_ALLOC: 874.0, e12_slice.AFTER_DEL: 474.0,
+         e12_slice.AFTER_EMPTY_CACHE: 474.0}
+    r = {e12_slice.AFTER_ALLOC: 1064.0, e12_slice.AFTER_DEL: reserved_after_del,
+         e12_slice.AFTER_EMPTY_CACHE: 542.0}
+    return rows(*[("E12", v, e12_slice.ALLOCATED, "value", x) for v, x in a.items()],
+                *[("E12", v, e12_slice.RESERVED, "value", x) for v, x in r.items()])
+
+
+case("C29", e12_rows, lambda: e12_rows(reserved_after_del=700.0))  # del returned memory

@@ -10,9 +10,11 @@ import math
 from pathlib import Path
 
 import pytest
+from claims_rows import ab_rows, case, rows, with_floor
 from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
 from perflab import experiments
+from perflab.experiments import e13_sync_tax as e13_slice
 from perflab.instruments import ab, profiling, stats
 from perflab.kit import tables
 
@@ -155,3 +157,28 @@ def test_paired_cost_keeps_the_block_spread_and_uses_the_one_judgement():
     # given block differences replace b_i - a_i
     given = ab.paired_cost([1.0], [1.05], a_blk, b_blk, block_diffs=[0.0] * 8)
     assert given.block_diffs == [0.0] * 8 and not given.resolved
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C30, C31, C32: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e13_rows(prefix, rel, floor_pct=0.5, p=0.001):
+    v = e13_slice.tax_variant(prefix)
+    return with_floor(floor_pct, *ab_rows("E13", v, rel, metric=e13_slice.TAX, base_ms=16.0, p=p))
+
+
+for _cid, _prefix in (("C30", e13_slice.CONTROLLED), ("C31", e13_slice.SMALL)):
+    case(_cid, lambda p=_prefix: e13_rows(p, 2.7),
+         lambda p=_prefix: e13_rows(p, 9.9, floor_pct=1.0),  # decided above the 5% bound
+         lambda p=_prefix: e13_rows(p, 2.7, floor_pct=3.0))  # a real tax? not beyond the floor
+
+
+def e13_mean(agree):
+    return rows(("E13", e13_slice.RUNNING_MEAN, e13_slice.AGREE, "value", agree),
+                ("E13", e13_slice.RUNNING_MEAN, e13_slice.MAX_ABS_DIFF, "value",
+                 1e-7 if agree else 1e-3))
+
+
+case("C32", lambda: e13_mean(1.0), lambda: e13_mean(0.0))

@@ -12,9 +12,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from claims_rows import ab_rows, case, sample_series, with_floor, with_samples
 from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results, run_tiny
 
 from perflab import experiments
+from perflab.experiments import e14_profiler as e14_slice
 from perflab.instruments import phases, profiling, steps, workloads
 from perflab.kit import tables
 
@@ -145,3 +147,52 @@ def test_profile_steps_times_every_step_and_reads_ranges(tmp_path):
     path = profiling.export_trace_gz(run.prof, tmp_path / "t.json.gz")
     with gzip.open(path, "rt") as fh:
         assert "traceEvents" in json.load(fh)
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C33, C34: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e14_overhead(rel, p=0.001, ci_pct=3.0, floor_pct=2.0, base=16.5):
+    """E14's profiled sessions against their brackets as an A/B of ``rel`` % (Wilcoxon p
+    over the sessions, bootstrap interval +- ``ci_pct`` %), under C00's A/A floor."""
+    return with_floor(floor_pct, *ab_rows("E14", e14_slice.PROFILER_OVERHEAD, rel,
+                                          metric=e14_slice.OVERHEAD, base_ms=base, p=p,
+                                          ci_pct=ci_pct))
+
+
+# +58%; 6% faster profiled, every session agreeing (decided); +3% with p 0.3 over 6 sessions
+case("C33", lambda: e14_overhead(58.0), lambda: e14_overhead(-6.0),
+     lambda: e14_overhead(3.0, p=0.3))
+
+
+def e05_phases(**ms):
+    """E05's synchronized phases: {phase: (median ms, IQR ms)}; shares from the medians."""
+    total = sum(m for m, _ in ms.values())
+    specs = []
+    for ph, (m, iqr) in ms.items():
+        specs += [("E05", f"sync/{ph}", "phase_time", "median", m),
+                  ("E05", f"sync/{ph}", "phase_time", "iqr", iqr),
+                  ("E05", f"sync/{ph}", "phase_share", "value", 100 * m / total)]
+    return specs
+
+
+def e14_ranges(floor_pct=2.0, top="optimizer", **ms):
+    ranges = {"forward": 33.6, "backward": 78.5, "optimizer": 114.7}
+    if top != "optimizer":
+        ranges[top], ranges["optimizer"] = ranges["optimizer"], ranges[top]
+    ranges.update(ms)
+    timed = {"forward": (2.9, 0.1), "backward": (4.7, 0.2), "optimizer": (8.4, 0.2)}
+    phases = e05_phases(**timed)
+    frame = with_floor(floor_pct, *phases, *[("E14", e14_slice.range_variant(r),
+                                              e14_slice.RANGE_DEVICE_TIME, "value", x)
+                                             for r, x in ranges.items()])
+    # E05's steps: its lead is judged by the interval of the two medians' difference
+    return with_samples(frame, *[("E05", f"sync/{ph}", "phase_time",
+                                  sample_series(m, iqr / 1.349, 400, k))
+                                 for k, (ph, (m, iqr)) in enumerate(timed.items())])
+
+
+case("C34", e14_ranges, lambda: e14_ranges(top="backward"),
+     lambda: e14_ranges(backward=113.5))  # the profiler's top two within the floor

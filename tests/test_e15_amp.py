@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from claims_rows import case, with_floor
 from experiments import (
     assert_cpu_scale_sets,
     assert_only_cuda_rows_unsupported,
@@ -20,6 +21,7 @@ from experiments import (
 
 from perflab import experiments
 from perflab.core import io
+from perflab.experiments import e15_amp as e15_slice
 from perflab.instruments import interventions
 from perflab.kit import tables
 
@@ -136,3 +138,24 @@ def test_only_a_missing_kernel_is_unsupported_any_other_failure_is_an_error():
                 ValueError("bad target"), TypeError("forward() missing 1 argument"),
                 RuntimeError("CUDA error: an illegal memory access was encountered")):
         assert script.failure_status(exc) == "error", exc
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C35, C36: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e15_rows(precision, small, large, floor_pct=2.0):
+    return with_floor(floor_pct, ("E15", e15_slice.batch_variant(256, precision),
+                                  e15_slice.TIME_PCT_OF_FP32, "value", small),
+                      ("E15", e15_slice.batch_variant(2048, precision),
+                       e15_slice.TIME_PCT_OF_FP32, "value", large))
+
+
+case("C35", lambda: e15_rows(e15_slice.FP16, 95.5, 40.1),
+     lambda: e15_rows(e15_slice.FP16, 95.0, 93.0, floor_pct=1.0),  # 2 points: decided below 10
+     # 15 points, 5 from 10: the floor 8
+     lambda: e15_rows(e15_slice.FP16, 95.0, 80.0, floor_pct=8.0))
+case("C36", lambda: e15_rows(e15_slice.BF16, 135.4, 142.1),
+     lambda: e15_rows(e15_slice.BF16, 122.0, 39.2),
+     lambda: e15_rows(e15_slice.BF16, 103.0, 104.0, floor_pct=5.0))

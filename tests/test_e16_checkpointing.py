@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from claims_rows import case, with_floor
 from experiments import (
     assert_cpu_scale_sets,
     assert_only_cuda_rows_unsupported,
@@ -13,6 +14,7 @@ from experiments import (
 )
 
 from perflab import experiments
+from perflab.experiments import e16_checkpointing as e16_slice
 from perflab.instruments import interventions, workloads
 from perflab.kit import tables
 
@@ -94,3 +96,21 @@ def test_the_round_robin_takes_the_experiments_warmup(tiny_cfg, tmp_path, monkey
     assert_round_robin_takes_the_warmup(tiny_cfg, "E16", tmp_path, monkeypatch, batches=[8],
                                         blocks=1, inner=1, peak_calls=1)
     assert_cpu_scale_sets("E16", "warmup", 5, 30)
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C37: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e16_rows(time_small=133.0, time_large=131.0, mem_small=100.0, mem_large=72.0, floor_pct=2.0):
+    out = []
+    for b, t, m in ((256, time_small, mem_small), (4096, time_large, mem_large)):
+        v = e16_slice.batch_variant(b, e16_slice.CHECKPOINTED)
+        out += [("E16", v, e16_slice.TIME_PCT_OF_NORMAL, "value", t),
+                ("E16", v, e16_slice.MEMORY_PCT_OF_NORMAL, "value", m)]
+    return with_floor(floor_pct, *out)
+
+
+case("C37", e16_rows, lambda: e16_rows(mem_large=99.0),
+     lambda: e16_rows(time_small=101.0, time_large=101.0, floor_pct=3.0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from claims_rows import case, rows
 from experiments import (
     assert_cpu_scale_sets,
     assert_only_cuda_rows_unsupported,
@@ -14,6 +15,7 @@ from experiments import (
 
 from perflab import experiments
 from perflab.core import io
+from perflab.experiments import e17_accumulation as e17_slice
 from perflab.kit import tables
 
 
@@ -97,3 +99,20 @@ def test_the_round_robin_takes_the_experiments_warmup(tiny_cfg, tmp_path, monkey
     assert_round_robin_takes_the_warmup(tiny_cfg, "E17", tmp_path, monkeypatch, batch=8,
                                         ks=[1, 2], blocks=1, inner=1, peak_calls=1)
     assert_cpu_scale_sets("E17", "warmup", 5, 30)
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C38: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e17_rows(diff=2e-9, peak_k8=838.5):
+    specs = [("E17", e17_slice.k_variant(k), e17_slice.GRAD_MAX_ABS_DIFF, "value", diff)
+             for k in (2, 4, 8)]
+    specs.append(("E17", e17_slice.k_variant(2), e17_slice.GRAD_SCALE, "value", 1.7e-3))
+    specs += [("E17", e17_slice.k_variant(k), "peak_allocated", "max", p)
+              for k, p in ((1, 1249.1), (2, 1054.2), (8, peak_k8))]
+    return rows(*specs)
+
+
+case("C38", e17_rows, lambda: e17_rows(peak_k8=1300.0))

@@ -6,11 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from claims_rows import case, rows
 from experiments import assert_only_cuda_rows_unsupported, one_value, pipeline_results, run_tiny
 
 from perflab import experiments
 from perflab.core import io
 from perflab.experiments import e18_attention_seq
+from perflab.experiments import e18_attention_seq as e18_slice
 from perflab.instruments import interventions, memory, workloads
 from perflab.kit import tables
 
@@ -122,3 +124,23 @@ def test_capped_budget_sets_the_fraction_and_restores_it(monkeypatch):
             assert fraction == pytest.approx(0.1)
             raise RuntimeError("boom")
     assert calls == [(0.1, 1), (1.0, 1)]  # capped, then the whole device again even on error
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C39: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e18_rows(manual=(576.3, 2160.3), sdpa=(108.6, 201.0), manual_ooms=True, sdpa_ooms=False):
+    specs = [("E18", e18_slice.BUDGET_VARIANT, e18_slice.MEMORY_BUDGET, "value", 9625.6)]
+    for t, m, s in zip((1024, 2048), manual, sdpa):
+        specs += [("E18", e18_slice.seq_variant(t, e18_slice.MANUAL), "peak_allocated", "max", m),
+                  ("E18", e18_slice.seq_variant(t, e18_slice.SDPA), "peak_allocated", "max", s)]
+    for impl, ooms in ((e18_slice.MANUAL, manual_ooms), (e18_slice.SDPA, sdpa_ooms)):
+        specs.append(("E18", e18_slice.seq_variant(4096, impl), "peak_allocated", "value", None,
+                      "oom", "CUDA out of memory") if ooms else
+                     ("E18", e18_slice.seq_variant(4096, impl), "peak_allocated", "max", 354.0))
+    return rows(*specs)
+
+
+case("C39", e18_rows, lambda: e18_rows(manual_ooms=False))  # manual fit the cap

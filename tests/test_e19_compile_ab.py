@@ -6,10 +6,12 @@ No test asserts a speedup: on a shared 2-core CPU at the tiny contract it is noi
 from __future__ import annotations
 
 import pytest
+from claims_rows import ab_rows, case, with_floor
 from experiments import one_value, pipeline_results
 
 from perflab import experiments
 from perflab.core import io
+from perflab.experiments import e19_compile_ab as e19_slice
 from perflab.kit import tables
 
 
@@ -81,3 +83,22 @@ def test_ledger_cites_the_compile_correctness(e19):
                                                  "max_abs_diff")
     assert got.source.iloc[0] == "E19 pointwise/compiled_vs_eager max_abs_diff"
     assert "torch.compile forward vs eager" in md
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C40: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e19_rows(mlp=0.988, pointwise=12.4, floor_pct=1.0):
+    specs = []
+    for prefix, speedup in ((e19_slice.MLP, mlp), (e19_slice.POINTWISE, pointwise)):
+        specs.append(("E19", e19_slice.comparison_variant(prefix), e19_slice.SPEEDUP, "median",
+                      speedup))
+        specs += ab_rows("E19", e19_slice.difference_variant(prefix), 100 * (1 / speedup - 1),
+                         metric=e19_slice.FORWARD_LATENCY, base_ms=3.0)
+    return with_floor(floor_pct, *specs)
+
+
+case("C40", e19_rows, lambda: e19_rows(mlp=1.389),
+     lambda: e19_rows(mlp=1.05, floor_pct=6.0))  # 4.8% faster: 4.3 points from the band's edge

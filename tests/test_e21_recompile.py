@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from claims_rows import case, rows
 from experiments import one_value, pipeline_results
 
 from perflab import experiments
+from perflab.experiments import e21_recompile as e21_slice
 from perflab.kit import tables
 
 
@@ -65,3 +67,27 @@ def test_table_and_figure(e21, tmp_path):
     assert not tables.format_table(t).empty
     png = experiments.make_figure("E21", out["csv"], out["samples"], tmp_path / "e21.png")
     assert png.stat().st_size > 0
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C44, C45: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e21_rows(static=1, dynamic=0, raised=True, breaks=1, graphs=2, diff=1.8e-7):
+    fullgraph = (("E21", e21_slice.FULLGRAPH_VARIANT, e21_slice.GRAPH_BREAK, "value", None, "error",
+                  "fullgraph=True raised Unsupported") if raised else
+                 ("E21", e21_slice.FULLGRAPH_VARIANT, e21_slice.GRAPH_BREAK, "value", 0.0))
+    return rows(("E21", e21_slice.shapes_variant(e21_slice.DEFAULT_CASE), e21_slice.RECOMPILES,
+                 "value", static),
+                ("E21", e21_slice.shapes_variant(e21_slice.DYNAMIC_CASE), e21_slice.RECOMPILES,
+                 "value", dynamic),
+                ("E21", e21_slice.new_batch_variant(e21_slice.DEFAULT_CASE, 512),
+                 e21_slice.NEW_SHAPE_FIRST_CALL, "value", 1995.0), fullgraph,
+                ("E21", e21_slice.EXPLAIN_VARIANT, e21_slice.GRAPH_BREAKS, "value", breaks),
+                ("E21", e21_slice.EXPLAIN_VARIANT, e21_slice.GRAPHS, "value", graphs),
+                ("E21", e21_slice.BROKEN_COMPILED_VARIANT, e21_slice.MAX_ABS_DIFF, "value", diff))
+
+
+case("C44", e21_rows, lambda: e21_rows(dynamic=1))
+case("C45", e21_rows, lambda: e21_rows(raised=False))

@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from claims_rows import ab_rows, case, with_floor
 from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
 
 from perflab import experiments
+from perflab.experiments import e23_instrument_cost as e23_slice
 from perflab.kit import tables
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "e23_instrument_cost.py"
@@ -96,3 +98,20 @@ def test_table_and_figure(e23, tmp_path):
     assert not tables.format_table(t).empty
     png = experiments.make_figure("E23", out["csv"], out["samples"], tmp_path / "e23.png")
     assert png.stat().st_size > 0
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C42: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e23_rows(phase_sync=5.0, profiler=58.0, floor_pct=1.0):
+    specs = []
+    for inst, rel in ((e23_slice.PHASE_SYNC, phase_sync), (e23_slice.PROFILER, profiler)):
+        specs += ab_rows("E23", e23_slice.cost_variant(inst), rel, metric=e23_slice.COST,
+                         base_ms=16.5)
+    return with_floor(floor_pct, *specs)
+
+
+case("C42", e23_rows, lambda: e23_rows(phase_sync=20.0),
+     lambda: e23_rows(phase_sync=9.5, floor_pct=2.0))

@@ -6,10 +6,12 @@ import copy
 
 import pandas as pd
 import pytest
+from claims_rows import ab_rows, case, sample_series, with_floor, with_samples
 from experiments import one_value, run_tiny
 
 from perflab import experiments
 from perflab.core import io
+from perflab.experiments import e24_input_pipeline as e24_slice
 from perflab.experiments.e24_input_pipeline import dataset as pipeline
 from perflab.kit import tables
 
@@ -97,3 +99,46 @@ def test_table_and_figure(e24, tmp_path):
     assert not tables.format_table(t).empty
     png = experiments.make_figure("E24", out["csv"], out["samples"], tmp_path / "e24.png")
     assert png.stat().st_size > 0
+
+
+# ------------------------------------------------------------------ the claims' cases
+# C46, C47: rows where each finding holds, fails, and sits inside the noise
+# (claims_rows.case); tests/test_claim_cases.py runs every claim's cases
+
+
+def e24_workers(share=91.0, s0=61.0, s4=4.2, floor_pct=2.0, pair_p=None, wait_sd=1.0):
+    """E24's rows, with the 0-worker steps' paired series (48 steps: the step about ``s0``
+    and its input wait ``share`` % of it, give or take ``wait_sd`` ms)."""
+    import numpy as np
+
+    step = sample_series(s0, 0.02 * s0, 48, 8)
+    wait = share / 100 * step + wait_sd * np.random.default_rng(9).standard_normal(48)
+    specs = [("E24", e24_slice.REFERENCE, e24_slice.INPUT_WAIT_SHARE, "value", share),
+             ("E24", e24_slice.workers_variant(0), e24_slice.STEP_LATENCY, "median", s0),
+             ("E24", e24_slice.workers_variant(4), e24_slice.STEP_LATENCY, "median", s4),
+             ("E24", e24_slice.workers_variant(4, pinned=True), e24_slice.STEP_LATENCY, "median",
+              s4 * 0.9)]
+    if pair_p is not None:  # the interleaved pair's own judgement (runs after E24 judged it)
+        specs += ab_rows("E24", e24_slice.pair_variant(e24_slice.workers_variant(4)),
+                         100 * (s4 - s0) / s0, base_ms=s0, p=pair_p)[4:]
+    return with_samples(with_floor(floor_pct, *specs),
+                        ("E24", e24_slice.REFERENCE, e24_slice.INPUT_WAIT, wait),
+                        ("E24", e24_slice.REFERENCE, e24_slice.STEP_LATENCY, step))
+
+
+case("C46", e24_workers, lambda: e24_workers(share=10.0),
+     lambda: e24_workers(share=32.0, s0=20.4, s4=14.69, floor_pct=31.0))  # the noisy CPU rerun
+
+
+def e24_copy(pinned=0.040, pageable=0.099, floor_pct=2.0, p=0.001):
+    d = f"{e24_slice.COPY_PINNED}_minus_{e24_slice.COPY_PAGEABLE}"
+    return with_floor(floor_pct,
+                      ("E24", e24_slice.COPY_PINNED, e24_slice.HOST_TO_DEVICE, "median", pinned),
+                      ("E24", e24_slice.COPY_PAGEABLE, e24_slice.HOST_TO_DEVICE, "median",
+                       pageable),
+                      *ab_rows("E24", d, 100 * (pinned - pageable) / pageable,
+                               metric=e24_slice.HOST_TO_DEVICE, base_ms=pageable, p=p))
+
+
+case("C47", e24_copy, lambda: e24_copy(pinned=0.2),
+     lambda: e24_copy(pinned=0.098, p=0.4))

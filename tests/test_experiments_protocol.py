@@ -1,8 +1,9 @@
 """The protocol of every experiment module (perflab/experiments/<slug>.py).
 
 Modules are found by listing the package, so a new experiment is checked here with
-nothing to register: its entry and script, its table, its figure with a caption, its
-report section, its claims or the reason it has none, and its rule in the workflow.
+nothing to register: its entry, script and test module (the files docs/developing.md's
+"Adding an experiment" lists), its table, its figure with a caption, its report section, its
+claims or the reason it has none, and its rule in the workflow.
 Then the figures job's contract: every figure draws from a shipped run's rows, and one
 that fails leaves the others drawn and says why.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ast
 import inspect
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -31,6 +33,10 @@ MODULES = experiments.modules()
 SHIPPED = ROOT / "report" / "reference" / "cpu-2c" / "results"
 #: experiments newer than the shipped runs, and the test that draws each one's figure
 NOT_SHIPPED: dict[str, str] = {}  # none: the shipped CPU run (4bf7834) has R02
+#: the files of an experiment of one job: the slice, its script, its test module (which also
+#: holds its claims' cases). docs/developing.md's "Adding an experiment" lists exactly these
+OWN_FILES = ("perflab/experiments/<slug>.py", "scripts/<slug>.py", "tests/test_<slug>.py")
+DEVELOPING = ROOT / "docs" / "developing.md"
 
 
 def test_the_package_holds_every_experiment():
@@ -46,6 +52,46 @@ def test_entry_names_its_module_and_its_script(eid):
     assert mod.__name__ == f"perflab.experiments.{entry.slug}"
     assert (ROOT / "scripts" / f"{entry.slug}.py").is_file(), f"no scripts/{entry.slug}.py"
     assert entry.title.strip()
+
+
+def own_file(template: str, slug: str) -> Path:
+    """``template``'s file for ``slug``; a slice with a library of its own is a sub-package."""
+    path = ROOT / template.replace("<slug>", slug)
+    if template.startswith("perflab/experiments/") and not path.is_file():
+        return path.with_suffix("") / "__init__.py"
+    return path
+
+
+@pytest.mark.parametrize("eid", list(MODULES))
+def test_every_experiment_has_its_own_files(eid):
+    slug = MODULES[eid].ENTRY.slug
+    missing = [t.replace("<slug>", slug) for t in OWN_FILES if not own_file(t, slug).is_file()]
+    assert not missing, f"{eid} has no {', '.join(missing)}"
+
+
+def adding_an_experiment(text: str) -> tuple[str, tuple[str, ...]]:
+    """The "Adding an experiment" section of docs/developing.md, and the files its numbered
+    steps name (each step's first code span)."""
+    section = re.search(r"^### Adding an experiment\n(.*?)(?=^#)", text, re.M | re.S)
+    assert section, "docs/developing.md has no section '### Adding an experiment'"
+    body = section.group(1)
+    return body, tuple(re.findall(r"^\d+\. `([^`]+)`", body, re.M))
+
+
+def test_adding_an_experiment_lists_the_files_the_protocol_requires():
+    """The docs' steps name the files :func:`test_every_experiment_has_its_own_files`
+    requires, no more and no fewer, and say how many."""
+    body, listed = adding_an_experiment(DEVELOPING.read_text())
+    assert listed == OWN_FILES, listed
+    count = ("no", "one", "two", "three", "four", "five", "six")[len(OWN_FILES)]
+    assert f"{count.capitalize()} new files" in body
+
+
+def test_a_step_missing_from_the_docs_is_caught():
+    text = DEVELOPING.read_text()
+    dropped = re.sub(r"^3\. `tests/test_<slug>.py`", "3. its test", text, flags=re.M)
+    assert dropped != text
+    assert adding_an_experiment(dropped)[1] == OWN_FILES[:2]
 
 
 @pytest.mark.parametrize("eid", list(MODULES))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from cases_c01_c22 import e08_rows
 from claims_rows import rows, verdict
+from test_e08_batch_sweep import e08_rows
 
 from perflab.experiments import e08_batch_sweep as e08
 from perflab.experiments.e08_batch_sweep import sweep
