@@ -359,15 +359,29 @@ def test_a_module_run_with_dash_m_sees_its_own_argv_and_working_directory(tmp_pa
 
 @pytest.mark.slow
 def test_the_snakemake_rule_runs_a_script_to_its_verdict(tmp_path):
+    """The script's verdict, and only it, closes the run; the chapter's report and verdict of
+    an earlier run in the same directory are left as they were (a script's run measures
+    none of them)."""
+    from perflab.pipeline import config
+
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    chapter = tmp_path / "results" / config.load([], {"device": "cpu"})["resolved_tag"]
+    chapter.mkdir(parents=True)
+    (chapter / "report.html").write_text("<html>an earlier chapter run</html>")
+    (chapter / "diagnosis.csv").write_text("candidate,label,verdict,because\n"
+                                           "optimizer,optimizer,True,planted earlier\n")
+    os.utime(chapter / "report.html", (1, 1))
     script = f"--steps 4 -- {SCRIPTS / 'input_bound.py'} --epochs 1"
     p = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
                         "--cores", "1", "--config", f"script={script}", "device=cpu"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    md = next(tmp_path.glob("results/*/run/diagnosis.md")).read_text()
+    md = (chapter / "run" / "diagnosis.md").read_text()
     assert "Verdict: input pipeline" in md
     assert "epoch 0 step 0" in next(tmp_path.glob("logs/*/perflab_run.log")).read_text()
+    assert "perflab: verdict: input pipeline" in p.stderr, p.stderr[-1500:]
+    assert "planted earlier" not in p.stderr and "claims:" not in p.stderr
+    assert (chapter / "report.html").is_file()  # not the script's to remove
 
 
 def test_the_script_starts_at_the_double_dash_or_at_the_first_plain_word():

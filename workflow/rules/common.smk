@@ -224,6 +224,8 @@ def retire_stale_report():
     """
     from perflab.views import partial
 
+    if RUN["script"]:  # an attached script's run measures none of the report's results
+        return
     try:
         due = any(j.rule.name == "report_html" for j in workflow.dag.needrun_jobs())
     except Exception:
@@ -313,7 +315,12 @@ RUN_STARTED = time.time()
 
 def print_summary():
     """The verdict, the claims' tally (the chapter's workload only, as in the report) and
-    the report's path, on stderr beside Snakemake's own lines."""
+    the report's path, on stderr beside Snakemake's own lines; for `--config script=...`,
+    that script's verdict alone (results/<tag>/run/)."""
+    if RUN["script"]:
+        lines = perflab_summary.lines(f"{RESULTS}/run", RUN_STARTED, claims=False)
+        print("\n".join(lines), file=sys.stderr)
+        return
     chapter = perflab_config.load_yaml(perflab_config.DEFAULT_CONFIG)["workload"]
     claims = perflab_first_screen.show_claims(
         RUN["report_claims"], RUN["workload"], chapter
