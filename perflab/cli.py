@@ -505,7 +505,8 @@ def _all_actions(p: argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="perflab", description="\n\n".join(__doc__.split("\n\n")[:2]),
+    p = _Parser(prog="perflab", description="\n\n".join(__doc__.split("\n\n")[:2])
+                .replace("``", ""),
                 epilog="Each COMMAND has its own --help. The documentation: docs/ "
                 "(getting-started.md, own-training.md, diagnosis.md).",
                 formatter_class=argparse.RawDescriptionHelpFormatter)

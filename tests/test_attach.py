@@ -115,6 +115,20 @@ def test_memory_rising_every_step_is_a_leak_and_a_flat_or_one_jump_is_not():
     assert x["memory"].outcome == dg.RULED_OUT
 
 
+def test_a_leak_where_no_time_candidate_fits_is_the_verdict_not_a_footnote():
+    """The cold try's case: leak.py read "undetermined" with the growth only under "also
+    fits". Where no time candidate fits, the memory growth is the verdict; where one fits, it
+    stays the verdict and the growth is reported beside it."""
+    even = _phases(forward=10, loss=10, backward=10, optimizer=10, logging=10)
+    d, _, x = verdict.judge(_evidence(even, memory=lambda i: 500 + 3.0 * i))
+    assert x["memory"].outcome == dg.FITS and d.verdict == "memory_growth", d.verdict
+    d, _, _ = verdict.judge(_evidence(even, memory=lambda i: 500.0))
+    assert d.verdict != "memory_growth"
+    d, _, x = verdict.judge(_evidence(_phases(optimizer=40, forward=5, backward=5),
+                                      memory=lambda i: 500 + 3.0 * i))
+    assert d.verdict == "optimizer" and x["memory"].outcome == dg.FITS
+
+
 def test_steady_steps_that_compile_are_recompiling_and_first_call_compiles_are_not():
     phases = _phases(forward=10, backward=20)
     ev = _evidence(phases, graphs=lambda i: 1 + i // 2)  # a new graph every other step

@@ -228,6 +228,10 @@ def judge(ev: dict, out_dir: Path | None = None) -> tuple[dg.Diagnosis, evmod.Su
     else:
         d.findings.insert(0, rec)
     d.findings.append(mem)
+    if d.verdict == "undetermined" and mem.outcome == dg.FITS:
+        # no time candidate fits, and the memory grows every step: that is the answer, not
+        # "undetermined" with the growth as a footnote
+        d = dg.Diagnosis("memory_growth", mem.because, d.findings, d.measured)
     reads = host_reads(ev)
     sync = next(f for f in d.findings if f.bottleneck == "synchronization")
     if reads and not ev["cuda"]:
