@@ -28,6 +28,10 @@ from perflab.experiments import r01_roofline as r01
 from perflab.experiments import r02_step_trace as r02
 from perflab.views import diagnose as dg
 
+#: what the input test says of a script that builds no DataLoader (the engine's words are
+#: for a workload, which could be handed one)
+NO_DATALOADER = (" (the script builds no DataLoader: its batches come from its own loop, and "
+                 "the time it takes to make them is in the step's other phases)")
 #: time in steady steps that recompiled, % of all steady time, that makes it the verdict
 RECOMPILE_SHARE_PCT = 10.0
 ATTACHED = "attached: the script's own loop"
@@ -214,6 +218,9 @@ def judge(ev: dict, out_dir: Path | None = None) -> tuple[dg.Diagnosis, evmod.Su
     s = evmod.summarize(ev)
     frame = engine_rows(ev, s, out_dir)
     d = dg.diagnose(frame)
+    for f in d.findings:  # a script has no workload to hand a loader: say what it has
+        if f.bottleneck == "input_pipeline":
+            f.because = f.because.replace(dg.NO_OWN_LOADER, NO_DATALOADER)
     if not ev["cuda"]:  # on CUDA the trace decides input, with its own spread (R02)
         for f in d.findings:
             if f.bottleneck == "input_pipeline" and not f.borderline:

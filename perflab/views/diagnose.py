@@ -279,13 +279,16 @@ def _spread(r: _Rows, variant: str) -> tuple[Reading, Reading]:
 # ------------------------------------------------------------------ the tests
 
 
+#: what the input test adds for a workload whose batch is served from memory
+NO_OWN_LOADER = (" (the workload has no loader of its own: its batch is served from memory, so "
+                 "there is no loader to wait on; give the workload its loader to test its input)")
+
+
 def _input_pipeline(r: _Rows) -> Finding:
     own = r.get("R02", r02.STEP, r02.OWN_LOADER, "value", "bool")
     loader = bool(own.value) if own.value is not None else (
         e05.fed_by_loader(r) if r.has(e05.EID) else None)
-    fed = "" if loader in (None, True) else (
-        " (the workload has no loader of its own: its batch is served from memory, so "
-        "there is no loader to wait on; give the workload its loader to test its input)")
+    fed = "" if loader in (None, True) else NO_OWN_LOADER
     if r.traced():
         return _input_from_trace(r, fed)
     wait = r.get(*e05.phase_share_row("input_wait"), "%")
