@@ -75,3 +75,68 @@ def test_cuda_del_moves_allocated_not_reserved_and_empty_cache_the_reverse(tmp_p
     # a high-water mark: empty_cache leaves it where the large tensor put it
     assert value(rows, "after_empty_cache", "max_reserved") == value(rows, "after_del",
                                                                       "max_reserved")
+
+
+# ------------------------------------------------------------------ a size the device cannot hold
+
+HUGE_MIB = 10**9  # a petabyte: no host or device holds it
+
+
+def _huge(contract):
+    contract["params"]["big_mib"] = HUGE_MIB
+
+
+def _assert_oom_after_the_steady_state(rows, metrics, why):
+    """The steady state measured; every later reading of ``metrics`` an oom row naming the size
+    and why."""
+    assert_rows_honest("E12", rows)
+    for metric in metrics:
+        assert status(rows, "steady", metric) == "ok"
+        for state in ("after_alloc", "after_del", "delta/del"):
+            row = rows[(rows.variant == state) & (rows.metric == metric)].iloc[0]
+            assert row.status == "oom", (state, metric, row.status)
+            assert f"{HUGE_MIB} MiB" in row.reason and why in row.reason, row.reason
+
+
+def test_a_size_the_host_cannot_hold_is_oom_rows_not_a_dead_job(tiny_cfg, tmp_path):
+    """On a CPU a size over MemAvailable is not even tried (the OOM killer, not the allocator,
+    would answer); the table, figure and C29 read the rows as not measured."""
+    from claims_rows import verdict
+
+    from perflab.kit import claims
+
+    rows, _, out = run_rows(tiny_cfg, "E12", tmp_path, patch=_huge)
+    _assert_oom_after_the_steady_state(rows, ["rss"], "more than this host has available")
+    # empty_cache has no CPU state: unsupported, whatever the size
+    assert status(rows, "after_empty_cache", "rss") == "unsupported"
+    assert status(rows, "delta/empty_cache", "rss") == "unsupported"
+    assert status(rows, "delta/del", "allocated") == "unsupported"  # no allocator on a CPU
+    t = experiments.table("E12", rows).set_index("state")
+    assert t.loc["after allocating the large tensor", "rss_mib"] == "oom"
+    assert f"{HUGE_MIB} MiB" in t.loc["after allocating the large tensor", "note"]
+    assert t.loc["moved by del", "allocated_mib"] == "unsupported"
+    assert experiments.make_figure("E12", out["csv"], out["samples"], tmp_path / "e12.png").is_file()
+    assert verdict("C29", rows).verdict == claims.UNSUPPORTED  # a CPU has no allocator
+
+
+def test_the_allocators_own_failure_is_an_oom_row(tiny_cfg, tmp_path, monkeypatch):
+    """Where the available memory cannot be read, the allocation is tried: the CPU
+    allocator's RuntimeError ("can't allocate memory") becomes the rows, on CUDA's path too
+    (fake allocator), and C29 is undecided, not DIFFERS."""
+    from claims_rows import verdict
+
+    from perflab.core import env
+    from perflab.kit import claims
+
+    monkeypatch.setattr(env, "host_memory_mib", lambda field="MemTotal": None)
+    (tmp_path / "cpu").mkdir(), (tmp_path / "cuda").mkdir()
+    rows, *_ = run_rows(tiny_cfg, "E12", tmp_path / "cpu", patch=_huge)
+    _assert_oom_after_the_steady_state(rows, ["rss"], "can't allocate memory")
+
+    rows, *_ = run_fake_cuda(tiny_cfg, "E12", tmp_path / "cuda", monkeypatch, patch=_huge)
+    counters = ["allocated", "reserved", "max_reserved"]
+    _assert_oom_after_the_steady_state(rows, counters, "ran out of memory")
+    assert status(rows, "after_empty_cache", "allocated") == "oom"
+    assert status(rows, "after_alloc", "nvml_process") == "oom"
+    v = verdict("C29", rows)
+    assert v.verdict == claims.INCONCLUSIVE and f"{HUGE_MIB} MiB" in v.measured, v
