@@ -1,6 +1,11 @@
 """E12, allocated, reserved, max reserved and NVML: what each of the four counters says at
 four states around one large tensor (allocated, deleted, the cache emptied), and what ``del``
 and ``empty_cache()`` each move. Measured by scripts/e12_alloc_reserved_smi.py.
+
+A ``big_mib`` larger than the device (the host's MemTotal on a CPU, NVML's largest GPU) is
+refused by the configuration; one that still does not fit when the job allocates it leaves
+the steady state's rows and makes every later reading an ``oom`` row naming the size, which
+C29 reads as undecided, not as a finding.
 """
 
 from __future__ import annotations
