@@ -140,3 +140,42 @@ def test_the_allocators_own_failure_is_an_oom_row(tiny_cfg, tmp_path, monkeypatc
     assert status(rows, "after_alloc", "nvml_process") == "oom"
     v = verdict("C29", rows)
     assert v.verdict == claims.INCONCLUSIVE and f"{HUGE_MIB} MiB" in v.measured, v
+
+
+def test_on_cuda_the_config_refuses_a_size_beyond_the_largest_gpu_where_nvml_answers(monkeypatch):
+    """NVML's largest GPU bounds big_mib; no NVML, or a submit host: left to the job's rows."""
+    from perflab.core import env
+    from perflab.experiments import ConfigProblem, ConfigView
+    from perflab.experiments import e12_alloc_reserved_smi as e12
+
+    def view(check_device=True, selected=("E12",)):
+        return ConfigView(device="cuda:0", check_device=check_device, visible_cuda=1,
+                          selected=selected, contract=lambda eid: {"params": {"big_mib": 2000}})
+
+    monkeypatch.setattr(env, "nvml_largest_device_mib", lambda: 1000.0)
+    with pytest.raises(ConfigProblem, match="2000 MiB is more than the largest GPU here holds "
+                                            "1000 MiB") as exc:
+        e12.check_config({}, view())
+    assert exc.value.key == "experiments.E12.big_mib"
+    e12.check_config({}, view(check_device=False))  # the GPU is on another node
+    e12.check_config({}, view(selected=("E01",)))
+    monkeypatch.setattr(env, "nvml_largest_device_mib", lambda: None)
+    e12.check_config({}, view())
+
+
+def test_cuda_a_size_the_device_cannot_hold_is_oom_rows(tmp_path):
+    """On the GPU: the whole device's memory cannot be allocated next to the CUDA context and
+    the step, so the allocator's OutOfMemoryError becomes the rows."""
+    import torch
+
+    cfg = cuda_cfg()
+    total_mib = torch.cuda.get_device_properties(0).total_memory // 2**20
+    cfg["experiments"]["E12"]["big_mib"] = int(total_mib)
+    rows, *_ = run_rows(cfg, "E12", tmp_path)
+    assert_rows_honest("E12", rows)
+    for metric in ("allocated", "reserved", "max_reserved"):
+        assert status(rows, "steady", metric) == "ok"
+        for state in ("after_alloc", "after_del", "after_empty_cache", "delta/del"):
+            row = rows[(rows.variant == state) & (rows.metric == metric)].iloc[0]
+            assert row.status == "oom" and f"{total_mib} MiB" in row.reason, row
+            assert "Tried to allocate" in row.reason, row.reason  # the allocator's own words
