@@ -14,6 +14,10 @@ and what ``empty_cache()`` moved, in each counter.
 
 On a CPU the allocator and NVML counters are ``unsupported``; the process
 RSS is read at the same states instead (``empty_cache`` has no CPU state).
+
+A ``big_mib`` the device cannot hold (on a CPU: more than the host has available, which
+is not even attempted, since the OOM killer would answer instead of the allocator) leaves
+the steady state's rows and makes every later reading an ``oom`` row naming the size.
 """
 
 from perflab.core.forkserver import delegate
@@ -24,11 +28,13 @@ import gc
 
 import torch
 
+from perflab.core import env
 from perflab.experiments.e12_alloc_reserved_smi import (
     AFTER_ALLOC,
     AFTER_DEL,
     AFTER_EMPTY_CACHE,
     ALLOCATED,
+    COUNTERS,
     DELTAS,
     MAX_RESERVED,
     NVML_PROCESS,
@@ -49,8 +55,27 @@ CUDA_COUNTERS = ((ALLOCATED, "allocated_mib", "torch.cuda.memory_allocated: live
                   "high-water mark since the process started"))
 
 
+def _allocate(ctx, big_mib: int):
+    """The large tensor, or (None, why not) when the device cannot hold it."""
+    if not ctx.is_cuda:
+        available = env.host_memory_mib("MemAvailable")
+        if available is not None and big_mib > available:
+            return None, (f"not allocated: {big_mib} MiB is more than this host has available "
+                          f"(MemAvailable {available:.0f} MiB); writing it would end in the "
+                          "OOM killer, not an allocator error")
+    try:
+        # torch.ones writes every byte, so the pages are resident (RSS) as well as allocated
+        return torch.ones(big_mib * memory.MiB, dtype=torch.uint8, device=ctx.device), ""
+    except (RuntimeError, MemoryError) as exc:
+        if not memory.is_oom(exc):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return None, f"allocating the {big_mib} MiB tensor ran out of memory: {first}"
+
+
 def _read_states(ctx, step, big_mib: int):
-    """The counters at each state; returns ({state: {counter: MiB}}, {state: why no NVML})."""
+    """The counters at each state; returns ({state: {counter: MiB}}, {state: why no NVML},
+    why the large tensor could not be allocated or "")."""
     for _ in range(STEADY_STEPS):
         step()
     ctx.sync()
@@ -73,61 +98,74 @@ def _read_states(ctx, step, big_mib: int):
         readings[state] = r
 
     read(STEADY)
-    # torch.ones writes every byte, so the pages are resident (RSS) as well as allocated
-    big = torch.ones(big_mib * memory.MiB, dtype=torch.uint8, device=ctx.device)
+    big, oom = _allocate(ctx, big_mib)
+    if big is None:  # no later state exists: each of its readings becomes an oom row
+        ctx.log(f"OOM: {oom}")
+        gc.collect()
+        if ctx.is_cuda:
+            torch.cuda.empty_cache()
+        return readings, notes, oom
     read(AFTER_ALLOC)
     del big
     read(AFTER_DEL)
     if ctx.is_cuda:
         torch.cuda.empty_cache()
         read(AFTER_EMPTY_CACHE)
-    return readings, notes
+    return readings, notes, ""
 
 
-def _state_rows(ctx, readings, notes, what_state, sync_b: str) -> None:
+#: what each counter reads, for its rows' window
+WHAT = {**{metric: what for metric, _, what in CUDA_COUNTERS},
+        NVML_PROCESS: "NVML used GPU memory of this PID (nvidia-smi's per-process number: "
+                      "CUDA context + reserved blocks)",
+        RSS: "VmRSS of this process (host memory)"}
+
+
+def _why_not(cuda: bool, state: str, metric: str, notes, oom: str) -> tuple[str, str]:
+    """(status, reason) of a counter with no reading at ``state``."""
+    if not cuda and metric != RSS:
+        return "unsupported", ("NVML reports GPU memory; no CUDA device" if metric == NVML_PROCESS
+                               else "a CUDA caching-allocator counter; a CPU process has no "
+                                    "caching allocator")
+    if not cuda and state == AFTER_EMPTY_CACHE:
+        return "unsupported", ("torch.cuda.empty_cache acts on the CUDA caching allocator; "
+                               "no CPU state")
+    if oom and state != STEADY:  # a state the failed allocation never reached
+        return "oom", f"not measured: {oom}"
+    return "unsupported", notes.get(state, "")  # NVML could not attribute this process
+
+
+def _state_rows(ctx, readings, notes, what_state, sync_b: str, oom: str) -> None:
     """Every counter at every state: a reading, or why this device has none."""
-    cuda = ctx.is_cuda
     for state in STATES:
-        win = what_state[state]
-        r = readings.get(state)
-        for metric, _, what in CUDA_COUNTERS:
-            if cuda:
+        r = readings.get(state, {})
+        for metric in COUNTERS:
+            if metric in r:
                 ctx.row(variant=state, metric=metric, value=r[metric], unit="MiB",
-                        window=f"{win}; {what}", sync_boundary=sync_b)
+                        window=f"{what_state[state]}; {WHAT[metric]}", sync_boundary=sync_b)
             else:
-                ctx.unsupported(variant=state, metric=metric, unit="MiB", reason=(
-                    "a CUDA caching-allocator counter; a CPU process has no caching allocator"))
-        if cuda and NVML_PROCESS in r:
-            ctx.row(variant=state, metric=NVML_PROCESS, value=r[NVML_PROCESS], unit="MiB",
-                    window=f"{win}; NVML used GPU memory of this PID (nvidia-smi's per-process "
-                    "number: CUDA context + reserved blocks)", sync_boundary=sync_b)
-        else:
-            ctx.unsupported(variant=state, metric=NVML_PROCESS, unit="MiB", reason=(
-                notes.get(state, "") if cuda else "NVML reports GPU memory; no CUDA device"))
-        if r is not None:
-            ctx.row(variant=state, metric=RSS, value=r[RSS], unit="MiB",
-                    window=f"{win}; VmRSS of this process (host memory)", sync_boundary=sync_b)
-        else:
-            ctx.unsupported(variant=state, metric=RSS, unit="MiB", reason=(
-                "torch.cuda.empty_cache acts on the CUDA caching allocator; no CPU state"))
+                status, why = _why_not(ctx.is_cuda, state, metric, notes, oom)
+                ctx.unsupported(variant=state, metric=metric, unit="MiB", status=status,
+                                reason=why)
 
 
-def _delta_rows(ctx, readings, notes, what_state, sync_b: str) -> None:
+def _delta_rows(ctx, readings, notes, what_state, sync_b: str, oom: str) -> None:
     """What each call moved, counter by counter."""
-    metrics = ([m for m, _, _ in CUDA_COUNTERS] + [NVML_PROCESS]) if ctx.is_cuda else []
-    metrics.append(RSS)
     for variant, before, after in DELTAS:
-        for metric in metrics:
+        for metric in COUNTERS:
             a, b = readings.get(before, {}), readings.get(after, {})
             if metric in a and metric in b:
                 ctx.row(variant=variant, metric=metric, value=b[metric] - a[metric],
                         unit="MiB", window=f"{what_state[after]} minus {what_state[before]}",
                         sync_boundary=sync_b)
-            else:
-                why = (notes.get(after) or notes.get(before) if metric == NVML_PROCESS
-                       else "empty_cache is CUDA only")
-                ctx.unsupported(variant=variant, metric=metric, unit="MiB",
-                                reason=f"{metric} not read at both states: {why}")
+                continue
+            # the state this device cannot read at all says more than one never reached
+            whys = sorted((_why_not(ctx.is_cuda, state, metric, notes, oom)
+                           for state, r in ((before, a), (after, b)) if metric not in r),
+                          key=lambda w: w[0] != "unsupported")
+            status, why = whys[0]
+            ctx.unsupported(variant=variant, metric=metric, unit="MiB", status=status,
+                            reason=f"{metric} not read at both states: {why}")
 
 
 def measure(ctx):
@@ -135,7 +173,7 @@ def measure(ctx):
     step = ctx.training_step()
     if step is None:
         return
-    readings, notes = _read_states(ctx, step, big_mib)
+    readings, notes, oom = _read_states(ctx, step, big_mib)
     what_state = {
         STEADY: f"after {STEADY_STEPS} training steps",
         AFTER_ALLOC: f"after allocating (and writing) a {big_mib} MiB tensor",
@@ -144,8 +182,8 @@ def measure(ctx):
     }
     sync_b = ("read after torch.cuda.synchronize()" if ctx.is_cuda
               else "read after the call returned (the CPU runs synchronously)")
-    _state_rows(ctx, readings, notes, what_state, sync_b)
-    _delta_rows(ctx, readings, notes, what_state, sync_b)
+    _state_rows(ctx, readings, notes, what_state, sync_b, oom)
+    _delta_rows(ctx, readings, notes, what_state, sync_b, oom)
     for state in STATES:
         if state in readings:
             ctx.log(f"{state}: " + ", ".join(f"{k} {v:.1f}" for k, v in readings[state].items()))

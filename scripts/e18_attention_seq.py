@@ -28,21 +28,13 @@ from perflab.instruments import memory, timing
 from perflab.pipeline.runner import run
 
 
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(exc).lower()  # the CPU allocator's failure is a plain RuntimeError
-    return isinstance(exc, (RuntimeError, MemoryError)) and (
-        "out of memory" in text or "can't allocate memory" in text)
-
-
 def guarded(ctx, fn, where):
     """(fn(), None), or (None, the reason) if it ran out of memory."""
     reason = None
     try:
         return fn(), None
     except (RuntimeError, MemoryError) as exc:
-        if not _is_oom(exc):
+        if not memory.is_oom(exc):
             raise
         peak = (f"; peak allocated before the failure "
                 f"{memory.cuda_counters(ctx.device).max_allocated_mib:.1f} MiB"

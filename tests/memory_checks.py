@@ -53,8 +53,9 @@ def run_rows(cfg: dict, eid: str, out_dir, **kw):
     return io.read_results([out["csv"]]), contract, out
 
 
-def run_fake_cuda(cfg: dict, eid: str, out_dir, monkeypatch, prepare=None):
-    """Run ``eid``'s CUDA branch against tests/fake_cuda.py (``prepare(module)`` first)."""
+def run_fake_cuda(cfg: dict, eid: str, out_dir, monkeypatch, prepare=None, **kw):
+    """Run ``eid``'s CUDA branch against tests/fake_cuda.py (``prepare(module)`` first;
+    ``kw`` to run_tiny)."""
     import fake_cuda
     from experiments import load_script
 
@@ -64,4 +65,4 @@ def run_fake_cuda(cfg: dict, eid: str, out_dir, monkeypatch, prepare=None):
     mod = load_script(EXPERIMENTS[eid].slug)
     if prepare is not None:
         prepare(mod)
-    return run_rows(cfg, eid, out_dir, measure=fake_cuda.as_cuda(mod.measure))
+    return run_rows(cfg, eid, out_dir, measure=fake_cuda.as_cuda(mod.measure), **kw)

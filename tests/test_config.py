@@ -299,6 +299,9 @@ BAD = [
     ("claim-processes-zero", {"claim_processes": {"E05": 0}}, "claim_processes.E05",
      "1 to 8"),
     ("claim-processes-lowercase", {"claim_processes": {"e05": 2}}, "claim_processes", ""),
+    # issue 39: a tensor larger than the host (E12's job died with no row)
+    ("E12-big-mib-over-the-host", {"scale": "chapter", "experiments": {"E12": {"big_mib": 10**9}}},
+     "experiments.E12.big_mib", "MemTotal"),
 ]
 
 
@@ -311,6 +314,15 @@ def test_bad_config_names_the_key(base_config, patch, key, text):
     assert key in msg, msg
     assert msg.startswith(f"config error at '{key}"), msg
     assert text in msg, msg
+
+
+def test_a_large_tensor_is_refused_only_where_e12_runs_and_only_beyond_the_device(base_config):
+    """The control of E12-big-mib-over-the-host: not selected, or a size the host holds."""
+    base_config.update(scale="chapter", experiments={"E12": {"big_mib": 10**9}}, run=["E01"])
+    config.resolve(base_config)
+    base_config["run"] = ["E12"]
+    base_config["experiments"]["E12"]["big_mib"] = 1024
+    assert config.resolve(base_config)["experiments"]["E12"]["big_mib"] == 1024
 
 
 def test_enough_distinct_bad_configs():

@@ -94,3 +94,107 @@ def e12_rows(reserved_after_del=1064.0):
 
 
 case("C29", e12_rows, lambda: e12_rows(reserved_after_del=700.0))  # del returned memory
+
+
+# ------------------------------------------------------------------ a size the device cannot hold
+
+HUGE_MIB = 10**9  # a petabyte: no host or device holds it
+
+
+def _huge(contract):
+    contract["params"]["big_mib"] = HUGE_MIB
+
+
+def _assert_oom_after_the_steady_state(rows, metrics, why):
+    """The steady state measured; every later reading of ``metrics`` an oom row naming the size
+    and why."""
+    assert_rows_honest("E12", rows)
+    for metric in metrics:
+        assert status(rows, "steady", metric) == "ok"
+        for state in ("after_alloc", "after_del", "delta/del"):
+            row = rows[(rows.variant == state) & (rows.metric == metric)].iloc[0]
+            assert row.status == "oom", (state, metric, row.status)
+            assert f"{HUGE_MIB} MiB" in row.reason and why in row.reason, row.reason
+
+
+def test_a_size_the_host_cannot_hold_is_oom_rows_not_a_dead_job(tiny_cfg, tmp_path):
+    """On a CPU a size over MemAvailable is not even tried (the OOM killer, not the allocator,
+    would answer); the table, figure and C29 read the rows as not measured."""
+    from claims_rows import verdict
+
+    from perflab.kit import claims
+
+    rows, _, out = run_rows(tiny_cfg, "E12", tmp_path, patch=_huge)
+    _assert_oom_after_the_steady_state(rows, ["rss"], "more than this host has available")
+    # empty_cache has no CPU state: unsupported, whatever the size
+    assert status(rows, "after_empty_cache", "rss") == "unsupported"
+    assert status(rows, "delta/empty_cache", "rss") == "unsupported"
+    assert status(rows, "delta/del", "allocated") == "unsupported"  # no allocator on a CPU
+    t = experiments.table("E12", rows).set_index("state")
+    assert t.loc["after allocating the large tensor", "rss_mib"] == "oom"
+    assert f"{HUGE_MIB} MiB" in t.loc["after allocating the large tensor", "note"]
+    assert t.loc["moved by del", "allocated_mib"] == "unsupported"
+    assert experiments.make_figure("E12", out["csv"], out["samples"], tmp_path / "e12.png").is_file()
+    assert verdict("C29", rows).verdict == claims.UNSUPPORTED  # a CPU has no allocator
+
+
+def test_the_allocators_own_failure_is_an_oom_row(tiny_cfg, tmp_path, monkeypatch):
+    """Where the available memory cannot be read, the allocation is tried: the CPU
+    allocator's RuntimeError ("can't allocate memory") becomes the rows, on CUDA's path too
+    (fake allocator), and C29 is undecided, not DIFFERS."""
+    from claims_rows import verdict
+
+    from perflab.core import env
+    from perflab.kit import claims
+
+    monkeypatch.setattr(env, "host_memory_mib", lambda field="MemTotal": None)
+    (tmp_path / "cpu").mkdir(), (tmp_path / "cuda").mkdir()
+    rows, *_ = run_rows(tiny_cfg, "E12", tmp_path / "cpu", patch=_huge)
+    _assert_oom_after_the_steady_state(rows, ["rss"], "can't allocate memory")
+
+    rows, *_ = run_fake_cuda(tiny_cfg, "E12", tmp_path / "cuda", monkeypatch, patch=_huge)
+    counters = ["allocated", "reserved", "max_reserved"]
+    _assert_oom_after_the_steady_state(rows, counters, "ran out of memory")
+    assert status(rows, "after_empty_cache", "allocated") == "oom"
+    assert status(rows, "after_alloc", "nvml_process") == "oom"
+    v = verdict("C29", rows)
+    assert v.verdict == claims.INCONCLUSIVE and f"{HUGE_MIB} MiB" in v.measured, v
+
+
+def test_on_cuda_the_config_refuses_a_size_beyond_the_largest_gpu_where_nvml_answers(monkeypatch):
+    """NVML's largest GPU bounds big_mib; no NVML, or a submit host: left to the job's rows."""
+    from perflab.core import env
+    from perflab.experiments import ConfigProblem, ConfigView
+    from perflab.experiments import e12_alloc_reserved_smi as e12
+
+    def view(check_device=True, selected=("E12",)):
+        return ConfigView(device="cuda:0", check_device=check_device, visible_cuda=1,
+                          selected=selected, contract=lambda eid: {"params": {"big_mib": 2000}})
+
+    monkeypatch.setattr(env, "nvml_largest_device_mib", lambda: 1000.0)
+    with pytest.raises(ConfigProblem, match="2000 MiB is more than the largest GPU here holds "
+                                            "1000 MiB") as exc:
+        e12.check_config({}, view())
+    assert exc.value.key == "experiments.E12.big_mib"
+    e12.check_config({}, view(check_device=False))  # the GPU is on another node
+    e12.check_config({}, view(selected=("E01",)))
+    monkeypatch.setattr(env, "nvml_largest_device_mib", lambda: None)
+    e12.check_config({}, view())
+
+
+def test_cuda_a_size_the_device_cannot_hold_is_oom_rows(tmp_path):
+    """On the GPU: the whole device's memory cannot be allocated next to the CUDA context and
+    the step, so the allocator's OutOfMemoryError becomes the rows."""
+    import torch
+
+    cfg = cuda_cfg()
+    total_mib = torch.cuda.get_device_properties(0).total_memory // 2**20
+    cfg["experiments"]["E12"]["big_mib"] = int(total_mib)
+    rows, *_ = run_rows(cfg, "E12", tmp_path)
+    assert_rows_honest("E12", rows)
+    for metric in ("allocated", "reserved", "max_reserved"):
+        assert status(rows, "steady", metric) == "ok"
+        for state in ("after_alloc", "after_del", "after_empty_cache", "delta/del"):
+            row = rows[(rows.variant == state) & (rows.metric == metric)].iloc[0]
+            assert row.status == "oom" and f"{total_mib} MiB" in row.reason, row
+            assert "Tried to allocate" in row.reason, row.reason  # the allocator's own words

@@ -121,6 +121,15 @@ CONFIG_FILES = _cases(BAD_INPUTS, [
     ("config-file-missing", "a config file that does not exist", None, ["does not exist"]),
     ("config-file-is-a-directory", "a directory given as a config file", "DIR",
      ["is a directory"]),
+    # issue 39: a key twice on one line was taken silently (the check compared lines)
+    ("yaml-duplicate-key-one-line", "a key given twice in one flow mapping",
+     "timing: {repeats: 3, repeats: 5}\n", ["line 1", "duplicate key 'repeats'"]),
+    ("json-duplicate-key", "a key given twice in a JSON config file", '{"seed": 1, "seed": 2}',
+     ["duplicate key 'seed'", "JSON"]),
+    ("config-file-empty", "an empty config file (Snakemake refuses it, naming no file)", "",
+     ["holds no settings"]),
+    ("config-file-only-comments", "a config file of comments only", "# device: cuda\n",
+     ["holds no settings"]),
 ])
 
 
@@ -242,6 +251,9 @@ COMMAND_LINES = _cases(BAD_INPUTS, [
     ("diagnose-missing-configfile", "perflab diagnose --configfile that does not exist",
      ["diagnose", "mlp", "--device", "cpu", "--configfile"], None),
     # passed on to Snakemake, which would name neither the file nor the line: read first
+    ("diagnose-empty-configfile", "perflab diagnose --configfile empty.yaml (was passed on "
+     "to Snakemake, which names no file)", ["diagnose", "mlp", "--device", "cpu",
+                                              "--configfile"], ""),
     ("whatif-passed-on-bad-configfile", "perflab whatif -- --configfile bad.yaml",
      ["whatif", "mlp", "--device", "cpu", "--", "--configfile"], "timing:\n  a: 1\n   b: 2\n"),
     ("bench-run-bad-configfile", "perflab bench-pipeline --run -- --configfile=bad.yaml",
@@ -287,6 +299,9 @@ DRY_RUNS = _cases(BAD_INPUTS, [
      ["FILE", "line 3", "duplicate key 'E01'"]),
     ("snakemake-compare-to-missing", "compare_to=/no/such/dir, under plain snakemake", None,
      ("compare_to=/no/such/dir",), ["config error at 'compare_to'", "does not exist"]),
+    ("snakemake-json-duplicate-key", "a JSON --configfile with a key twice, under plain "
+     "snakemake (Snakemake keeps the last)", '{"seed": 1,\n "seed": 2}\n', (),
+     ["FILE", "duplicate key 'seed'"]),
 ])
 
 
@@ -300,6 +315,17 @@ def test_snakemake_stops_before_planning(tmp_path, text, config_args, needles):
         needle = str(files[0]) if needle == "FILE" else needle
         assert needle in out, (needle, out[-3000:])
     assert "rule e01" not in out and "Traceback" not in out, out[-3000:]
+
+
+def test_a_json_config_file_snakemake_reads_is_read_alike(tmp_path):
+    """Snakemake reads a config file as JSON first: JSON indented with tabs (which YAML
+    refuses) runs, its values the same to perflab's strict reread as to Snakemake."""
+    mine = tmp_path / "mine.json"
+    mine.write_text('{\n\t"workloads": {\n\t\t"mlp": {"lr": 1e-2}\n\t}\n}\n')
+    assert config.load_yaml(mine) == {"workloads": {"mlp": {"lr": 0.01}}}  # YAML: "1e-2"
+    rc, out = snakemake(tmp_path, "-n", "e01_lying_benchmark", config=("results_dir=res",),
+                        configfiles=[mine])
+    assert rc == 0 and "rule e01_lying_benchmark" in out, out[-3000:]
 
 
 def test_scale_keeps_the_users_value_and_says_so(tmp_path):

@@ -80,6 +80,42 @@ def nvml_driver_version() -> str | None:
         return None
 
 
+def host_memory_mib(field: str = "MemTotal") -> float | None:
+    """A line of Linux's /proc/meminfo (``MemTotal``, ``MemAvailable``) in MiB, or None."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1]) / 1024  # the file says kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def nvml_largest_device_mib() -> float | None:
+    """The total memory of this host's largest GPU as NVML reports it, MiB, or None.
+
+    NVML answers without initialising CUDA (a configuration process must not: its forks
+    measure). The largest of all devices, since NVML's order need not be CUDA's."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # not installed, no driver: NVMLError subclasses vary
+        return None
+    try:
+        sizes = [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total
+                 for i in range(pynvml.nvmlDeviceGetCount())]
+        return max(sizes) / 2**20 if sizes else None
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 def gpu_state(index: int = 0) -> dict[str, Any]:
     """NVML clocks, temperature, power, throttle reasons and processes, or why not."""
     try:

@@ -1,6 +1,11 @@
 """E12, allocated, reserved, max reserved and NVML: what each of the four counters says at
 four states around one large tensor (allocated, deleted, the cache emptied), and what ``del``
 and ``empty_cache()`` each move. Measured by scripts/e12_alloc_reserved_smi.py.
+
+A ``big_mib`` larger than the device (the host's MemTotal on a CPU, NVML's largest GPU) is
+refused by the configuration; one that still does not fit when the job allocates it leaves
+the steady state's rows and makes every later reading an ``oom`` row naming the size, which
+C29 reads as undecided, not as a finding.
 """
 
 from __future__ import annotations
@@ -9,8 +14,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perflab.kit.claims import BYTES_EXACT, Part, claim, judge_parts
-from perflab.kit.experiment import Experiment
+from perflab.core import env
+from perflab.core.rows import Unmeasured
+from perflab.kit.claims import BYTES_EXACT, INCONCLUSIVE, Part, Verdict, claim, judge_parts
+from perflab.kit.experiment import ConfigProblem, ConfigView, Experiment
 from perflab.kit.tables import Missing, make_table, pick, rows_of
 
 if TYPE_CHECKING:
@@ -35,6 +42,26 @@ big_mib:
   minimum: 1
   default: 400
 """
+
+
+
+def check_config(cfg: dict, view: ConfigView) -> None:
+    """A large tensor bigger than the whole device can never be allocated: refused here,
+    before any job, where the size can be read without initialising CUDA (the host's
+    MemTotal on a CPU; NVML's largest GPU on CUDA). A size under that bound that still does
+    not fit (other tensors, other processes) ends as the job's ``oom`` rows."""
+    if ENTRY.eid not in view.selected:
+        return
+    big = view.contract(ENTRY.eid)["params"]["big_mib"]
+    if view.device.startswith("cuda"):
+        total = env.nvml_largest_device_mib() if view.check_device else None
+        where = "the largest GPU here holds"
+    else:
+        total, where = env.host_memory_mib("MemTotal"), "this host has (MemTotal)"
+    if total is not None and big > total:
+        raise ConfigProblem("experiments.E12.big_mib", f"{big} MiB is more than {where} "
+                            f"{total:.0f} MiB: the tensor could never be allocated")
+
 
 #: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
 #: still run every code path
@@ -108,6 +135,17 @@ STILL_MAX_MIB = 1
        tolerance=f"each counter moves by > {MOVED_MIN_MIB} MiB or by < {STILL_MAX_MIB} MiB "
                  "as stated", exact=BYTES_EXACT)
 def _three_counters(ev):
+    try:
+        return _counters_move(ev)
+    except Unmeasured as exc:
+        if exc.status != "oom":
+            raise
+        # the large tensor was never held, so neither del nor empty_cache had anything to
+        # move: no evidence either way (the generic reading of an oom row is a finding)
+        return Verdict(INCONCLUSIVE, f"undecided: not measured ({exc.where}): {exc.reason}")
+
+
+def _counters_move(ev):
     after = (AFTER_ALLOC, AFTER_DEL, AFTER_EMPTY_CACHE)
     a = {v: ev.value("E12", v, ALLOCATED, "value") for v in after}
     r = {v: ev.value("E12", v, RESERVED, "value") for v in after}

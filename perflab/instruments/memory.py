@@ -85,6 +85,16 @@ def nvml_process_used_mib(device: torch.device | str | None = None) -> tuple[flo
             pass
 
 
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation that ran out of memory: CUDA's ``OutOfMemoryError``,
+    or the CPU allocator's failure, a plain ``RuntimeError`` ("can't allocate memory")."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, (RuntimeError, MemoryError)) and (
+        "out of memory" in text or "can't allocate memory" in text)
+
+
 def _proc_status_kib(field: str) -> float:
     with open("/proc/self/status") as fh:
         for line in fh:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -148,14 +149,28 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
     for key_node in written:
         key = loader.construct_object(key_node, deep=True)
         try:
-            line = first.setdefault(key, key_node.start_mark.line)
+            seen = key in first
         except TypeError:  # an unhashable key: the constructor below names it
             continue
-        if line != key_node.start_mark.line:
+        if seen:  # on another line, or on the same one ({seed: 1, seed: 2})
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first given on line {line + 1})",
+                None, None, f"duplicate key {key!r} (first given on line {first[key] + 1})",
                 key_node.start_mark)
+        first[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=True)
+
+
+class _DuplicateJSONKey(Exception):
+    pass
+
+
+def _strict_json_object(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateJSONKey(k)
+        out[k] = v
+    return out
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
@@ -173,7 +188,26 @@ def load_yaml(path: str | Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {str(path)!r} cannot be read as text ({exc})") from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        # Snakemake reads a config file as JSON first, then as YAML: so does this, or a JSON
+        # file it took (indented with tabs, which YAML refuses) would be refused here
+        data = json.loads(text, object_pairs_hook=_strict_json_object)
+    except _DuplicateJSONKey as exc:
+        raise ConfigError(f"config file {str(path)!r}: duplicate key {exc.args[0]!r} in a "
+                          "JSON object") from None
+    except ValueError:  # not JSON
+        data = _strict_yaml(path, text)
+    if data is None:  # Snakemake refuses it too, but without naming the file
+        raise ConfigError(f"config file {str(path)!r} holds no settings (it is empty, or only "
+                          "comments): give at least one key, or leave the file out")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping at its top level "
+                          f"(keys such as device: or timing:), not a {type(data).__name__}")
+    return data
+
+
+def _strict_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -181,12 +215,6 @@ def load_yaml(path: str | Path) -> dict:
         raise ConfigError(f"config file {str(path)!r}{where}: {what}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r}: not valid YAML ({exc})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping at its top level "
-                          f"(keys such as device: or timing:), not a {type(data).__name__}")
-    return data
 
 
 def user_layer(configfiles: list[str | Path], overrides: Mapping[str, Any] | None = None) -> dict:
