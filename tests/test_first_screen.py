@@ -73,6 +73,10 @@ def test_claims_tally_names_what_changed_against_the_reference():
     assert first_screen.claim_changes(changed, ref.claims) == [("C10", was, "INCONCLUSIVE")]
     assert f"C10</a> {was} → INCONCLUSIVE" in first_screen.tally_html(changed, claims.VERDICTS,
                                                                       ref)
+    # a run of one experiment leaves the others NOT RUN: no change of the machine
+    one = ours.copy()
+    one.loc[one.claim != "C10", "verdict"] = claims.NOT_RUN
+    assert first_screen.claim_changes(one, ref.claims) == []
 
 
 @pytest.mark.parametrize("mode, workload, shown", [

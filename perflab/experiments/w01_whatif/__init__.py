@@ -47,7 +47,7 @@ ENTRY = Experiment(
                   "memory) are rows saying why; peak memory is the VmHWM of a fresh process "
                   "per side",
     extra_outputs=(("md", ".md"),),
-    report_section="25 · What if: each intervention measured",
+    report_section="26 · What if: each intervention measured",
     in_all=False,  # up to 3 min on the H200: perflab whatif / diagnose, or run=all,W01,
     own_rules=True,
 )
