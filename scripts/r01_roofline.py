@@ -157,8 +157,9 @@ def _conv_rate(ctx, name: str, dtype: torch.dtype, call, direction: str, k: int
     a row). Its FLOPs are counted by the step's own counter, one call."""
     p, big = ctx.params, call.batched(k)
     variant = r01.conv_variant(name, direction, k)
-    window = (f"aten.convolution{'_backward (input and weight gradients)' if direction == 'backward' else ''}"
-              f" {big.shape()} in {dtype}; each sample repeats it until it lasts "
+    op = ("aten.convolution_backward (input and weight gradients)" if direction == "backward"
+          else "aten.convolution")
+    window = (f"{op} {big.shape()} in {dtype}; each sample repeats it until it lasts "
               f"~{p['target_ms']} ms" + _precision_note(ctx, name, "convolution"))
     sync = f"{ctx.sync_name} at both ends of each sample of back-to-back calls"
     try:
@@ -273,8 +274,8 @@ def _phase_medians(ctx, step, window: str, boundary: str) -> dict[str, float]:
 def _group_rows(ctx, name, members, work, medians, ceilings, window: str, boundary: str):
     """One phase or group: its counted work (FLOPs by the precision they ran in), its time
     (a group's: summed) and the achieved fractions of its ceilings: the FLOP-weighted blend
-    of the matmul and convolution ceilings of what it ran (perflab.instruments.precision.blend), the link or
-    memory bandwidth; its ridge point is the blend over the memory bandwidth."""
+    of the matmul and convolution ceilings of what it ran (perflab.instruments.precision.blend),
+    the link or memory bandwidth; its ridge point is the blend over the memory bandwidth."""
     peaks, link, bandwidth, cache = ceilings
     variant = r01.phase_variant(name)
     if name == "host_to_device" and not ctx.is_cuda:
