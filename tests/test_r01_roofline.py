@@ -185,6 +185,12 @@ def test_convolution_flops_are_counted_apart_with_their_sizes():
     back, _ = roofline.count(convolution.conv_op(call.batched(4), "backward", torch.float32,
                                                  torch.device("cpu")))
     assert back.flops == 4 * 2 * fwd  # the input's and the weight's gradients
+    # under autocast the convolution runs (and is counted, and timed) in bfloat16
+    with precision.PrecisionFlops() as amp, torch.autocast("cpu", dtype=torch.bfloat16):
+        conv(x)
+    assert dict(amp.by_precision) == {"conv_bfloat16": fwd}
+    bf16 = convolution.conv_op(call, "forward", torch.bfloat16, torch.device("cpu"))()
+    assert bf16.dtype == torch.bfloat16
 
 
 def test_a_conv_phase_is_judged_against_the_conv_ceiling():
@@ -243,6 +249,6 @@ def test_the_convnet_has_a_conv_ceiling_and_its_phases_use_it(convnet_r01):
     assert abs(conv_peak / mm_peak - 1) > 0.05
     assert fb.value[r01.FLOPS_FRACTION] == pytest.approx(
         100 * fb.value[r01.ACHIEVED_FLOPS] / blended)
-    fractions = rows[rows.metric == r01.FLOPS_FRACTION]
+    fractions = rows[rows.metric.isin([r01.FLOPS_FRACTION, r01.BANDWIDTH_FRACTION])]
     assert len(fractions) and (fractions.value <= r01.CEILING_MAX_PCT).all(), fractions.value
     assert one_value(rows, r01.TF32_MODE, "tf32_convolution") == 0  # a CPU: never
