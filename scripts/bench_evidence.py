@@ -8,6 +8,11 @@ holds on a step that leaves fp32 eager.
    sequence length every step) through E05: the verdict must be the compiler.
 3. ``dropout``: examples/known/dropout through W01's one-step check: a no-op must be "ok" or
    "not decidable" (never MISMATCH), a tripled learning rate MISMATCH (never "ok").
+4. ``convnet``: the built-in convnet through R01: a convolution ceiling of the precision its
+   convolutions ran (TF32 on CUDA: cuDNN's default), its phases against it, none above 100%.
+5. ``recompiling_whatif``: the recompiling step through C00 and W01's compile_dynamic (its
+   own torch.compile made dynamic=True): the baseline recompiles, the fix does not, the
+   one-step check passes; the change judged against C00's A/A floor.
 
 Each part's rows, provenance and log go under OUT/<part>/; a summary (what each part
 expects and got) to OUT/summary.json and stdout. Exit status 1 when an expectation fails.
@@ -125,7 +130,74 @@ def dropout(args, out: Path) -> dict:
             "ok": ok}
 
 
-PARTS = {"bf16": bf16, "recompiling": recompiling, "dropout": dropout}
+def convnet(args, out: Path) -> dict:
+    """R01 on the built-in convnet: a convolution ceiling of the precision its convs ran
+    (TF32 on CUDA by cuDNN's default), its phases judged against it, none above 100%."""
+    cfg = _cfg(args, "convnet", "R01")
+    rows = io.read_results([_run("R01", cfg, out)])
+    ok = rows[rows.status == "ok"]
+    ceilings = {v: round(float(x) / 1e12, 4) for v, m, x in zip(ok.variant, ok.metric, ok.value)
+                if m == r01.PEAK_FLOPS}
+    fb = ok[ok.variant == r01.phase_variant(r01.FORWARD_BACKWARD)].set_index("metric").value
+    mix = {m.removeprefix("flops_"): float(x) for m, x in fb.items()
+           if m.startswith("flops_") and m != r01.FLOPS_FRACTION}
+    fr = ok[ok.metric.isin([r01.FLOPS_FRACTION, r01.BANDWIDTH_FRACTION])
+            & (ok.statistic == "median")]
+    phases = {f"{v} {m}": round(float(x), 1) for v, m, x in zip(fr.variant, fr.metric, fr.value)}
+    over = {k: v for k, v in phases.items() if v > r01.CEILING_MAX_PCT}
+    conv_keys = [k for k in mix if k.startswith("conv_")]
+    have = all(r01.conv_ceiling(k.removeprefix("conv_")) in {v for v in ok.variant}
+               for k in conv_keys)
+    tf32 = {m: float(x) for m, x in ok[ok.variant == r01.TF32_MODE].set_index("metric")
+            .value.items()}
+    return {"expect": "a conv ceiling for each precision the convs ran (tf32 on CUDA), "
+                      "forward_backward judged against the conv+matmul blend, every phase "
+                      "<= 100%",
+            "ceilings_tflops": ceilings, "tf32_modes": tf32,
+            "forward_backward_flops_by_key": mix,
+            "forward_backward_blended_peak_tflops": round(float(fb.get(r01.BLENDED_PEAK, 0))
+                                                          / 1e12, 4),
+            "fractions_pct": phases, "over_100": over,
+            "ok": bool(conv_keys) and have and not over}
+
+
+def recompiling_whatif(args, out: Path) -> dict:
+    """W01's compile_dynamic on examples/bottlenecks/recompiling, against C00's A/A floor of
+    the same step: the baseline recompiles, the dynamic step does not, the check passes."""
+    from perflab.experiments import w01_whatif as w01
+
+    params = {"backend": "aot_eager"} if args.device == "cpu" else {}
+    cfg = _cfg(args, "bottlenecks.recompiling:make_step", "C00,W01", params)
+    torch._dynamo.reset()
+    floor = io.read_results([_run("C00", cfg, out)])
+    torch._dynamo.reset()
+    c = whatif.intervention_contract(config.contract(cfg, "W01"), "compile_dynamic")
+    c["params"].update(peak_calls=0)
+    csv = _run("W01", cfg, out / "compile_dynamic", contract=c,
+               measure=_script("w01_whatif").measure_one)
+    rows = io.read_results([csv])
+    ok = rows[rows.status == "ok"].set_index(["variant", "metric"]).value
+    o = w01.outcome(_concat(floor, rows), "compile_dynamic")
+    got = {k: float(ok.get(("compile_dynamic/" + s, m), float("nan")))
+           for s in ("baseline", "intervened")
+           for m, k in ((w01.RECOMPILES, f"{s}_warmup_recompiles"),
+                        (w01.FIRST_CALL, f"{s}_first_call_ms"))}
+    return {"expect": "baseline recompiles in its warm-up, intervened 0; check ok; change "
+                      "and verdict against C00's floor (faster expected, not asserted)",
+            **got, "change_pct": o.change_pct, "verdict": o.verdict, "reason": o.reason,
+            "check": o.check_verdict,
+            "ok": (got["intervened_warmup_recompiles"] == 0
+                   < got["baseline_warmup_recompiles"] and o.check_verdict == whatif.OK)}
+
+
+def _concat(*frames):
+    import pandas as pd
+
+    return pd.concat([f for f in frames if not f.empty], ignore_index=True)
+
+
+PARTS = {"bf16": bf16, "recompiling": recompiling, "dropout": dropout, "convnet": convnet,
+         "recompiling_whatif": recompiling_whatif}
 
 
 def main(argv=None) -> int:

@@ -25,7 +25,7 @@ import torch
 
 from perflab.experiments import r01_roofline as r01
 from perflab.experiments.w01_whatif import whatif
-from perflab.instruments import phases, precision, roofline, timing
+from perflab.instruments import convolution, phases, precision, roofline, timing
 from perflab.pipeline.runner import run
 
 STATS = ("median", "iqr", "min", "max")
@@ -40,11 +40,17 @@ def _precisions(ctx, ran=()) -> list[str]:
     return [p for p in dict.fromkeys(want) if p in precision.PRECISIONS]
 
 
-def _precision_note(ctx, name: str) -> str:
+#: the flag that turns TF32 on or off for each kind of op, and its values (on, off)
+_TF32_FLAG = {"matmul": ("matmul precision", "'high'", "'highest'"),
+              "convolution": ("torch.backends.cudnn.allow_tf32", "True", "False")}
+
+
+def _precision_note(ctx, name: str, kind: str = "matmul") -> str:
+    flag, on, off = _TF32_FLAG[kind]
     if name == "tf32":
-        return "; float32 operands, TF32 on (matmul precision 'high')"
+        return f"; float32 operands, TF32 on ({flag} {on})"
     if name == "float32":
-        return "; float32 strict: TF32 off (matmul precision 'highest')"
+        return f"; float32 strict: TF32 off ({flag} {off})"
     return ""
 
 
@@ -108,6 +114,74 @@ def _matmul_rate(ctx, name: str, dtype: torch.dtype, n: int) -> float | None:
             statistic="median", n=len(samples), window=window + f" ({inner} per sample)",
             sync_boundary=sync, dtype=name, input_shape=f"[{n}, {n}]")
     ctx.log(f"matmul {name} n={n}: {s['median']:.4f} ms, {flops / 1e12:.3f} TFLOP/s")
+    return flops
+
+
+def conv_ceilings(ctx, convs: dict, ran=()) -> dict[str, float]:
+    """Where the step convolves: its heaviest convolution, forward and backward, at each of
+    ``conv_batch_scales`` x its batch, in each precision its convolutions ran (``ran``: the
+    counted keys, "conv_tf32" where cuDNN's TF32 applied); the best rate of each precision
+    is its convolution ceiling, keyed as the step's FLOPs are (``conv_<precision>``)."""
+    call = convolution.heaviest(convs)
+    wanted = [precision.split_key(k)[1] for k in ran
+              if precision.split_key(k)[0] == "convolution"]
+    peaks: dict[str, float] = {}
+    if call is None:
+        return peaks
+    scales = ctx.params.get("conv_batch_scales", [1, 4])
+    for name in wanted:
+        dtype = torch.float32 if name == "tf32" else getattr(torch, name)
+        rates = []
+        with _mode(name):
+            for direction in convolution.DIRECTIONS:
+                for k in scales:
+                    rate = _conv_rate(ctx, name, dtype, call, direction, k)
+                    rates += [rate] if rate is not None else []
+        if not rates:
+            ctx.unsupported(variant=r01.conv_ceiling(name), metric=r01.PEAK_FLOPS,
+                            unit="FLOP/s", reason=f"no {name} convolution measured", dtype=name)
+            continue
+        peaks[precision.conv_key(name)] = max(rates)
+        ctx.row(variant=r01.conv_ceiling(name), metric=r01.PEAK_FLOPS, value=max(rates),
+                unit="FLOP/s", window=f"best median of the step's heaviest convolution "
+                f"({call.shape()}), forward and backward, at {scales} x its batch"
+                + _precision_note(ctx, name, "convolution"),
+                sync_boundary="see the conv/ rows", dtype=name, input_shape=call.shape(),
+                n=len(rates))
+    return peaks
+
+
+def _conv_rate(ctx, name: str, dtype: torch.dtype, call, direction: str, k: int
+               ) -> float | None:
+    """The achieved FLOP/s of the convolution at ``k`` x its batch (its rows), or None (why,
+    a row). Its FLOPs are counted by the step's own counter, one call."""
+    p, big = ctx.params, call.batched(k)
+    variant = r01.conv_variant(name, direction, k)
+    op = ("aten.convolution_backward (input and weight gradients)" if direction == "backward"
+          else "aten.convolution")
+    window = (f"{op} {big.shape()} in {dtype}; each sample repeats it until it lasts "
+              f"~{p['target_ms']} ms" + _precision_note(ctx, name, "convolution"))
+    sync = f"{ctx.sync_name} at both ends of each sample of back-to-back calls"
+    try:
+        fn = convolution.conv_op(big, direction, dtype, ctx.device)
+        work, _ = roofline.count(fn)
+        samples, inner = roofline.per_call_ms(fn, target_ms=p["target_ms"],
+                                              repeats=p["repeats"], sync=ctx.sync)
+    except (RuntimeError, NotImplementedError, torch.cuda.OutOfMemoryError) as exc:
+        oom = isinstance(exc, torch.cuda.OutOfMemoryError)
+        ctx.unsupported(variant=variant, metric=r01.CALL_TIME, unit="ms",
+                        status="oom" if oom else "unsupported", dtype=name,
+                        reason=f"{name} convolution failed on {ctx.device}: "
+                               f"{str(exc).splitlines()[0]}", input_shape=big.shape())
+        return None
+    s = ctx.summary(samples, variant=variant, metric=r01.CALL_TIME, window=window,
+                    sync_boundary=sync, statistics=STATS, dtype=name, input_shape=big.shape())
+    flops = work.flops / (s["median"] / 1e3)
+    ctx.row(variant=variant, metric=r01.ACHIEVED_FLOPS, value=flops, unit="FLOP/s",
+            statistic="median", n=len(samples), window=window + f" ({inner} per sample; "
+            f"{work.flops} FLOP a call, torch.utils.flop_counter)", sync_boundary=sync,
+            dtype=name, input_shape=big.shape())
+    ctx.log(f"conv {name} {direction} x{k}: {s['median']:.4f} ms, {flops / 1e12:.3f} TFLOP/s")
     return flops
 
 
@@ -200,8 +274,8 @@ def _phase_medians(ctx, step, window: str, boundary: str) -> dict[str, float]:
 def _group_rows(ctx, name, members, work, medians, ceilings, window: str, boundary: str):
     """One phase or group: its counted work (FLOPs by the precision they ran in), its time
     (a group's: summed) and the achieved fractions of its ceilings: the FLOP-weighted blend
-    of the matmul ceilings of the precisions it ran (perflab.instruments.precision.blend), the link or
-    memory bandwidth; its ridge point is the blend over the memory bandwidth."""
+    of the matmul and convolution ceilings of what it ran (perflab.instruments.precision.blend),
+    the link or memory bandwidth; its ridge point is the blend over the memory bandwidth."""
     peaks, link, bandwidth, cache = ceilings
     variant = r01.phase_variant(name)
     if name == "host_to_device" and not ctx.is_cuda:
@@ -214,11 +288,13 @@ def _group_rows(ctx, name, members, work, medians, ceilings, window: str, bounda
                                 (r01.ATEN_OPS, total.ops, "count")):
         ctx.row(variant=variant, metric=metric, value=float(value), unit=unit,
                 window="one steady-state step; " + COUNTED, sync_boundary="counted, not timed")
-    for prec, flops in sorted(total.by_precision.items()):
-        ctx.row(variant=variant, metric=r01.precision_flops(prec), value=float(flops),
-                unit="FLOP", dtype=prec, window="one steady-state step; the FLOPs whose "
-                "operands had this precision at the ATen level (autocast's cast applied; "
-                "float32 read as tf32 where TF32 applies)", sync_boundary="counted, not timed")
+    for key, flops in sorted(total.by_precision.items()):
+        kind, prec = precision.split_key(key)
+        ctx.row(variant=variant, metric=r01.precision_flops(key), value=float(flops),
+                unit="FLOP", dtype=prec, window=f"one steady-state step; the {kind} FLOPs "
+                "whose operands had this precision at the ATen level (autocast's cast "
+                "applied; float32 read as tf32 where TF32 applies: cudnn.allow_tf32 for "
+                "convolutions)", sync_boundary="counted, not timed")
     if len(members) > 1:
         ctx.row(variant=variant, metric=r01.PHASE_TIME, value=ms, unit="ms", statistic="median",
                 n=ctx.params["repeats"], window=window,
@@ -233,7 +309,8 @@ def _group_rows(ctx, name, members, work, medians, ceilings, window: str, bounda
         ctx.unsupported(variant=variant, metric=r01.ROOFLINE_FRACTION, unit="%",
                         reason=why or "a ceiling was not measured")
         return
-    against_flops = (f"the FLOP-weighted blend of the matmul ceilings of what it ran "
+    against_flops = (f"the FLOP-weighted blend of the matmul (and convolution: conv_) "
+                     f"ceilings of what it ran "
                      f"({precision.describe(mix)})")
     ctx.row(variant=variant, metric=r01.BLENDED_PEAK, value=peak, unit="FLOP/s",
             window=against_flops, sync_boundary="derived from the ceilings and the counts")
@@ -278,9 +355,10 @@ def measure(ctx):
     step = ctx.step(resident=False, metric=r01.FLOPS, unit="FLOP",
                     variants=tuple(r01.phase_variant(ph) for ph in r01.WORK_PHASES))
     # the work first (one counted step): the ceilings measured are those of what it runs
-    work = roofline.step_work(step) if step is not None else {}
+    work, convs = roofline.counted_step(step) if step is not None else ({}, {})
     ran = {p for w in work.values() for p, f in w.by_precision.items() if f}
     peaks = matmul_ceilings(ctx, sorted(ran))
+    peaks.update(conv_ceilings(ctx, convs, sorted(ran)))
     bw = copy_ceilings(ctx)
     link, bandwidth, cache = bw if bw else (None, None, None)
     peak = peaks.get(ctx.contract["dtype"])

@@ -46,6 +46,7 @@ from perflab.experiments import w01_whatif as names
 from perflab.experiments.e08_batch_sweep import sweep
 from perflab.experiments.w01_whatif import transforms, whatif
 from perflab.instruments import ab, interventions, profiling, timing, workloads
+from perflab.instruments.compiler_watch import CompilerWatch
 from perflab.pipeline import config as cfgmod
 from perflab.pipeline.runner import base_parser, config_from_args, execute, log_to
 
@@ -104,6 +105,8 @@ def _side_contract(w, recipe, parts) -> dict:
     if recipe.compile_mode:
         out["execution"] = ("compiled" if recipe.compile_mode == "default"
                             else f"compiled ({recipe.compile_mode})")
+    if recipe.dynamic:
+        out["execution"] = "compiled (the step's own torch.compile, dynamic=True)"
     if parts.examples != w.batch_size and w.loader is None:
         out["input_shape"] = w.input_shape(parts.examples)
     return out
@@ -219,6 +222,7 @@ def _check(ctx, iv, states, scale, control, reseeded) -> str:
     own = None if control is None else whatif.differences(states[names.BASELINE], control)
     tol = whatif.tf32_aware(whatif.TOLERANCES[iv.tolerance], scale, own)
     agree = whatif.agreement(states[names.BASELINE], states[names.INTERVENED], tol, control,
+                             # compile_dynamic: both sides compiled by the step's backend
                              other_generator=bool(iv.change.get("compile_mode")),
                              reseeded=None if isinstance(reseeded, Exception) else reseeded)
     check = dict(variant=names.variant(iv.name, names.CHECK), n=1,
@@ -274,11 +278,30 @@ def _scale_rows(ctx, scale, check) -> None:
             ctx.unsupported(metric=metric, unit="relative", reason=scale.why, **kw)
 
 
+def _compiler_rows(ctx, iv, side, report, steps: int, kw) -> None:
+    """What the compiler did in a side's warm-up steps (after its first call): the evidence
+    that a fix of the compiler removed the recompiles (and the baseline's, that it had them).
+    Both sides share Dynamo's per-function cache in this process: the intervened side's graph
+    counts against the baseline's recompile limit, one entry sooner than alone."""
+    window = (f"the side's {steps} warm-up steps after its first call (each side's own batches "
+              "in its stream's order)")
+    kw = dict(variant=names.variant(iv.name, side), n=steps, sync_boundary="torch._dynamo's "
+              "counters and recompile reasons (perflab.instruments.compiler_watch)", **kw)
+    ctx.row(metric=names.RECOMPILES, value=float(report.recompiles), unit="count",
+            window=window + (f"; cause: {report.cause()}" if report.cause() else ""), **kw)
+    ctx.row(metric=names.GRAPHS, value=float(report.graphs), unit="count", window=window, **kw)
+    ctx.row(metric=names.EAGER_FALLBACK, value=float(report.eager_fallback), unit="bool",
+            window=window + "; 1: a frame hit the recompile limit and runs eager", **kw)
+
+
 def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
     """Both sides warmed on their own, then interleaved blocks of free-running stretches."""
     p, t = ctx.params, ctx.timing
-    for parts in (base, inter):
-        timing.warm(parts.step, t["warmup"], ctx.sync)
+    for side, parts in ((names.BASELINE, base), (names.INTERVENED, inter)):
+        with CompilerWatch() as watch:
+            timing.warm(parts.step, t["warmup"], ctx.sync)
+        if iv.change.get("dynamic"):
+            _compiler_rows(ctx, iv, side, watch.report, t["warmup"], kw_of[side])
     k = min(STRETCH, p["inner"])
     calls = max(1, p["inner"] // k)
     res = timing.interleaved_ab(profiling.free_running(base.step, k),
@@ -409,7 +432,7 @@ def measure_intervention(ctx, iv: whatif.Intervention) -> None:
                         reason=reason)
         return
     del w
-    if recipe.compile_mode:
+    if recipe.compile_mode or recipe.dynamic:
         torch._dynamo.reset()  # compiled graphs and CUDA-graph pools hold memory
     gc.collect()
     _peaks(ctx, iv)

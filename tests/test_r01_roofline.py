@@ -157,3 +157,99 @@ def test_a_bf16_autocast_step_is_judged_against_the_bf16_ceiling(tiny_cfg, tmp_p
     bw = one_value(rows, r01.MEMORY_BANDWIDTH, r01.BANDWIDTH)
     assert fb.value[r01.RIDGE] == pytest.approx(bf16_peak / bw)
     assert (rows.variant == r01.CACHE_BANDWIDTH).any() and fb.value[r01.CACHE_FRACTION] > 0
+
+
+# ------------------------------------------------------------------ where the step convolves
+
+
+def test_convolution_flops_are_counted_apart_with_their_sizes():
+    """A conv's FLOPs go under conv_<precision> (its own ceiling), a Linear's under the
+    precision; the forward convolution's arguments are recorded for the ceiling's size."""
+    from perflab.instruments import convolution, precision
+
+    conv, lin = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.Linear(4, 2)
+    x = torch.randn(2, 3, 8, 8)
+    flops = precision.PrecisionFlops()
+    with flops:
+        lin(conv(x).mean((2, 3))).sum().backward()
+    fwd = 2 * 2 * 4 * 8 * 8 * 3 * 9
+    assert flops.by_precision["conv_float32"] == fwd * 2  # forward + the weight's gradient
+    assert flops.by_precision["float32"] == 3 * 2 * 2 * 4 * 2  # the Linear, fwd + 2 grads
+    call = convolution.heaviest(flops.convs)
+    assert call.input == (2, 3, 8, 8) and call.weight == (4, 3, 3, 3) and call.padding == (1, 1)
+    assert flops.convs[call] == fwd
+    # the timed convolution does what the step's did, counted by the same counter
+    work, out = roofline.count(convolution.conv_op(call, "forward", torch.float32,
+                                                   torch.device("cpu")))
+    assert work.flops == fwd and out.shape == (2, 4, 8, 8)
+    back, _ = roofline.count(convolution.conv_op(call.batched(4), "backward", torch.float32,
+                                                 torch.device("cpu")))
+    assert back.flops == 4 * 2 * fwd  # the input's and the weight's gradients
+    # under autocast the convolution runs (and is counted, and timed) in bfloat16
+    with precision.PrecisionFlops() as amp, torch.autocast("cpu", dtype=torch.bfloat16):
+        conv(x)
+    assert dict(amp.by_precision) == {"conv_bfloat16": fwd}
+    bf16 = convolution.conv_op(call, "forward", torch.bfloat16, torch.device("cpu"))()
+    assert bf16.dtype == torch.bfloat16
+
+
+def test_a_conv_phase_is_judged_against_the_conv_ceiling():
+    """The blend sends conv FLOPs to the conv ceiling: a phase of 90% conv FLOPs whose conv
+    ceiling is a quarter of the matmul one reads 3.1x higher against the matmul alone."""
+    from perflab.instruments import precision
+
+    mix = {"conv_float32": 90, "float32": 10}
+    with_conv, _ = precision.blend(mix, {"float32": 4.0, "conv_float32": 1.0})
+    assert with_conv == pytest.approx(100 / (90 / 1.0 + 10 / 4.0))
+    peak, why = precision.blend(mix, {"float32": 4.0})  # no conv ceiling: no blend at all
+    assert peak is None and "conv_float32" in why
+
+
+@pytest.fixture(scope="module")
+def convnet_r01(tiny_cfg, tmp_path_factory):
+    from experiments import run_tiny
+
+    from perflab.core import io
+
+    from perflab.pipeline import config
+
+    spec = config.contract({**tiny_cfg, "workload": "convnet"}, "R01")["workloads"]
+
+    def patch(c):
+        c["workload"], c["workloads"] = "convnet", spec
+
+    _, out = run_tiny(tiny_cfg, "R01", tmp_path_factory.mktemp("r01_conv"), patch=patch)
+    return io.read_results([out["csv"]])
+
+
+def test_the_convnet_has_a_conv_ceiling_and_its_phases_use_it(convnet_r01):
+    """The built-in convnet (tiny): a conv ceiling timed at the step's heaviest conv, the
+    forward + backward judged against the blend of conv and matmul ceilings, <= 100%."""
+    from perflab.experiments import r01_roofline as r01
+    from perflab.instruments import precision
+
+    rows = convnet_r01
+    conv_peak = one_value(rows, r01.conv_ceiling("float32"), r01.PEAK_FLOPS)
+    timed = rows[rows.variant.str.startswith("conv/float32/") & (rows.metric == r01.ACHIEVED_FLOPS)]
+    assert set(timed.variant) == {f"conv/float32/{d}_x{k}" for d in ("forward", "backward")
+                                  for k in (1, 4)}
+    assert conv_peak == timed.value.max() > 0
+    # the step's heaviest conv (channels 4, image 8, batch 4): the first, 3 -> 4 at 8 x 8
+    shapes = set(rows[rows.variant.str.startswith("conv/float32/")].input_shape)
+    assert shapes == {"[4, 3, 8, 8] * [4, 3, 3, 3] pad [1, 1]",
+                      "[16, 3, 8, 8] * [4, 3, 3, 3] pad [1, 1]"}
+    mm_peak = one_value(rows, r01.matmul_ceiling("float32"), r01.PEAK_FLOPS)
+    fb = rows[rows.variant == r01.phase_variant(r01.FORWARD_BACKWARD)].set_index("metric")
+    conv, mm = (fb.value.get(r01.precision_flops(k), 0.0) for k in ("conv_float32", "float32"))
+    assert conv > 0.5 * fb.value[r01.FLOPS] and conv + mm == pytest.approx(fb.value[r01.FLOPS])
+    blended = precision.blend({"conv_float32": conv, "float32": mm},
+                              {"conv_float32": conv_peak, "float32": mm_peak})[0]
+    assert fb.value[r01.BLENDED_PEAK] == pytest.approx(blended)
+    # against the matmul ceiling alone the same phase would read another fraction
+    assert abs(conv_peak / mm_peak - 1) > 0.05
+    assert fb.value[r01.FLOPS_FRACTION] == pytest.approx(
+        100 * fb.value[r01.ACHIEVED_FLOPS] / blended)
+    fractions = rows[rows.metric.isin([r01.FLOPS_FRACTION, r01.BANDWIDTH_FRACTION])
+                     & (rows.status == "ok")]
+    assert len(fractions) and (fractions.value <= r01.CEILING_MAX_PCT).all(), fractions.value
+    assert one_value(rows, r01.TF32_MODE, "tf32_convolution") == 0  # a CPU: never

@@ -643,3 +643,54 @@ def test_a_users_own_loader_and_step(tiny_cfg, tmp_path, monkeypatch):
                 SCRIPT.measure_one)
     o = w01.outcome(pd.concat([plan, rows]), "loader_workers")
     assert o.change_pct is not None and o.check_verdict == whatif.OK, o
+
+
+# ------------------------------------------------------------------ the compiler's fix
+
+
+@pytest.fixture
+def recompiling(monkeypatch):
+    """examples/bottlenecks/recompiling (torch.compile(dynamic=False), a new sequence length
+    each step) as a W01 workload spec, on aot_eager: Dynamo and AOTAutograd as in a real
+    compile, without Inductor's C++ builds."""
+    from conftest import REPO_ROOT
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples"))
+    torch._dynamo.reset()
+    yield lambda **kw: {"target": "bottlenecks.recompiling:make_step",
+                        "params": {"backend": "aot_eager", "seed": 0, **kw}}
+    torch._dynamo.reset()
+
+
+def test_compile_dynamic_is_measured_where_the_step_recompiles(tiny_cfg, tmp_path, recompiling):
+    """The compiler candidate's fix, measured: the baseline recompiles in its warm-up, the
+    step with its own torch.compile made dynamic=True does not; its first-call cost, its
+    interval against the baseline and its one-step check are rows like any intervention's."""
+    c = _contract(tiny_cfg, "compile_dynamic", interventions="all", blocks=2, inner=2)
+    c["workload"], c["workloads"] = "recompiling", {"recompiling": recompiling()}
+    rows = _run(c, tmp_path, "compile_dynamic", SCRIPT.measure_one)
+    ok = rows[rows.status == "ok"].set_index(["variant", "metric"]).value
+    assert ok["compile_dynamic/baseline", w01.RECOMPILES] >= 2  # a new length per step
+    assert ok["compile_dynamic/intervened", w01.RECOMPILES] == 0
+    cause = rows[(rows.variant == "compile_dynamic/baseline")
+                 & (rows.metric == w01.RECOMPILES)].window.iloc[0]
+    assert "sequence length" in cause and "dimension 1" in cause
+    inter = rows[(rows.variant == "compile_dynamic/intervened") & (rows.status == "ok")]
+    assert set(inter.execution) == {"compiled (the step's own torch.compile, dynamic=True)"}
+    assert (rows.metric == w01.FIRST_CALL_COST).any()
+    assert (rows.variant == "compile_dynamic/change").any()
+    o = w01.outcome(rows, "compile_dynamic")
+    assert o.change_pct is not None and o.check_verdict == whatif.OK, o
+
+
+def test_compile_dynamic_does_not_apply_without_recompiles(tiny_cfg, tmp_path, recompiling):
+    """One sequence length: the compiled step never recompiles, so the fix has nothing to
+    remove; an eager MLP has no compile of its own to make dynamic."""
+    for spec, why in ((recompiling(lengths=1), "did not recompile"),
+                      ({"target": "mlp", "params": {**tiny_cfg["workloads"]["mlp"], "seed": 0}},
+                       "not compiled")):
+        c = _contract(tiny_cfg, interventions="all")
+        c["workload"], c["workloads"] = "w", {"w": spec}
+        plan = _run(c, tmp_path, whatif.PLAN, SCRIPT.measure_plan)
+        row = plan[plan.variant == "compile_dynamic/plan"]
+        assert row.status.iloc[0] != "ok" and why in row.reason.iloc[0], row.reason.iloc[0]

@@ -367,6 +367,8 @@ def environment_report(device: torch.device | str, *, cfg_hash: str | None = Non
                 "total_memory_mib": props.total_memory / 2**20,
                 "driver": nvml_driver_version(),
                 "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+                # cuDNN convolutions run TF32 by default, whatever the matmuls do
+                "tf32_cudnn": torch.backends.cudnn.allow_tf32,
             }
         )
     else:

@@ -44,6 +44,13 @@ dtypes:
   items: {type: string, enum: [float32, bfloat16, float16]}
   minItems: 1
   default: [float32, bfloat16, float16]
+# where the step convolves: its heaviest convolution timed at these multiples of its batch
+conv_batch_scales:
+  description: where the step convolves, its heaviest convolution (forward and backward) is timed at these multiples of the step's batch; the best rate is the convolution ceiling
+  type: array
+  items: {type: integer, minimum: 1}
+  minItems: 1
+  default: [1, 4]
 # device to device and pinned host <-> device copies
 copy_mib: {description: buffer size of the device's copy-bandwidth measurements (device to device, pinned host to and from the device), type: number, exclusiveMinimum: 0, default: 1024}
 # host memcpy: source + destination 512 MiB, beyond any cache
@@ -75,6 +82,8 @@ PHASES_AND_GROUPS = tuple(PHASE_GROUPS)
 
 #: calibration: matmul/<dtype>/n<n> per size, copy/<kind> per copy, then the ceilings
 MATMUL_CEILING_PREFIX = "ceiling/matmul/"
+#: where the step convolves: conv/<precision>/<direction>_x<scale> per timed call, then this
+CONV_CEILING_PREFIX = "ceiling/conv/"
 MEMORY_BANDWIDTH = "ceiling/memory_bandwidth"
 RIDGE_POINT = "ceiling/ridge_point"
 #: the copies timed; host memcpy and device to device read and write the buffer
@@ -119,6 +128,15 @@ def matmul_variant(dtype: str, n: int) -> str:
 
 def matmul_ceiling(dtype: str) -> str:
     return f"{MATMUL_CEILING_PREFIX}{dtype}"
+
+
+def conv_variant(precision: str, direction: str, scale: int) -> str:
+    """A timed convolution: the step's heaviest, ``direction``, at ``scale`` x its batch."""
+    return f"conv/{precision}/{direction}_x{scale}"
+
+
+def conv_ceiling(precision: str) -> str:
+    return f"{CONV_CEILING_PREFIX}{precision}"
 
 
 def copy_variant(kind: str) -> str:
@@ -181,7 +199,8 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Measured ceilings, then each phase's work, time and achieved fraction of them."""
     r = rows_of(ENTRY.eid, frame)
     records = []
-    for v in sorted(x for x in r.variant.unique() if x.startswith(MATMUL_CEILING_PREFIX)):
+    for v in sorted(x for x in r.variant.unique()
+                    if x.startswith((MATMUL_CEILING_PREFIX, CONV_CEILING_PREFIX))):
         records.append({"item": v.removeprefix("ceiling/"),
                         "TFLOP_per_s": _scaled(pick(r, v, PEAK_FLOPS, "value"), 1e12)})
     records.append({"item": "memory bandwidth",

@@ -21,10 +21,26 @@ import torch
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
+from perflab.instruments import convolution
+
 #: the precisions a matmul ceiling is measured for: strict float32 (TF32 off), TF32 (CUDA),
 #: bfloat16, float16
 PRECISIONS = ("float32", "tf32", "bfloat16", "float16")
-_CONVOLUTIONS = ("convolution", "convolution_backward", "cudnn_convolution")
+_CONVOLUTIONS = ("convolution", "_convolution", "convolution_backward", "cudnn_convolution")
+#: the key a convolution's FLOPs are counted under: its own ceiling, not a matmul's
+CONV_PREFIX = "conv_"
+
+
+def conv_key(prec: str) -> str:
+    """The key of convolution FLOPs that ran in ``prec`` ("conv_tf32")."""
+    return CONV_PREFIX + prec
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """("convolution" or "matmul", the precision) of a counted key."""
+    if key.startswith(CONV_PREFIX):
+        return "convolution", key.removeprefix(CONV_PREFIX)
+    return "matmul", key
 
 
 def tf32_applies(kind: str, device_type: str) -> bool:
@@ -78,16 +94,25 @@ def precision_of(func_packet: Any, args: Any) -> str:
 
 
 class PrecisionFlops(FlopCounterMode):
-    """torch's flop counter, each FLOP also counted under its precision (``by_precision``)."""
+    """torch's flop counter, each FLOP also counted under its precision (``by_precision``;
+    a convolution's under :func:`conv_key`), and each forward convolution's arguments with
+    the FLOPs it did (``convs``: the sizes a convolution ceiling is timed at)."""
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(display=False, **kw)
         self.by_precision: Counter = Counter()
+        self.convs: Counter = Counter()
 
     def _count_flops(self, func_packet, out, args, kwargs):  # torch's hook, per counted op
         if func_packet in self.flop_registry:
-            flops = self.flop_registry[func_packet](*args, **kwargs, out_val=out)
-            self.by_precision[precision_of(func_packet, args)] += int(flops)
+            flops = int(self.flop_registry[func_packet](*args, **kwargs, out_val=out))
+            name = getattr(func_packet, "__name__", "")
+            key = precision_of(func_packet, args)
+            if name in _CONVOLUTIONS:
+                key = conv_key(key)
+            if name in convolution.FORWARD:
+                self.convs[convolution.ConvCall.from_args(args)] += flops
+            self.by_precision[key] += flops
         return super()._count_flops(func_packet, out, args, kwargs)
 
 
@@ -103,7 +128,8 @@ def blend(flops: Mapping[str, int], ceilings: Mapping[str, float | None]
         return None, "no counted FLOPs"
     missing = [p for p in ran if not ceilings.get(p)]
     if missing:
-        return None, f"no {', '.join(missing)} matmul ceiling measured (the step runs it)"
+        return None, (f"no {', '.join(missing)} ceiling measured (the step runs it; conv_: "
+                      "a convolution's)")
     return sum(ran.values()) / sum(f / ceilings[p] for p, f in ran.items()), ""
 
 

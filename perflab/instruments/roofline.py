@@ -171,13 +171,20 @@ def step_work(step) -> dict[str, Work]:
     chapter's is. One uncounted step runs first so the optimizer's state is
     allocated, as in every step after the first.
     """
+    return counted_step(step)[0]
+
+
+def counted_step(step) -> tuple[dict[str, Work], dict]:
+    """:func:`step_work`, and the step's forward convolutions
+    ({:class:`perflab.instruments.convolution.ConvCall`: FLOPs of all its calls})."""
     from perflab.instruments import phases
 
     step()
     listener = _PhaseWork(precision.PrecisionFlops(), ByteCounter())
     with listener.flops, listener.moved:
         phases.observe(step, listener)
-    return {ph: listener.work.get(ph, Work(0, 0, 0)) for ph in phases.PHASES}
+    return ({ph: listener.work.get(ph, Work(0, 0, 0)) for ph in phases.PHASES},
+            dict(listener.flops.convs))
 
 
 # ------------------------------------------------------------------ ceilings

@@ -151,7 +151,7 @@ HYPOTHESES = {
     "memory_bandwidth": ("compile_default", "autocast_bf16"),
     "straggler": (),
     "communication": (),
-    "compiler": (),
+    "compiler": ("compile_dynamic",),
     "undetermined": (),
     "recompiling": (),
     "memory_growth": (),

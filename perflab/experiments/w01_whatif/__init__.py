@@ -115,6 +115,8 @@ FIRST_CALL = "first_call"  # ms of each side's first call in its process
 FIRST_CALL_COST = "first_call_cost"  # first call minus the side's steady step, ms
 BREAK_EVEN = "break_even_steps"  # steps for the saving to repay the first-call cost
 GRAPH_BREAKS = "graph_breaks"
+#: compile_dynamic, per side: what the compiler did in its warm-up steps
+RECOMPILES, GRAPHS, EAGER_FALLBACK = "recompiles", "graphs_compiled", "eager_fallback"
 PEAK_CHANGE = "peak_change"  # intervened minus baseline peak, MiB (each side alone)
 CHECK_METRICS = ("loss_rel_diff", "grad_rel_diff", "update_rel_diff")
 TOLERANCE_SUFFIX = "_tol"

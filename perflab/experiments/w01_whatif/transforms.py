@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ from torch.utils.checkpoint import checkpoint
 
 from perflab.experiments.w01_whatif import whatif
 from perflab.experiments.w01_whatif.whatif import Parts, Probe, Recipe, StepState  # noqa: F401 (Parts: re-exported)
-from perflab.instruments import interventions, memory, steps, workloads
+from perflab.instruments import compiler_watch, interventions, memory, steps, workloads
 from perflab.instruments.phases import read_loss
 
 Tensor = torch.Tensor
@@ -118,6 +119,35 @@ def compiled(model: nn.Module, mode: str) -> nn.Module:
     """``torch.compile(model)`` in ``mode`` ("default" or "reduce-overhead"); lazy: the
     first call compiles (forward and, through AOTAutograd, backward; the optimizer stays eager)."""
     return torch.compile(model, mode=None if mode == "default" else mode)
+
+
+@contextmanager
+def dynamic_compiles():
+    """Every ``torch.compile`` called inside compiles with ``dynamic=True``: the fix for a
+    step that compiles itself with ``dynamic=False`` (or the default's specialization) and
+    recompiles on each new size. The step's own call is reached where it is made (a step
+    that compiles lazily, on its first call, as most do); Dynamo's BACKEND_MATCH guard keeps
+    these graphs apart from the baseline's static ones in the same process."""
+    given = torch.compile
+
+    def dynamic(*args, **kwargs):
+        kwargs["dynamic"] = True
+        return given(*args, **kwargs)
+
+    torch.compile = dynamic
+    try:
+        yield
+    finally:
+        torch.compile = given
+
+
+def with_dynamic_compiles(train_step):
+    """``train_step`` with every torch.compile it calls made dynamic (:func:`dynamic_compiles`)."""
+    def step(model, opt, batch):
+        with dynamic_compiles():
+            return train_step(model, opt, batch)
+
+    return step
 
 
 # ------------------------------------------------------------------ the batches
@@ -257,7 +287,11 @@ def build(w: workloads.Workload, recipe: Recipe, device: torch.device,
         notes.append(f"checkpointed {what}")
     run = compiled(model, recipe.compile_mode) if recipe.compile_mode else model
     batches, examples = _batches(w, recipe, device)
-    kit = steps.Step(run, opt, _train_step(w, recipe, device), batches, w)
+    train_step = _train_step(w, recipe, device)
+    if recipe.dynamic:
+        train_step = with_dynamic_compiles(train_step)
+        notes.append("the step's own torch.compile calls made dynamic=True")
+    kit = steps.Step(run, opt, train_step, batches, w)
     read = _loop_read(recipe, device)
 
     def on(batch: Any) -> Any:
@@ -295,6 +329,11 @@ def _try(what: Callable[[], Any]) -> str:
     return ""
 
 
+#: steps the probe runs on a copy of the model (the first, for the memory; then more, to
+#: see whether a compiled step recompiles as its batches change)
+PROBE_STEPS = 3
+
+
 def probe(w: workloads.Workload, device: torch.device, params: Mapping[str, Any]) -> Probe:
     """Run ``w``'s step once (on a copy of its model) and read what applies to it."""
     pr = Probe(device.type, str(w.dtype).removeprefix("torch."),
@@ -315,7 +354,18 @@ def probe(w: workloads.Workload, device: torch.device, params: Mapping[str, Any]
     if not pr.has_step:
         return pr
     step = steps.build(w, device, model=model)
-    activations, loss = memory.bytes_saved_during(step, exclude=list(model.parameters()))
+    watch = compiler_watch.CompilerWatch().start()
+    try:
+        activations, loss = memory.bytes_saved_during(step, exclude=list(model.parameters()))
+        for _ in range(PROBE_STEPS - 1):  # a size that changes shows from the second step
+            step()
+    finally:
+        seen = watch.stop()
+    pr.probe_steps, pr.compiled_graphs = PROBE_STEPS, seen.graphs
+    pr.recompiles, pr.eager_fallback = seen.recompiles, seen.eager_fallback
+    pr.recompile_cause = seen.cause()
+    if seen.compiled:  # the probe's graphs would count against the measured steps' limit
+        torch._dynamo.reset()
     pr.reads_inside = not isinstance(loss, torch.Tensor)  # the step returned a number
     pr.activation_mib = activations / whatif.MiB
     opt = step.optimizer

@@ -67,6 +67,7 @@ class Recipe:
     pin_memory: bool = False  # pinned host batches and non_blocking copies
     read_every: int = 1  # the loop reads the loss on the host every N steps (0: never)
     accumulate: bool = False  # ... as a device-side running sum, read every read_every
+    dynamic: bool = False  # the step's own torch.compile calls made dynamic=True
 
     def __post_init__(self):
         for name, value, allowed in (("optimizer", self.optimizer, OPTIMIZER_IMPLS),
@@ -408,6 +409,13 @@ class Probe:
     workers: int = 1  # the loader workers the intervention would use
     bf16: bool = True  # the device runs bfloat16
     sync_sites: tuple[str, ...] = ()
+    #: what torch.compile did over the probe's steps (perflab.instruments.compiler_watch):
+    #: graphs compiled, recompiles, a frame at the recompile limit, the cause in user's terms
+    compiled_graphs: int = 0
+    recompiles: int = 0
+    eager_fallback: bool = False
+    recompile_cause: str = ""
+    probe_steps: int = 0
 
 
 def sync_sites(w: Any) -> tuple[str, ...]:
@@ -512,6 +520,22 @@ def _checkpointing(p: Probe) -> str:
     return ""
 
 
+def _dynamic(p: Probe) -> str:
+    """compile_dynamic applies where the workload's own step compiles and recompiles because
+    a dimension's size changes (the compiler candidate's cause): the fix it names."""
+    if not p.compiled_graphs:
+        return (f"the workload's step is not compiled (no graph in {p.probe_steps} probe "
+                "steps): no torch.compile of its own to make dynamic")
+    if not (p.recompiles or p.eager_fallback):
+        return (f"the step compiled and did not recompile over {p.probe_steps} probe steps: "
+                "nothing for dynamic=True to remove")
+    if "changed:" not in p.recompile_cause:  # compiler_watch's size causes say "... changed: a, b"
+        cause = p.recompile_cause or "reason unknown"
+        return (f"it recompiles, but not on a changing size ({cause}): dynamic=True does not "
+                "fix that")
+    return ""
+
+
 @dataclass(frozen=True)
 class Intervention:
     """One change to the loop's recipe; where it applies; what bounds its gain."""
@@ -554,6 +578,9 @@ REGISTRY: dict[str, Intervention] = {i.name: i for i in (
                  "CUDA graphs", {"compile_mode": "reduce-overhead"}, "reordered", FWD_BWD,
                  cuda_only="reduce-overhead replays CUDA graphs (on a CPU it is "
                            "compile_default)"),
+    Intervention("compile_dynamic", "torch.compile(dynamic=True) in place of the step's "
+                 "own compile: one graph for every size of the changing dimension",
+                 {"dynamic": True}, "reordered", FWD_BWD, applies=_dynamic),
     Intervention("loader_workers", "DataLoader workers", {"loader_workers": -1},
                  "same arithmetic", ("input_wait",), applies=_workers),
     Intervention("loader_pinned", "pin_memory=True and non_blocking copies",
