@@ -210,7 +210,6 @@ def convnet_r01(tiny_cfg, tmp_path_factory):
     from experiments import run_tiny
 
     from perflab.core import io
-
     from perflab.pipeline import config
 
     spec = config.contract({**tiny_cfg, "workload": "convnet"}, "R01")["workloads"]
