@@ -176,7 +176,10 @@ def recompiling_whatif(args, out: Path) -> dict:
     csv = _run("W01", cfg, out / "compile_dynamic", contract=c,
                measure=_script("w01_whatif").measure_one)
     rows = io.read_results([csv])
-    ok = rows[rows.status == "ok"].set_index(["variant", "metric"]).value
+    # one value per (variant, metric): a metric may carry several statistics (the H200's
+    # first_call rows did: a Series, not a number, broke this summary there)
+    ok = (rows[(rows.status == "ok") & (rows.statistic == "value")]
+          .drop_duplicates(["variant", "metric"]).set_index(["variant", "metric"]).value)
     o = w01.outcome(_concat(floor, rows), "compile_dynamic")
     got = {k: float(ok.get(("compile_dynamic/" + s, m), float("nan")))
            for s in ("baseline", "intervened")
