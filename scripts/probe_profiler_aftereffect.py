@@ -12,7 +12,7 @@ ends). Run it once per setting, each in its own process:
     TEARDOWN_CUPTI=1 python scripts/probe_profiler_aftereffect.py --out b.csv
 
 It is why E14's unprofiled calls are no peer of the between-process floor
-(``perflab.experiments.e08_batch_sweep.PROCESS_PEERS``): they follow its sessions.
+(``Experiment.process_peer``): they follow its sessions.
 """
 
 from __future__ import annotations

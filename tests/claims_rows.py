@@ -14,7 +14,6 @@ import pandas as pd
 
 from perflab import experiments
 from perflab.core import io
-from perflab.experiments import e08_batch_sweep as e08
 from perflab.experiments.c00_calibration import AA_FLOOR
 from perflab.instruments import ab
 from perflab.kit import claims
@@ -57,12 +56,12 @@ def peer_medians(pct: float, n: int = 4) -> list[float]:
 
 
 def with_process_floor(frame: pd.DataFrame, pct: float | None, n: int = 4) -> pd.DataFrame:
-    """``frame`` plus ``n`` of the run's jobs that time the controlled step (e08.PROCESS_PEERS),
+    """``frame`` plus ``n`` of the run's jobs that time the controlled step (perflab.experiments.process_peers),
     their medians spread so that the between-process floor is ``pct`` %; None: none."""
     if pct is None:
         return frame
     peers = rows(*[(e, v, "step_latency", "median", m)
-                   for (e, v), m in zip(e08.PROCESS_PEERS, peer_medians(pct, n))])
+                   for (e, v), m in zip(experiments.process_peers(), peer_medians(pct, n))])
     return pd.concat([frame, peers.assign(input_shape=PEER_SHAPE)], ignore_index=True)
 
 

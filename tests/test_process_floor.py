@@ -6,18 +6,23 @@ contract. These tests simulate whole processes of a 3 ms step: each has an offse
 drawn from a known distribution (what a fresh process changes: where its memory landed,
 which core it ran on, the clocks at its start), times the median of 200 lognormal calls. R
 processes give the floor, as the run's jobs that time the controlled step do
-(:func:`perflab.experiments.e08_batch_sweep.run_process_floor`); two further processes,
+(:func:`perflab.experiments.floors.run_process_floor`); two further processes,
 compared as two batch sizes or E20's cold and warm jobs are, must land outside it at most 5%
 of the time, and with a planted effect of twice the floor inside it at most 20% of the time.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from perflab import experiments
+from perflab.experiments import floors as run_floors
 from perflab.instruments import stats
 
+ROOT = Path(__file__).resolve().parents[1]
 RUNS = 2000  # simulated runs per question; seeded, so the rates below are exact for this seed
 CALLS, STEP_MS = 200, 3.0
 
@@ -125,7 +130,6 @@ def test_the_floor_pools_the_run_jobs_that_time_the_controlled_step():
     follow profiling sessions in their process) are not."""
     from claims_rows import rows
 
-    from perflab.experiments import e08_batch_sweep as e08
 
     frame = rows(("C00", "peer/helper", "step_latency", "median", 3.0),
                  ("E01", "synchronized_warmed", "step_latency", "median", 3.1),
@@ -137,15 +141,15 @@ def test_the_floor_pools_the_run_jobs_that_time_the_controlled_step():
                  ("E08", "replicate_1/batch_4", "step_latency", "median", 2.95),
                  ("E08", "batch_8", "step_latency", "median", 6.0))
     frame.loc[frame.variant == "batch_8", "input_shape"] = "[8, 1]"
-    m = e08.process_medians(frame)
+    m = run_floors.process_medians(frame, experiments.process_peers())
     assert list(zip(m.experiment, m.variant)) == [
         ("C00", "peer/helper"), ("E01", "synchronized_warmed"), ("E03", "spread"),
         ("E08", "batch_4"), ("E08", "replicate_1/batch_4")]
-    floor, how = e08.run_process_floor(frame)
+    floor, how = run_floors.run_process_floor(frame, experiments.process_peers())
     assert floor == pytest.approx(stats.process_floor_pct([3.0, 3.1, 2.9, 3.05, 2.95]))
     assert how == "5 processes: C00, E01, E03, E08, E08"
     # one process is no A/A
-    none, why = e08.run_process_floor(frame[frame.experiment == "C00"])
+    none, why = run_floors.run_process_floor(frame[frame.experiment == "C00"], experiments.process_peers())
     assert none is None and "1 process(es)" in why and "need 2" in why
 
 
@@ -161,7 +165,23 @@ def test_every_declared_peer_times_the_controlled_step_in_the_shipped_runs(run):
     results = Path(__file__).resolve().parents[1] / "report" / "reference" / run / "results"
     frame = io.read_results(sorted(str(p) for p in results.glob("*.csv")
                                    if not p.name.endswith("_samples.csv")))
-    m = e08.process_medians(frame)
-    assert set(e08.PROCESS_PEERS) <= set(zip(m.experiment, m.variant))
+    m = run_floors.process_medians(frame, experiments.process_peers())
+    assert set(experiments.process_peers()) <= set(zip(m.experiment, m.variant))
     assert (m.experiment == e08.EID).sum() == 1  # E08's job of the controlled batch
     assert m.window.str.contains("warmup").all()
+
+
+def test_each_declared_peer_is_a_series_a_shipped_run_has():
+    """The peers are each experiment's own declaration (``Experiment.process_peer``), not a
+    list kept beside them: each names a step_latency median its script writes (the shipped
+    CPU run has it), and an experiment without one adds none."""
+    from perflab.core import io
+
+    peers = experiments.process_peers()
+    assert {e for e, _ in peers} == {e for e, m in experiments.modules().items()
+                                     if m.ENTRY.process_peer}
+    shipped = io.read_results(io.result_csvs(ROOT / "report" / "reference" / "cpu-2c" / "results"))
+    have = set(zip(shipped.experiment, shipped.variant, shipped.metric, shipped.statistic))
+    for eid, variant in peers:
+        assert (eid, variant, "step_latency", "median") in have, (eid, variant)
+    assert ("E06", "synchronized") not in peers and not any(e == "E14" for e, _ in peers)

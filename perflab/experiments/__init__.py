@@ -159,13 +159,27 @@ def claim_registry() -> dict:
     return claims.registered()
 
 
+def process_peers() -> tuple[tuple[str, str], ...]:
+    """(experiment, variant) of every job that times the controlled step with the helper in
+    a fresh process of its own, as each experiment declares (``Experiment.process_peer``):
+    the peers of the run's between-process floor (perflab.experiments.floors)."""
+    return tuple((eid, m.ENTRY.process_peer) for eid, m in modules().items()
+                 if m.ENTRY.process_peer)
+
+
+def run_floors():
+    """The run-wide floors the claims are judged by, handed to them as data."""
+    from perflab.experiments import floors
+
+    return floors.RunFloors(process_peers())
+
+
 def evidence(rows: pd.DataFrame, samples: pd.DataFrame | None = None):
     """A run's rows (and raw samples) as the claims read them, with the run-wide floors of
     :mod:`perflab.experiments.floors` (:class:`perflab.kit.claims.Evidence`)."""
-    from perflab.experiments import floors
     from perflab.kit import claims
 
-    return claims.Evidence(rows, samples, floors)
+    return claims.Evidence(rows, samples, run_floors())
 
 
 def evaluate_claims(rows: pd.DataFrame, claims: dict | None = None,
@@ -173,8 +187,7 @@ def evaluate_claims(rows: pd.DataFrame, claims: dict | None = None,
                     processes: dict | None = None) -> pd.DataFrame:
     """claims.csv of a run (:func:`perflab.kit.claims.evaluate`), every claim judged with the
     run-wide noise floors of :mod:`perflab.experiments.floors` handed in as data."""
-    from perflab.experiments import floors
     from perflab.kit import claims as kit
 
     return kit.evaluate(rows, claims if claims is not None else claim_registry(),
-                        samples=samples, processes=processes, floors=floors)
+                        samples=samples, processes=processes, floors=run_floors())

@@ -32,6 +32,7 @@ ENTRY = Experiment(
     "cost is a Python call",
     report_section="0 · Calibration: the harness's own floors",
     diagnosis=("cpu", "cuda"),
+    process_peer="peer/helper",
 )
 
 #: its parameters (config key ``experiments.C00``): a JSON-schema fragment whose defaults

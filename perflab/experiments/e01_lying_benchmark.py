@@ -43,6 +43,7 @@ ENTRY = Experiment(
     report_section="1 · The lying benchmark",
     claims_read_samples=True,
     builds_the_contract=True,
+    process_peer="synchronized_warmed",
 )
 
 #: its parameters (config key ``experiments.E01``): a JSON-schema fragment whose defaults

@@ -31,6 +31,7 @@ ENTRY = Experiment(
     report_section="3 · Benchmark hygiene",
     claims_read_samples=True,  # C07: the cold call's pull on the mean and the median,
     builds_the_contract=True,
+    process_peer="spread",
 )
 
 #: its parameters (config key ``experiments.E03``): a JSON-schema fragment whose defaults

@@ -33,6 +33,7 @@ ENTRY = Experiment(
     report_section="3 · Benchmark hygiene",
     claims_read_samples=True,
     builds_the_contract=True,
+    process_peer="helper",
 )
 
 #: its parameters (config key ``experiments.E04``): a JSON-schema fragment whose defaults

@@ -147,30 +147,24 @@ def verdict_of(frame: pd.DataFrame, experiment: str, comparison: str,
     return None if hit.empty else str(hit.verdict.iloc[0])
 
 
-#: the other jobs of a run that time the controlled step with the chapter's helper
-#: (synchronized at both ends of each call, after warmup), each in a fresh process of its
-#: own: (experiment, variant of its step_latency median). With E08's own job of the same
-#: batch (and its replicates, if any) they are the between-process A/A the run already
-#: pays for. E06 is left out (its calls also record events), E25 too (its medians are of
-#: A/B blocks interleaved with another optimizer), and E14: its unprofiled calls carry phase
-#: ranges and follow profiling sessions in the same process, and an ended session leaves
-#: the step slower there (scripts/probe_profiler_aftereffect.py: +20-25% on the H200 by
-#: default, as with TEARDOWN_CUPTI=0), so they time another process state: E14's unprofiled
-#: blocks ran 3.68 -> 4.2-4.6 ms and 4.18 -> 5.1-5.4 ms after its first sessions, the
-#: slowest peer in four H200 runs of four, alone a 98% floor where the others gave 66%.
-PROCESS_PEERS = (("C00", "peer/helper"), ("E01", "synchronized_warmed"), ("E03", "spread"),
-                 ("E04", "helper"))
+#: the run's between-process A/A: the jobs that time the controlled step with the chapter's
+#: helper, each in a fresh process of its own, as each experiment declares
+#: (``Experiment.process_peer``: perflab.experiments.process_peers gives the run's), with
+#: E08's own jobs of that step's batch (and its replicates, if any)
 #: the columns two rows must share to be the same step's contract
 SAME_STEP = ("workload", "input_shape", "device", "mode")
 
 
-def process_medians(frame: pd.DataFrame) -> pd.DataFrame:
-    """The run's medians of the controlled step, one per fresh process: the peers'
-    (:data:`PROCESS_PEERS`) and E08's jobs of that step's batch (its own and replicates),
+Peers = tuple[tuple[str, str], ...]
+
+
+def process_medians(frame: pd.DataFrame, peers: Peers) -> pd.DataFrame:
+    """The run's medians of the controlled step, one per fresh process: the ``peers``'
+    ((experiment, variant of its step_latency median)) and E08's jobs of that step's batch (its own and replicates),
     restricted to the contract most of them share (:data:`SAME_STEP`); empty if none."""
     ok = frame[(frame.metric == STEP_LATENCY) & (frame.statistic == "median")
                & (frame.status == "ok")]
-    peers = pd.concat([ok[(ok.experiment == e) & (ok.variant == v)] for e, v in PROCESS_PEERS])
+    peers = pd.concat([ok[(ok.experiment == e) & (ok.variant == v)] for e, v in peers])
     if peers.empty:
         return peers
     step = peers[list(SAME_STEP)].astype(str).value_counts().index[0]
@@ -183,7 +177,7 @@ def process_medians(frame: pd.DataFrame) -> pd.DataFrame:
     return both[same]
 
 
-def run_process_floor(frame: pd.DataFrame) -> tuple[float | None, str]:
+def run_process_floor(frame: pd.DataFrame, peers: Peers) -> tuple[float | None, str]:
     """The between-process floor (%) of a run and which processes gave it, or None and why.
 
     :func:`perflab.instruments.stats.process_floor_pct` over :func:`process_medians`: the 95% bound of
@@ -191,9 +185,26 @@ def run_process_floor(frame: pd.DataFrame) -> tuple[float | None, str]:
     one another in what else their process timed, so the bound is wider than E08's jobs
     alone (identical code) would give: it can cost a decision, never grant a false one.
     """
-    m = process_medians(frame)
+    m = process_medians(frame, peers)
     if len(m) < 2:
         return None, (f"{len(m)} process(es) timed the controlled step with the helper (of "
-                      f"{', '.join(e for e, _ in PROCESS_PEERS)}, {SWEEP_EID}): need 2")
+                      f"{', '.join(e for e, _ in peers)}, {SWEEP_EID}): need 2")
     return (stats.process_floor_pct(m.value.to_numpy(float)),
             f"{len(m)} processes: {', '.join(m.experiment)}")
+
+
+class RunFloors:
+    """The run-wide floors as the claims read them (perflab.kit.claims.Floors): the A/A floor
+    of this module's functions and the between-process floor over ``peers``."""
+
+    AA_SOURCE = AA_SOURCE
+
+    def __init__(self, peers: Peers):
+        self.peers = peers
+
+    noise_floor_pct = staticmethod(noise_floor_pct)
+    ab_pairs = staticmethod(ab_pairs)
+    ab_comparisons = staticmethod(ab_comparisons)
+
+    def run_process_floor(self, frame: pd.DataFrame) -> tuple[float | None, str]:
+        return run_process_floor(frame, self.peers)

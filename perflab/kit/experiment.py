@@ -43,6 +43,14 @@ class Experiment:
     #: True: it builds the controlled workload at the contract's own sizes, so its
     #: provenance names the run's workload as built (the ledger's header reads it)
     builds_the_contract: bool = False
+    #: the variant of its ``step_latency`` median that times the controlled step with the
+    #: chapter's helper (synchronized at both ends of each call, after warmup) in a fresh
+    #: process of its own: a peer of the run's between-process A/A
+    #: (perflab.experiments.floors.run_process_floor); "" where it has none, or where its
+    #: calls time another process state (E06's also record events, E25's are A/B blocks
+    #: beside another optimizer, E14's follow profiling sessions, which leave the step slower
+    #: in that process: scripts/probe_profiler_aftereffect.py)
+    process_peer: str = ""
     #: True: a claim of its judges a statistic by its own interval over the raw samples
     #: (:func:`perflab.kit.claims.own_interval`), so a shipped reference run keeps its samples
     claims_read_samples: bool = False

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from perflab import experiments
 from perflab.core import io
 from perflab.core.names import PHASES, STEP_LATENCY
 from perflab.core.rows import Rows
@@ -26,7 +27,6 @@ from perflab.experiments import e05_phases as e05
 from perflab.experiments import e06_events_vs_wall as e06
 from perflab.experiments import e07_optimizers as e07
 from perflab.experiments import (
-    e08_batch_sweep,
     e09_memory_by_phase,
     e15_amp,
     e16_checkpointing,
@@ -34,6 +34,7 @@ from perflab.experiments import (
     e18_attention_seq,
     e19_compile_ab,
     e25_worked_pass,
+    floors,
     r01_roofline,
     w01_whatif,
 )
@@ -299,7 +300,7 @@ def _harness(frame: pd.DataFrame, prov: dict[str, dict[str, Any]], add) -> None:
             unit = "%" if key.endswith("_pct") else "x" if "_over_" in key else "ms"
             add("harness", key, f[key], unit, f"{c00.EID} {variant} {metric} {statistic}")
     # the floor of comparisons between separate processes (the run's jobs of one step)
-    between, how = e08_batch_sweep.run_process_floor(frame)
+    between, how = floors.run_process_floor(frame, experiments.process_peers())
     if between is not None:
         add("harness", "process_floor_pct", between, "%",
             f"perflab.instruments.stats.process_floor_pct of step_latency median over {how}")

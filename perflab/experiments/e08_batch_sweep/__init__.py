@@ -25,10 +25,8 @@ from perflab.core.rows import find
 # the run-wide between-process floor, and the variant names it reads of E08's jobs
 from perflab.experiments.floors import (  # noqa: F401 (re-exported for E08's readers)
     BATCH,
-    PROCESS_PEERS,
     REPLICATE,
     SAME_STEP,
-    process_medians,
     run_process_floor,
 )
 from perflab.kit.claims import (
@@ -280,7 +278,9 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
             rec[decided_by] = cells(batch_variant(int(b)))[decided_by]
         records.append(rec)
     floors = _floor_lines(r)
-    run_floor, how = run_process_floor(frame)
+    from perflab.experiments import process_peers
+
+    run_floor, how = run_process_floor(frame, process_peers())
     if run_floor is not None:  # the floor the claims use: the run's jobs of the controlled step
         floors.append({"batch": "", "answer": f"between-process floor the claims use (95% "
                        f"bound, {how})", "floor_pct": run_floor})
