@@ -565,6 +565,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     extra: list[str] = []
+    if argv[:1] == ["whatif"]:
+        from perflab.attach import whatif as attach_whatif
+
+        if attach_whatif.is_script_form(argv[1:]):  # a script, not a Workload TARGET
+            return attach_whatif.main(argv[1:])
     if argv[:1] == ["run"] and "--" not in argv:
         from perflab.attach import run as attach
 
