@@ -49,6 +49,23 @@ def _no_step_alarm(obs, seconds: float) -> None:
         signal.setitimer(signal.ITIMER_REAL, seconds)
 
 
+def seed_everything(seed: int) -> None:
+    """Every run's RNG starts alike: python's, numpy's (if importable) and torch's (a script
+    that seeds itself overrides this)."""
+    import random
+
+    import torch
+    random.seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
 def main(argv: list[str]) -> int:
     from perflab.attach.observers import Observer, StopObserved
 
@@ -56,6 +73,11 @@ def main(argv: list[str]) -> int:
     out = os.environ[EVIDENCE_ENV]
     obs = Observer(settings, out)
     obs.install()
+    if settings.get("seed") is not None:
+        seed_everything(int(settings["seed"]))
+    if settings.get("patch"):
+        from perflab.attach import patches
+        patches.apply(settings["patch"], obs)
     _no_step_alarm(obs, settings.get("no_step_s", 0))
     code, status = 0, obs.status
     try:

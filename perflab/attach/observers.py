@@ -25,6 +25,7 @@ hook (the bootstrap catches it); ``follow`` lets it run on.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -32,6 +33,7 @@ import threading
 import time
 import traceback
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +180,22 @@ class Observer:
         self._marks: list[tuple[int, str | None, Any]] = []
         self._counted = 0
         self._device: dict[int, dict[str, float]] = {}
+        #: the loss of the first ``loss_steps`` steps: detached tensors (summed over a step's
+        #: backward calls), made floats only at close() so no timed step waits for a read
+        self._loss_steps = int(settings.get("loss_steps") or 0)
+        self._losses: list[Any] = []
+        self._loss_acc: Any = None
+        self.losses: list[float] = []
+        #: construction sites: each optimizer (in construction order) and every module built
+        #: while no other module's constructor ran (the outermost model is among them)
+        self._opt_built: list[tuple[Any, str]] = []
+        self._module_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._module_init_depth = 0
+        #: a cumulative energy counter read at each step end (perflab.instruments.energy)
+        self._energy = None
+        #: what a patch (perflab.attach.patches) did: set by patches.apply
+        self.patch: dict | None = None
+        self.patch_finish = None
 
     # ------------------------------------------------------------ phase boundaries
     def enter(self, phase: str | None) -> None:
@@ -294,6 +312,8 @@ class Observer:
             self._bwd_depth += 1
             if self._bwd_depth == 1:
                 self._backwards += 1
+                if len(self._losses) < self._loss_steps:
+                    self._keep_loss(args[0] if args else kwargs.get("tensors"))
                 self.enter("backward")
             try:
                 return original(*args, **kwargs)
@@ -304,6 +324,43 @@ class Observer:
                     if self._work_modes:
                         self._stop_work()
         return backward
+
+    def _keep_loss(self, t) -> None:
+        """Add this backward's loss to the step's (a reference: no host read here)."""
+        if isinstance(t, (tuple, list)):
+            t = t[0] if len(t) == 1 else None
+        if isinstance(t, torch.Tensor) and t.numel() == 1:
+            t = t.detach()
+            self._loss_acc = t if self._loss_acc is None else self._loss_acc + t
+
+    def _optimizer_init_wrap(self, original):
+        obs = self
+
+        @functools.wraps(original)  # its signature stays the constructor's (patches.py)
+        def __init__(opt, *args, **kwargs):
+            original(opt, *args, **kwargs)
+            obs._opt_built.append((opt, user_site(traceback.extract_stack()[:-1], obs.roots)))
+        return __init__
+
+    def _module_init_wrap(self, original):
+        obs = self
+
+        @functools.wraps(original)  # its signature stays the constructor's (patches.py)
+        def __init__(mod, *args, **kwargs):
+            # only a construction with no other module's constructor running pays for the
+            # stack: the outermost model is one of these, a submodule never is
+            if obs._module_init_depth == 0:
+                try:
+                    obs._module_sites[mod] = user_site(traceback.extract_stack()[:-1],
+                                                       obs.roots)
+                except TypeError:  # a module that cannot be weakly referenced
+                    pass
+            obs._module_init_depth += 1
+            try:
+                original(mod, *args, **kwargs)
+            finally:
+                obs._module_init_depth -= 1
+        return __init__
 
     def _next_wrap(self, original):
         obs = self
@@ -319,12 +376,14 @@ class Observer:
     def _loader_init_wrap(self, original):
         obs = self
 
+        @functools.wraps(original)  # its signature stays the constructor's (patches.py)
         def __init__(loader, *args, **kwargs):
             original(loader, *args, **kwargs)
             obs.loaders.append({
                 "site": user_site(traceback.extract_stack()[:-1], obs.roots),
                 "num_workers": int(getattr(loader, "num_workers", 0)),
                 "pin_memory": bool(getattr(loader, "pin_memory", False)),
+                "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
                 "batch_size": getattr(loader, "batch_size", None),
                 "dataset": type(getattr(loader, "dataset", None)).__name__})
         return __init__
@@ -345,6 +404,8 @@ class Observer:
         register_optimizer_step_pre_hook(self._optimizer_pre)
         register_optimizer_step_post_hook(self._optimizer_post)
         self._patch(dataloader.DataLoader, "__init__", self._loader_init_wrap)
+        self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init_wrap)
+        self._patch(torch.nn.Module, "__init__", self._module_init_wrap)
         self._phase_hooks(on=True, global_modules=True)
         self._compiler_logs()
         self.enter("logging")
@@ -431,11 +492,17 @@ class Observer:
         self.enter(None)
         phase_ms = dict(self.clock.ms) if self._phase_on else {}
         last = getattr(self, "_last_end", None)
+        if len(self._losses) < self._loss_steps:
+            self._losses.append(self._loss_acc)
+        self._loss_acc = None
         row = {"index": len(self.steps), "kind": kind, "t_end_s": now - self.t0,
                "wall_ms": (now - last) * 1e3 if last is not None else None,
                "phases_ms": phase_ms, "micro_batches": self._backwards,
                "forwards": self._forwards_since_step, "memory": self._memory(),
                "dynamo": self._dynamo_counters()}
+        energy = self._energy_j()
+        if energy is not None:
+            row["energy_j"] = energy
         self.steps.append(row)
         self._backwards = self._forwards_since_step = 0
         if self.first_step_s is None:
@@ -447,6 +514,14 @@ class Observer:
         # instrument, the evidence file) is not the next step's: its wall starts here
         self.enter("logging")
         self._check_budget()
+
+    def _energy_j(self) -> float | None:
+        """The device's cumulative energy counter now (J), opened at the first step end."""
+        if self._energy is None:
+            from perflab.instruments.energy import EnergyMeter
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            self._energy = EnergyMeter.open(cuda)
+        return self._energy.read_j()
 
     def _advance(self, now: float) -> None:
         """Move to the next step's kind: warm-up, then the plan."""
@@ -597,6 +672,9 @@ class Observer:
         if self._prof is not None:
             self._stop_profile()
         self._kind = "closed"
+        if self.patch_finish is not None:  # the patch checks what it did (patches.py)
+            self.patch_finish()
+        self.losses = [float(t) if t is not None else float("nan") for t in self._losses]
         if self.cuda:
             self._resolve(block=True)
             self._device_times()
@@ -630,9 +708,44 @@ class Observer:
             "compile_time_s": metrics, "dynamo_final": d,
             "profile": self.profile, "work": self.work, "ceilings": self.ceilings, "roofline": self.roofline,
             "owners": self.owners, "status": self.status,
+            "sites": self.sites(), "optimizers_built": self.optimizers_built(),
+            "losses": self.losses, "model_info": self.model_info(),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "energy": (self._energy.describe() if self._energy is not None else
+                       {"instrument": None, "unit": "J", "reason": "no step ended"}),
+            **({"patch": self.patch} if self.patch is not None else {}),
             "process_s": _clock() - self.t0, "unix0": self.unix0,
             "last_step_s": self.steps[-1]["t_end_s"] if self.steps else None,
         }
+
+    def sites(self) -> dict[str, list[str]]:
+        """Where each DataLoader, optimizer and outermost model was constructed."""
+        models = [self._module_sites.get(m, "") for m in self.models.values()]
+        return {"loader": [lo["site"] for lo in self.loaders],
+                "optimizer": [site for _, site in self._opt_built],
+                "model": [m for m in models if m]}
+
+    def model_info(self) -> list[dict]:
+        """Each outermost model: class, parameters, 2-D convolutions (what a patch needs)."""
+        return [{"class": type(m).__name__, "site": self._module_sites.get(m, ""),
+                 "parameters": sum(p.numel() for p in m.parameters()),
+                 "conv2d": sum(isinstance(x, torch.nn.Conv2d) for x in m.modules())}
+                for m in self.models.values()]
+
+    def optimizers_built(self) -> list[dict]:
+        """Each optimizer constructed: class, its update's resolved impl, lr, site."""
+        from perflab.instruments.optim import resolved_impl
+        out = []
+        for opt, site in self._opt_built:
+            try:
+                impl = resolved_impl(opt)
+            except Exception:  # an optimizer without torch's defaults: said, not guessed
+                impl = "unknown"
+            lr = opt.param_groups[0].get("lr") if opt.param_groups else None
+            out.append({"class": type(opt).__name__, "impl": impl, "site": site,
+                        "lr": float(lr) if isinstance(lr, (int, float)) else None})
+        return out
 
     def flush(self) -> None:
         from perflab.core import io

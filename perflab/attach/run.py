@@ -106,16 +106,18 @@ def outcome_line(rc: int, ev: dict | None, command: list[str]) -> str:
 
 
 def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, warmup: int,
-        out: str | None, report: bool = False) -> int:
+        out: str | None, report: bool = False, patch: str | None = None,
+        seed: int | None = None) -> int:
     from perflab.attach import ledger as lmod
+    from perflab.attach import patches
     from perflab.attach import report as rmod
     from perflab.core import io
     from perflab.views import diagnose as dg
-
     try:
         command = command_of(argv)
         check_script(command)
-    except RunError as exc:
+        spec = patches.parse_spec(patch) if patch else None
+    except (RunError, ValueError) as exc:
         print(f"perflab run: {exc}", file=sys.stderr)
         return 2
     name = Path(command[1] if command[0] == "-m" else command[0]).stem
@@ -123,13 +125,16 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     script_dir = Path(command[0]).resolve().parent if command[0] != "-m" else Path.cwd()
     settings = {"steps": steps, "seconds": None if steps else seconds, "follow": follow,
                 "warmup": warmup, "roots": [str(script_dir), os.getcwd()],
-                "no_step_s": 0 if follow else max(2 * seconds, 6.0)}
+                "no_step_s": 0 if follow else max(2 * seconds, 6.0),
+                **({"patch": spec} if spec else {}), **({"seed": seed} if seed is not None else {})}
     print(f"perflab run: observing {' '.join(command)} (evidence in {out_dir})",
           file=sys.stderr)
     rc, ev, wall = run_child(command, settings, out_dir)
     t_verdict = time.perf_counter()
     outcome = outcome_line(rc, ev, command)
     print(f"\nperflab run: {outcome}", file=sys.stderr)
+    if ev is not None and ev.get("patch"):
+        print(f"perflab run: {patches.line(ev)}", file=sys.stderr)
     if ev is None or not ev["steps"]:
         # nothing to judge; the ledger and the report still say what was run and how it ended
         write_ledger(out_dir, lmod.build(command, ev, outcome))
@@ -281,7 +286,7 @@ def vmod_host_reads(ev):
 # second needs none of the pipeline's packages (Snakemake, jsonschema, yaml), for a machine
 # that has only torch and the scientific stack
 
-_VALUED = ("--steps", "--seconds", "--warmup", "--out")
+_VALUED = ("--steps", "--seconds", "--warmup", "--out", "--patch", "--seed")
 
 
 def add_arguments(p) -> None:
@@ -296,6 +301,10 @@ def add_arguments(p) -> None:
     p.add_argument("--report", action="store_true",
                    help="also write report.html: this run's verdict on its first screen, "
                    "the phases, the ledger, the evidence (self-contained, offline)")
+    p.add_argument("--patch", metavar="NAME[:k=v,...]",
+                   help="apply one intervention from outside the script (perflab whatif's: "
+                        "loader_workers, fused_optimizer, compile_default, autocast_bf16, ...)")
+    p.add_argument("--seed", type=int, help="seed python's, numpy's and torch's RNG first")
     p.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
 
 
@@ -312,7 +321,8 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def run_args(args, extra: list[str]) -> int:
     return run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
-               follow=args.follow, warmup=args.warmup, out=args.out, report=args.report)
+               follow=args.follow, warmup=args.warmup, out=args.out, report=args.report,
+               patch=getattr(args, "patch", None), seed=getattr(args, "seed", None))
 
 
 def main(argv: list[str] | None = None) -> int:
