@@ -112,9 +112,7 @@ def test_inside_floor_unresolved_beyond_faster_failed_and_not_applicable(tmp_pat
 def test_diagnosis_first_and_budget(tmp_path, monkeypatch, real_ev):
     names = ["fused_optimizer", "loader_workers", "loader_pinned"]
     assert wf.order(names, "input_pipeline")[:2] == ["loader_workers", "loader_pinned"]
-    assert wf.parse_budget("3m") == 180 and wf.parse_budget("90s") == 90
-    with pytest.raises(wf.WhatifError):
-        wf.parse_budget("soon")
+    assert wf.main(["--budget", "soon", "--", "python", "x.py"]) == 2  # one-line error
     plan = {n: (1.0, {}) for n in names}
     rc, md, calls = _go(tmp_path, monkeypatch, real_ev, plan, {n: _Entry() for n in names},
                         budget=0.0)
@@ -142,6 +140,10 @@ def test_judge_change_needs_a_floor():
     assert wf.judge_change(a, b, None)[0] == wf.UNRESOLVED  # no floor: never a speed-up
     assert wf.judge_change(a, b, 5.0)[0] == wf.FASTER
     assert wf.judge_change(a, [x * 1.01 for x in a], 5.0)[0] == wf.UNRESOLVED
+    # the floor bounds the log ratio: floor 100 % -> a speed-up must be below -50 %
+    assert wf.judge_change(a, b, 150.0)[0] == wf.UNRESOLVED
+    assert wf.beyond_floor(-60.0, 100.0) and not wf.beyond_floor(-40.0, 100.0)
+    assert wf.parse_params(["loader_workers:num_workers=4"]) == {"loader_workers": {"num_workers": 4}}
 
 
 def test_cannot_rerun_is_named(tmp_path, monkeypatch, real_ev):
@@ -169,8 +171,8 @@ def test_end_to_end_input_bound_loader_workers(tmp_path):
     line = next(i for i, t in enumerate(script.read_text().splitlines(), 1)
                 if re.search(r"DataLoader\(", t))
     r = subprocess.run([sys.executable, "-m", "perflab.attach.whatif", "--steps", "12",
-                        "--only", "loader_workers", "--out", str(tmp_path), "--",
-                        "python", str(script), "--delay-ms", "2"],
+                        "--only", "loader_workers", "--set", "loader_workers:num_workers=4",
+                        "--out", str(tmp_path), "--", "python", str(script), "--delay-ms", "4"],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     row = _row((tmp_path / "whatif.md").read_text(), "loader_workers")

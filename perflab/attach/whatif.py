@@ -42,14 +42,19 @@ class WhatifError(runmod.RunError):
     """Bad input, or a script that cannot be re-run, said in one line."""
 
 
-def parse_budget(text: str | None) -> float | None:
-    """'90', '90s', '3m', '1h' -> seconds (None: no budget)."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", str(text))
-    if not m:
-        raise WhatifError(f"--budget {text!r}: give seconds, e.g. 90s, 3m or 1h")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+def parse_params(items: list[str]) -> dict[str, dict]:
+    """--set's ``NAME:k=v,...`` (perflab run --patch's grammar, perflab.attach.patches.parse_spec)
+    -> {NAME: {k: v}}."""
+    from perflab.attach import patches as pmod
+
+    out: dict[str, dict] = {}
+    for item in items:
+        try:
+            spec = pmod.parse_spec(item)
+        except ValueError as exc:
+            raise WhatifError(f"--set {item!r}: {exc}") from None
+        out.setdefault(spec.pop("name"), {}).update(spec)
+    return out
 
 
 def patches():
@@ -173,15 +178,23 @@ class Row:
         return None if self.change_pct is None else -self.change_pct
 
 
+def beyond_floor(change_pct: float, floor: float) -> bool:
+    """Is a change of the median beyond the between-run floor? process_floor_pct bounds the
+    log ratio of two runs (floor = 100 (e^q - 1)): a slow-down beyond +floor %, a speed-up
+    below 100 (e^-q - 1) % (e.g. floor 100 % -> below -50 %)."""
+    return abs(math.log1p(change_pct / 100)) > math.log1p(floor / 100)
+
+
 def judge_change(base: list[float], new: list[float], floor: float | None) -> tuple[str, float, tuple[float, float]]:
     """(verdict, change %, 95% interval %) of the median steady step: faster/slower only
-    when stats.judge resolves it beyond the between-run floor; no floor: not resolved."""
+    when stats.judge finds it significant and it lies beyond the between-run floor; no
+    floor: not resolved."""
     from perflab.instruments import stats
 
-    j = stats.judge(base, new, paired=False, noise_floor_pct=floor)
+    j = stats.judge(base, new, paired=False)
     med = float(np.median(base))
     ci = (100 * j.ci_low / med, 100 * j.ci_high / med)
-    if floor is None or not j.resolved:
+    if floor is None or not j.significant or not beyond_floor(j.relative_pct, floor):
         return UNRESOLVED, j.relative_pct, ci
     return (FASTER if j.relative_pct < 0 else SLOWER), j.relative_pct, ci
 
@@ -234,7 +247,8 @@ def site_of(name: str, ev: dict) -> str:
 
 
 def measured_row(name: str, entry, base_evs: list[dict], ev: dict, floor: float | None,
-                 shares: dict[str, float]) -> Row:
+                 shares: dict[str, float], used: dict | None = None) -> Row:
+    used = used or {}
     base_steps = [v for b in base_evs for v in steady_ms(b)]
     new_steps = steady_ms(ev)
     verdict, change, ci = judge_change(base_steps, new_steps, floor)
@@ -264,7 +278,8 @@ def measured_row(name: str, entry, base_evs: list[dict], ev: dict, floor: float 
     if p.get("where"):
         row.site = p["where"][0]
     try:
-        row.edit = entry.edit(row.site, {}) if row.site else ""
+        row.edit = entry.edit(row.site, {**getattr(entry, "params", {}), **used}) \
+            if row.site else ""
     except Exception as exc:  # the diff is an explanation, never a reason to lose the row
         row.edit = f"(no diff: {exc})"
     return row
@@ -340,7 +355,7 @@ def rows_csv(rows: list[Row]) -> list[dict]:
 
 def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int = 5,
            seed: int = 0, budget: float | None = None, out: str | None = None,
-           only: list[str] | None = None, runner=None) -> int:
+           only: list[str] | None = None, params: dict | None = None, runner=None) -> int:
     """Run the plan; print the ranked table; write whatif.md/.csv. ``runner`` (tests) stands
     in for run.run_child."""
     from perflab.attach import verdict as vmod
@@ -396,7 +411,7 @@ def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int
                                         f"{elapsed:.0f} s spent, ~{est:.0f} s a run)"))
             continue
         tag = p or f"baseline-{len(bases) + 1}"
-        rc2, ev2, w2 = runner(command, settings({"name": p} if p else None), out_dir / tag)
+        rc2, ev2, w2 = runner(command, settings({"name": p, **(params or {}).get(p, {})} if p else None), out_dir / tag)
         if p is None:
             if not ran(rc2, ev2):
                 print(f"perflab whatif: the script cannot be re-run: its first run succeeded, "
@@ -421,7 +436,8 @@ def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int
         elif patch and not patch.get("applied", True):
             rows.append(Row(p, NOT_APPLICABLE, f"not applied: {patch.get('error') or patch.get('detail')}"))
         else:
-            rows.append(measured_row(p, registry[p], bases, ev2, floor, s.phase_share_pct))
+            rows.append(measured_row(p, registry[p], bases, ev2, floor, s.phase_share_pct,
+                                     (params or {}).get(p)))
     head = [f"# perflab whatif: {' '.join(command)}", "",
             f"- baseline: {len(bases)} runs, {steps} steps each ({warmup} warm-up), seed {seed}; "
             f"between-run floor "
@@ -439,7 +455,7 @@ def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int
 
 # ------------------------------------------------------------------ command line
 
-_VALUED = ("--steps", "--warmup", "--out", "--budget", "--loss-steps", "--seed", "--only")
+_VALUED = ("--steps", "--warmup", "--out", "--budget", "--loss-steps", "--seed", "--only", "--set")
 
 
 def is_script_form(words: list[str]) -> bool:
@@ -461,6 +477,8 @@ def add_arguments(p) -> None:
     p.add_argument("--budget", help="wall budget, e.g. 90s or 3m: what does not fit is a "
                    "'not run: budget' row")
     p.add_argument("--only", help="comma-separated intervention names")
+    p.add_argument("--set", action="append", default=[], metavar="NAME:K=V,...",
+                   help="a patch's parameters, e.g. loader_workers:num_workers=4 (repeatable)")
     p.add_argument("--out", help="where the runs and whatif.md/.csv go")
     p.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
 
@@ -473,14 +491,17 @@ def main(argv: list[str] | None = None) -> int:
                                 description="each intervention measured: docs/whatif-script.md")
     add_arguments(p)
     a = p.parse_args(head)
+    from perflab.kit import sampling
+
     try:
-        budget = parse_budget(a.budget)
-    except WhatifError as exc:
+        budget = None if a.budget is None else sampling.parse_budget_s(a.budget)
+        params = parse_params(a.set)
+    except (ValueError, WhatifError) as exc:
         print(f"perflab whatif: {exc}", file=sys.stderr)
         return 2
     return whatif([*a.script, *command], steps=a.steps, warmup=a.warmup, loss_steps=a.loss_steps,
                   seed=a.seed, budget=budget, out=a.out,
-                  only=a.only.split(",") if a.only else None)
+                  only=a.only.split(",") if a.only else None, params=params)
 
 
 if __name__ == "__main__":
