@@ -25,7 +25,7 @@ class EnergyMeter:
 
     @classmethod
     def open(cls, cuda: bool, device_index: int | None = None) -> "EnergyMeter":
-        return cls._nvml(device_index) if cuda else cls._rapl()
+        return cls._nvml(device_index) if cuda else cls.rapl()
 
     @classmethod
     def _nvml(cls, index: int | None) -> "EnergyMeter":
@@ -44,8 +44,9 @@ class EnergyMeter:
                    lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1e3)
 
     @classmethod
-    def _rapl(cls) -> "EnergyMeter":
-        f, rng = RAPL / "energy_uj", RAPL / "max_energy_range_uj"
+    def rapl(cls, zone: Path = RAPL) -> "EnergyMeter":
+        """The RAPL zone's counter (µJ), its wrap at ``max_energy_range_uj`` undone."""
+        f, rng = zone / "energy_uj", zone / "max_energy_range_uj"
         try:
             int(f.read_text())
             wrap = int(rng.read_text())
