@@ -142,6 +142,9 @@ def test_compile_dynamic_patches_the_scripts_own_compile(tmp_path):
     assert ev["patch"]["applied"], ev["patch"]
     where = line_of(script, "torch.compile(")
     assert ev["patch"]["where"][0].startswith(f"recompile.py:{where}: ")
+
+
+def test_compile_dynamic_without_a_compile_call(tmp_path):
     none = observe(tmp_path, [str(SCRIPTS / "tiny_kernels.py"), "--depth", "2"],
                    patch={"name": "compile_dynamic"})
     assert not none["patch"]["applied"]
@@ -149,13 +152,18 @@ def test_compile_dynamic_patches_the_scripts_own_compile(tmp_path):
     assert patches.REGISTRY["compile_dynamic"].applies(none) == "no torch.compile call was seen"
 
 
-def test_sites_seeds_and_autocast_move_the_losses(tmp_path, conv):
+def test_seeded_losses_agree_and_another_seed_moves_them(tmp_path, conv):
     cmd = [str(conv), "40"]
     a = observe(tmp_path, cmd, seed=0, loss_steps=6)
     b = observe(tmp_path, cmd, seed=0, loss_steps=6)
     assert len(a["losses"]) == 6 and a["losses"] == b["losses"]
     other = observe(tmp_path, cmd, seed=1, loss_steps=6)
     assert other["losses"] != a["losses"]
+
+
+def test_sites_and_bf16_autocast_moves_the_losses(tmp_path, conv):
+    cmd = [str(conv), "40"]
+    a = observe(tmp_path, cmd, seed=0, loss_steps=6)
     bf16 = observe(tmp_path, cmd, seed=0, loss_steps=6,
                    patch={"name": "autocast_bf16"})
     assert bf16["patch"]["applied"], bf16["patch"]
@@ -166,6 +174,16 @@ def test_sites_seeds_and_autocast_move_the_losses(tmp_path, conv):
                                    "nn.ReLU(), nn.Flatten(),"]
     assert a["sites"]["optimizer"][0].startswith(f"conv_train.py:{line_of(conv, 'opt = ')}:")
     assert a["model_info"][0]["conv2d"] == 1
+
+
+def test_fp16_autocast_with_a_grad_scaler_keeps_the_unscaled_loss(tmp_path, conv):
+    """planned on CUDA only, but the mechanism runs on a CPU too (torch's CPU fp16
+    autocast and GradScaler): the kept losses are the script's, not the scaled ones."""
+    ev = observe(tmp_path, [str(conv), "40"], seed=0, loss_steps=4,
+                 patch={"name": "autocast_fp16"})
+    assert ev["patch"]["applied"] and "GradScaler" in ev["patch"]["detail"], ev["patch"]
+    assert all(0 < v < 20 for v in ev["losses"]), ev["losses"]  # 65536x scaled would not
+    assert patches.REGISTRY["autocast_fp16"].applies(ev) == "the script does not run on CUDA"
 
 
 def test_channels_last_on_a_conv_model_only(tmp_path, conv):
@@ -222,6 +240,11 @@ def test_perflab_run_patch_option_says_the_patch(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "patch fused_optimizer: applied (Adam(fused=None -> True)) at optimizer_bound.py:" \
         in r.stderr
+    assert "- **Patch**: patch fused_optimizer: applied" in (tmp_path / "o" / "diagnosis.md"
+                                                            ).read_text()
+
+
+def test_perflab_run_refuses_an_unknown_patch():
     bad = subprocess.run([sys.executable, "-m", "perflab", "run", "--patch", "nope", "--",
                           sys.executable, str(SCRIPTS / "optimizer_bound.py")],
                          capture_output=True, text=True, timeout=60)

@@ -447,7 +447,9 @@ def _grad_scaler(obs, rec) -> None:
 
     def backward(t, gradient=None, *args, **kwargs):
         if gradient is None and t.numel() == 1 and not inside[0] and t.dtype.is_floating_point:
-            t = scaler.scale(t)
+            # scaled through the gradient, not the tensor: the loss the observers keep is
+            # the script's own (unscaled)
+            gradient = scaler.scale(torch.ones_like(t))
         return original_backward(t, gradient, *args, **kwargs)
     torch.Tensor.backward = backward
 

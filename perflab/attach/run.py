@@ -204,6 +204,9 @@ def render(ev, s, d, extra, command, wall) -> str:
     from perflab.views import diagnose as dg
 
     lines = [f"# perflab run: {' '.join(command)}", ""]
+    if ev.get("patch"):  # a run under one intervention (perflab/attach/patches.py)
+        from perflab.attach import patches
+        lines.append(f"- **Patch**: {patches.line(ev)}")
     first = ev.get("first_step_s")
     lines.append(f"- **Steps**: per {s.unit}" + ("" if s.unit == "optimizer step" else
                  " (no optimizer step was observed: measured per outermost forward)")
