@@ -100,7 +100,8 @@ def test_inside_floor_unresolved_beyond_faster_failed_and_not_applicable(tmp_pat
     assert rc == 0
     assert calls.count(None) >= 3, calls  # the first baseline plus at least two repeats
     assert _row(md, "loader_workers").split("|")[2].strip().startswith(wf.FASTER)
-    assert _row(md, "loader_pinned").split("|")[2].strip().startswith(wf.UNRESOLVED)
+    # no change: decided inside the floor, or undecided, never a speed-up
+    assert _row(md, "loader_pinned").split("|")[2].strip().startswith((wf.WITHIN, wf.UNRESOLVED))
     failed = _row(md, "fused_optimizer")
     assert wf.FAILED in failed and "patched run broke" in failed
     assert "CUDA only" in _row(md, "tf32")
@@ -133,17 +134,58 @@ def test_nondeterministic_baseline_is_not_checked_and_loss_mismatch(tmp_path, mo
     assert wf.loss_check("loader_workers", [[2.0, 1.9], [2.0, 1.9]], [2.0, 1.9]).startswith("ok")
 
 
-def test_judge_change_needs_a_floor():
+def test_stopping_rule_verdicts_against_the_floor():
     rng = np.random.default_rng(1)
-    a = list(10 + 0.1 * rng.standard_normal(40))
-    b = list(5 + 0.1 * rng.standard_normal(40))
-    assert wf.judge_change(a, b, None)[0] == wf.UNRESOLVED  # no floor: never a speed-up
-    assert wf.judge_change(a, b, 5.0)[0] == wf.FASTER
-    assert wf.judge_change(a, [x * 1.01 for x in a], 5.0)[0] == wf.UNRESOLVED
+    faster = list(100 * np.log(0.5) + rng.standard_normal(15))  # -50 %, clear
+    d = wf.judge_runs(faster, None, 45)
+    assert wf.verdict_of(d, None, 1)[0] == wf.UNRESOLVED  # no floor: never a speed-up
+    assert wf.verdict_of(wf.judge_runs(faster, 5.0, 45), 5.0, 1)[0] == wf.FASTER
+    same = list(0.3 * rng.standard_normal(15))
+    assert wf.verdict_of(wf.judge_runs(same, 5.0, 45), 5.0, 1)[0] == wf.WITHIN
     # the floor bounds the log ratio: floor 100 % -> a speed-up must be below -50 %
-    assert wf.judge_change(a, b, 150.0)[0] == wf.UNRESOLVED
-    assert wf.beyond_floor(-60.0, 100.0) and not wf.beyond_floor(-40.0, 100.0)
+    assert wf.verdict_of(wf.judge_runs(faster, 150.0, 45), 150.0, 1)[0] != wf.FASTER
+    at60 = list(100 * np.log(0.4) + rng.standard_normal(15))
+    assert wf.verdict_of(wf.judge_runs(at60, 100.0, 45), 100.0, 1)[0] == wf.FASTER
+    # a change on the floor's edge with a wide spread: undecided, with its runs and interval
+    edge = list(-5 + 8 * rng.standard_normal(8))
+    v, why = wf.verdict_of(wf.judge_runs(edge, 5.0, 45), 5.0, 2)
+    assert v == wf.UNRESOLVED and why.startswith("undecided within budget (2 runs, 8 blocks")
     assert wf.parse_params(["loader_workers:num_workers=4"]) == {"loader_workers": {"num_workers": 4}}
+    with pytest.raises(wf.WhatifError):
+        wf.parse_params(["no_such_patch:x=1"])
+
+
+def test_undecided_changes_get_more_runs_decided_ones_do_not(tmp_path, monkeypatch, real_ev):
+    # a 3 % change with 10 % step noise cannot be decided in one run; a halving can
+    plan = {"loader_workers": (0.5, {}), "loader_pinned": (0.97, {"noise": 0.10})}
+    reg = {n: _Entry() for n in plan}
+    rc, md, calls = _go(tmp_path, monkeypatch, real_ev, plan, reg, max_runs=3)
+    assert rc == 0
+    assert calls.count("loader_workers") == 1
+    assert calls.count("loader_pinned") == 3, calls  # re-run in rounds up to --max-runs
+    row = _row(md, "loader_pinned")
+    assert "[3]" in row and ("undecided within budget (3 runs" in row or wf.WITHIN in row)
+
+
+def test_energy_per_step_and_example_with_interval(tmp_path, monkeypatch, real_ev):
+    def with_energy(ev, j_per_step):
+        e = copy.deepcopy(ev)
+        total = 0.0
+        for r in e["steps"]:
+            total += j_per_step * (1 + 0.01 * np.sin(r["index"]))
+            r["energy_j"] = total
+        e["energy"] = {"instrument": "test counter", "unit": "J", "reason": ""}
+        return e
+    blocks, how = wf.energy_blocks(with_energy(real_ev, 2.0), 2)
+    assert how == "test counter" and len(blocks) >= 5
+    assert all(1.9 < b < 2.1 for b in blocks)
+    none, why = wf.energy_blocks(real_ev, 2)
+    assert none == [] and why.startswith("not measured")
+    r = wf.Row("x", wf.FASTER, change_pct=-10.0, energy_j=(wf._interval([2.0, 2.1, 1.9] * 4),
+                                                             wf._interval([1.0, 1.1, 0.9] * 4)),
+               batch=(8, 8))
+    cell = wf.energy_cell(r)
+    assert cell.startswith("J/step 2 [") and "J/example 0.25 [" in cell
 
 
 def test_cannot_rerun_is_named(tmp_path, monkeypatch, real_ev):
@@ -154,7 +196,19 @@ def test_cannot_rerun_is_named(tmp_path, monkeypatch, real_ev):
         n.append(1)
         return (0, copy.deepcopy(real_ev), 1.0) if len(n) == 1 else (1, None, 1.0)
     rc = wf.whatif([str(SCRIPTS / "input_bound.py")], out=str(tmp_path), runner=runner)
-    assert rc == 1 and not (tmp_path / "whatif.md").exists()
+    md = (tmp_path / "whatif.md").read_text()
+    assert rc == 1 and "cannot be re-run" in md and "an argument" in md
+
+    # the repeat runs, but times far fewer steps: it used up its input
+    short = copy.deepcopy(real_ev)
+    short["steps"] = short["steps"][:12]
+    n.clear()
+
+    def runner2(command, settings, out_dir):
+        n.append(1)
+        return 0, copy.deepcopy(real_ev if len(n) == 1 else short), 1.0
+    rc = wf.whatif([str(SCRIPTS / "input_bound.py")], out=str(tmp_path), runner=runner2)
+    assert rc == 1 and "consumed its input" in (tmp_path / "whatif.md").read_text()
 
 
 def test_script_form_detection():
@@ -171,7 +225,7 @@ def test_end_to_end_input_bound_loader_workers(tmp_path):
     line = next(i for i, t in enumerate(script.read_text().splitlines(), 1)
                 if re.search(r"DataLoader\(", t))
     r = subprocess.run([sys.executable, "-m", "perflab.attach.whatif", "--steps", "12",
-                        "--only", "loader_workers", "--set", "loader_workers:num_workers=4",
+                        "--only", "loader_workers", "--set", "loader_workers:num_workers=4,persistent=False",
                         "--out", str(tmp_path), "--", "python", str(script), "--delay-ms", "4"],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -188,3 +242,19 @@ def test_end_to_end_optimizer_bound(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     md = (tmp_path / "whatif.md").read_text()
     assert "| foreach_optimizer |" in md and "| fused_optimizer |" in md
+
+
+def test_perflab_run_whatif_is_its_last_step(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(runmod, "run", lambda argv, **kw: seen.setdefault("run", argv) and 0)
+    monkeypatch.setattr(wf, "whatif", lambda argv, **kw: seen.update(whatif=(argv, kw)) or 0)
+    assert runmod.main(["--steps", "7", "--whatif", "--out", str(tmp_path), "--", "python",
+                        "train.py", "--lr", "1"]) == 0
+    argv, kw = seen["whatif"]
+    assert argv == ["python", "train.py", "--lr", "1"] and kw["steps"] == 7
+    assert kw["out"] == str(tmp_path / "whatif")
+    # without --whatif, or when the run fails, whatif does not run
+    seen.clear()
+    assert runmod.main(["--steps", "7", "--", "python", "train.py"]) == 0 and "whatif" not in seen
+    monkeypatch.setattr(runmod, "run", lambda argv, **kw: 3)
+    assert runmod.main(["--whatif", "--", "python", "train.py"]) == 3 and "whatif" not in seen

@@ -6,15 +6,15 @@ interventions of :mod:`perflab.attach.patches` that apply to what it observed ru
 diagnosis's first, each in a fresh process with the same settings (seed, steps, warm-up),
 interleaved with repeats of the baseline (B, I1, I2, B, I3, I4, B, ..., B) so the
 between-run floor (perflab.instruments.stats.process_floor_pct) is measured in the same
-invocation. Each change is judged by perflab.instruments.stats.judge against that floor: a
-change inside it is "not resolved", never a speedup. Fixed steps per run (the sequential
-rule of perflab.instruments.sequential is not used yet: each run is one fresh process).
+invocation. Each change is decided by the stopping rule (perflab.instruments.sequential.compare)
+on per-block log differences against that floor; an undecided change is run again in a
+further round while the budget and --max-runs allow. A change inside the floor is never a
+speedup.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,6 +28,15 @@ from perflab.attach import run as runmod
 FASTER, SLOWER, UNRESOLVED, NOT_APPLICABLE, FAILED = (
     "faster", "slower", "not resolved", "does not apply", "failed")
 NOT_RUN = "not run"
+#: a change decided to lie inside the between-run floor (seq.WITHIN_FLOOR)
+WITHIN = "within the floor"
+#: steps per block of the stopping rule's observations; runs of an undecided change at most
+BLOCK_STEPS, MAX_RUNS = 5, 3
+#: timed steps of every run unless --steps says
+DEFAULT_STEPS = 40
+#: observations one run should give: the median's anytime interval decides a clear change
+#: from about ten (perflab.instruments.sequential; six never bound it)
+BLOCKS_PER_RUN = 10
 BASELINE = "baseline"
 NOT_DETERMINISTIC = ("the script is not deterministic run to run: correctness not checked "
                      "(losses differ by {:.3g} (relative) between two identical runs)")
@@ -73,16 +82,17 @@ def order(names: list[str], verdict: str) -> list[str]:
     return head + [n for n in names if n not in head]
 
 
-def schedule(names: list[str], every: int = 2) -> list[str | None]:
-    """The run order after the first baseline: None = a baseline repeat, between every
-    ``every`` interventions and at the end; at least two repeats (three baselines)."""
+def schedule(names: list[str], every: int = 2, repeats: int = 2) -> list[str | None]:
+    """The run order after a baseline: None = a baseline repeat, between every ``every``
+    interventions and at the end; at least ``repeats`` repeats (the first round: two, three
+    baselines for the floor)."""
     out: list[str | None] = []
     for i, n in enumerate(names):
         out.append(n)
         if (i + 1) % every == 0 and i + 1 < len(names):
             out.append(None)
     out.append(None)
-    while out.count(None) < 2:
+    while out.count(None) < repeats:
         out.insert(len(out) // 2 if names else 0, None)
     return out
 
@@ -95,6 +105,27 @@ def steady_ms(ev: dict) -> list[float]:
     return list(evmod.summarize(ev).steady_ms)
 
 
+def block_size(n_steps: int, block_steps: int = BLOCK_STEPS) -> int:
+    """Steps per block: at most ``block_steps``, fewer so that one run gives BLOCKS_PER_RUN
+    blocks (the median's confidence sequence needs about ten to decide even a clear case)."""
+    return max(1, min(block_steps, n_steps // BLOCKS_PER_RUN))
+
+
+def blocks(values: list[float], size: int) -> list[float]:
+    """Means of consecutive blocks of ``size`` step walls (a short tail block is dropped):
+    the block's throughput. Not its median: with loader workers the steps alternate (three
+    of 1 ms, one of 60 ms, as the prefetched batches run out), and the median step would
+    claim a speed-up the wall never sees."""
+    return [float(np.mean(values[i:i + size])) for i in range(0, len(values) - size + 1, size)]
+
+
+def block_log_diffs(base: dict, new: dict, size: int) -> list[float]:
+    """100 ln(new/base) of the j-th block means of two runs (the same steps of each run:
+    block j of one against block j of the other), % on the log scale."""
+    b, n = blocks(steady_ms(base), size), blocks(steady_ms(new), size)
+    return [100 * math.log(y / x) for x, y in zip(b, n) if x > 0 and y > 0]
+
+
 def peak_mib(ev: dict) -> tuple[float | None, str]:
     """(the highest memory of a step row, its metric): the allocator's on CUDA, else RSS."""
     for key in ("max_allocated_mib", "rss_mib"):
@@ -105,7 +136,7 @@ def peak_mib(ev: dict) -> tuple[float | None, str]:
 
 
 def first_call_ms(ev: dict) -> float:
-    """The warm-up steps' wall above the steady step, summed (compile included), ms."""
+    """The warm-up steps' wall above the median steady step, summed (compile included), ms."""
     from perflab.attach import evidence as evmod
 
     s = evmod.summarize(ev)
@@ -115,14 +146,20 @@ def first_call_ms(ev: dict) -> float:
     return float(sum(max(0.0, w - med) for w in s.warmup_ms))
 
 
-def energy_per_step(ev: dict) -> tuple[float | None, str]:
-    """(J per timed step, how): the cumulative counter's rise over the timed steps."""
-    rows = [r for r in ev["steps"] if r.get("kind") != "warmup" and r.get("energy_j") is not None]
-    if len(rows) >= 2:
-        return ((rows[-1]["energy_j"] - rows[0]["energy_j"]) / (len(rows) - 1),
+def energy_blocks(ev: dict, size: int) -> tuple[list[float], str]:
+    """(J per step of each block of consecutive timed steps, the instrument): the cumulative
+    counter's rise from the step before the block to its last step; none: why not."""
+    from perflab.attach import evidence as evmod
+
+    rows = [r for r in ev["steps"] if r.get("kind") in evmod.TIMED
+            and r.get("energy_j") is not None]
+    per = [b["energy_j"] - a["energy_j"] for a, b in zip(rows, rows[1:])
+           if b["index"] == a["index"] + 1]
+    if len(per) >= size:
+        return ([float(np.mean(per[i:i + size])) for i in range(0, len(per) - size + 1, size)],
                 (ev.get("energy") or {}).get("instrument") or "energy counter")
     why = (ev.get("energy") or {}).get("reason") or "the evidence has no energy counter"
-    return None, f"not measured ({why})"
+    return [], f"not measured ({why})"
 
 
 def batch_size(ev: dict) -> int | None:
@@ -142,6 +179,25 @@ def ran(rc: int, ev: dict | None) -> bool:
         steady_ms(ev))
 
 
+def rerun_problem(first: dict, repeat_rc: int, repeat: dict | None, command: list[str]) -> str:
+    """Why an identical repeat of the baseline shows the script cannot be re-run ("" when it
+    can): it failed, or it ran far fewer timed steps than the first run (its input used up)."""
+    from perflab.instruments import sequential as seq
+
+    if not ran(repeat_rc, repeat):
+        return (f"its first run succeeded, an identical second one did not "
+                f"({runmod.outcome_line(repeat_rc, repeat, command)}; {traceback_tail(repeat)})")
+    n1, n2 = len(steady_ms(first)), len(steady_ms(repeat))
+    if n2 < max(seq.MIN_N, n1 // 2):
+        return (f"an identical second run timed {n2} steps where the first timed {n1} "
+                "(it consumed its input, or resumed from what the first run left)")
+    return ""
+
+
+RERUN_FIX = ("make what it consumes or writes (a checkpoint, a log directory, a dataset it "
+             "moves, a port it binds) an argument or let it exist, then run whatif again")
+
+
 # ------------------------------------------------------------------ judging
 
 def floor_pct(baseline_medians: list[float]) -> float | None:
@@ -151,6 +207,15 @@ def floor_pct(baseline_medians: list[float]) -> float | None:
     return stats.process_floor_pct(baseline_medians) if len(baseline_medians) >= 2 else None
 
 
+def log_pct(pct: float) -> float:
+    """A relative change in % as 100 ln(1 + pct/100): the scale the floor bounds."""
+    return 100 * math.log1p(pct / 100)
+
+
+def pct_of_log(lg: float) -> float:
+    return 100 * math.expm1(lg / 100) if math.isfinite(lg) else lg
+
+
 @dataclass
 class Row:
     """One intervention as the table shows it."""
@@ -158,16 +223,19 @@ class Row:
     name: str
     verdict: str
     reason: str = ""
-    change_pct: float | None = None  # median steady step, intervened vs baseline
-    ci_pct: tuple[float, float] | None = None
+    change_pct: float | None = None  # step wall (block means), intervened vs baseline
+    ci_pct: tuple[float, float] | None = None  # the stopping rule's 95 % anytime interval
+    runs: int = 0  # fresh runs of the intervention measured
     bound_pct: float | None = None
     first_call_cost_ms: float | None = None
     break_even_steps: float | None = None
     peak_mib: tuple[float | None, float | None] = (None, None)
     peak_metric: str = ""
     per_example_us: tuple[float, float] | None = None  # (baseline, intervened) µs/example
-    energy_j: tuple[float | None, float | None] = (None, None)  # J/step (baseline, intervened)
+    #: J per step of each side: (median, low, high) of its blocks, None: not measured
+    energy_j: tuple[tuple | None, tuple | None] = (None, None)
     energy_how: str = ""
+    batch: tuple[int | None, int | None] = (None, None)
     check: str = "no check"
     site: str = ""
     edit: str = ""
@@ -175,28 +243,43 @@ class Row:
 
     @property
     def gain_pct(self) -> float | None:
+        """The step time saved, % of the baseline's step (positive: faster)."""
         return None if self.change_pct is None else -self.change_pct
 
+    @property
+    def gain_per_example_pct(self) -> float | None:
+        """The time per example saved, % (the step's gain when the batch is unchanged)."""
+        if self.per_example_us is None:
+            return self.gain_pct
+        b, n = self.per_example_us
+        return 100 * (b - n) / b if b else None
 
-def beyond_floor(change_pct: float, floor: float) -> bool:
-    """Is a change of the median beyond the between-run floor? process_floor_pct bounds the
-    log ratio of two runs (floor = 100 (e^q - 1)): a slow-down beyond +floor %, a speed-up
-    below 100 (e^-q - 1) % (e.g. floor 100 % -> below -50 %)."""
-    return abs(math.log1p(change_pct / 100)) > math.log1p(floor / 100)
+
+def judge_runs(diffs: list[float], floor: float | None, max_n: int):
+    """The stopping rule (perflab.instruments.sequential.compare) on per-block log diffs
+    against the between-run floor on the same log scale."""
+    from perflab.instruments import sequential as seq
+
+    return seq.compare(diffs, None if floor is None else log_pct(floor), max_n=max_n)
 
 
-def judge_change(base: list[float], new: list[float], floor: float | None) -> tuple[str, float, tuple[float, float]]:
-    """(verdict, change %, 95% interval %) of the median steady step: faster/slower only
-    when stats.judge finds it significant and it lies beyond the between-run floor; no
-    floor: not resolved."""
-    from perflab.instruments import stats
+def verdict_of(d, floor: float | None, runs: int) -> tuple[str, str]:
+    """(verdict, reason) of a seq.Decision on log diffs, said in % of the step."""
+    from perflab.instruments import sequential as seq
 
-    j = stats.judge(base, new, paired=False)
-    med = float(np.median(base))
-    ci = (100 * j.ci_low / med, 100 * j.ci_high / med)
-    if floor is None or not j.significant or not beyond_floor(j.relative_pct, floor):
-        return UNRESOLVED, j.relative_pct, ci
-    return (FASTER if j.relative_pct < 0 else SLOWER), j.relative_pct, ci
+    lo, hi = pct_of_log(d.low), pct_of_log(d.high)
+    iv = f"interval [{lo:+.1f}, {hi:+.1f}] %" if math.isfinite(lo) and math.isfinite(hi) \
+        else "interval unbounded"
+    if floor is None:
+        return UNRESOLVED, "no between-run floor (fewer than two baseline runs)"
+    if d.state == seq.FASTER:
+        return FASTER, ""
+    if d.state == seq.SLOWER:
+        return SLOWER, ""
+    if d.state == seq.WITHIN_FLOOR:
+        return WITHIN, f"the whole interval lies inside the between-run floor ±{floor:.2g} %"
+    return UNRESOLVED, (f"undecided within budget ({runs} run{'s' * (runs != 1)}, {d.n} "
+                        f"blocks, {iv}; floor ±{floor:.2g} %)")
 
 
 def loss_check(name: str, baselines: list[list[float]], new: list[float]) -> str:
@@ -246,35 +329,58 @@ def site_of(name: str, ev: dict) -> str:
     return found[0] if found else ""
 
 
-def measured_row(name: str, entry, base_evs: list[dict], ev: dict, floor: float | None,
-                 shares: dict[str, float], used: dict | None = None) -> Row:
+def _interval(values: list[float]) -> tuple | None:
+    """(median, low, high) of per-block values (the stopping rule's anytime interval of the
+    mean: energy blocks are well-behaved), None when there are none."""
+    from perflab.instruments import sequential as seq
+
+    if not values:
+        return None
+    est, lo, hi = seq.interval(values, statistic="mean") if len(values) >= 2 else (
+        values[0], -math.inf, math.inf)
+    return (float(est), float(lo), float(hi))
+
+
+def measured_row(name: str, entry, bases: list[dict], pairs: list[tuple[dict, int]],
+                 floor: float | None, max_n: int, size: int, shares: dict[str, float],
+                 used: dict | None = None) -> Row:
+    """The row of an intervention measured in ``pairs`` (its run, the index of the baseline
+    run it is paired with): the stopping rule's verdict, and what each side cost."""
     used = used or {}
-    base_steps = [v for b in base_evs for v in steady_ms(b)]
-    new_steps = steady_ms(ev)
-    verdict, change, ci = judge_change(base_steps, new_steps, floor)
-    row = Row(name, verdict, change_pct=change, ci_pct=ci)
-    if floor is None:
-        row.reason = "no between-run floor (fewer than two baseline runs)"
-    elif verdict == UNRESOLVED:
-        row.reason = f"inside the between-run floor ±{floor:.2g}% or not significant"
+    diffs = [v for ev, bi in pairs for v in block_log_diffs(bases[bi], ev, size)]
+    d = judge_runs(diffs, floor, max_n)
+    verdict, reason = verdict_of(d, floor, len(pairs))
+    row = Row(name, verdict, reason, change_pct=pct_of_log(d.estimate),
+              ci_pct=(pct_of_log(d.low), pct_of_log(d.high)), runs=len(pairs))
+    row.extra["decision"] = d
     row.bound_pct, bound_from = bound_pct(name, entry, shares)
     row.extra["bound_from"] = bound_from
-    base_first = float(np.median([first_call_ms(b) for b in base_evs]))
-    row.first_call_cost_ms = first_call_ms(ev) - base_first
-    saving = float(np.median(base_steps) - np.median(new_steps))
+    new_evs = [ev for ev, _ in pairs]
+    base_steps = [v for b in bases for v in steady_ms(b)]
+    new_steps = [v for ev in new_evs for v in steady_ms(ev)]
+    base_first = float(np.median([first_call_ms(b) for b in bases]))
+    row.first_call_cost_ms = float(np.median([first_call_ms(ev) for ev in new_evs])) - base_first
+    saving = float(np.mean(base_steps) - np.mean(new_steps))  # the wall per step, mean
     if saving > 0 and row.first_call_cost_ms > 0:
         row.break_even_steps = row.first_call_cost_ms / saving
-    bp, metric = peak_mib(base_evs[0])
-    row.peak_mib, row.peak_metric = (bp, peak_mib(ev)[0]), metric
-    bs = batch_size(base_evs[0])
+    bp, metric = peak_mib(bases[0])
+    row.peak_mib, row.peak_metric = (bp, max((peak_mib(ev)[0] or 0.0 for ev in new_evs),
+                                             default=None) or None), metric
+    bs, ns = batch_size(bases[0]), batch_size(new_evs[0]) or batch_size(bases[0])
+    row.batch = (bs, ns)
     if bs:
-        row.per_example_us = (1e3 * float(np.median(base_steps)) / bs,
-                              1e3 * float(np.median(new_steps)) / (batch_size(ev) or bs))
-    (be, how), (ie, _) = energy_per_step(base_evs[0]), energy_per_step(ev)
-    row.energy_j, row.energy_how = (be, ie), how
-    row.check = loss_check(name, [b.get("losses") or [] for b in base_evs], ev.get("losses") or [])
-    row.site = site_of(name, base_evs[0])
-    p = ev.get("patch") or {}
+        row.per_example_us = (1e3 * float(np.mean(base_steps)) / bs,
+                              1e3 * float(np.mean(new_steps)) / ns)
+    base_e, how = [], ""
+    for b in bases:
+        e, how = energy_blocks(b, size)
+        base_e += e
+    new_e = [v for ev in new_evs for v in energy_blocks(ev, size)[0]]
+    row.energy_j, row.energy_how = (_interval(base_e), _interval(new_e)), how
+    row.check = loss_check(name, [b.get("losses") or [] for b in bases],
+                           new_evs[0].get("losses") or [])
+    row.site = site_of(name, bases[0])
+    p = new_evs[0].get("patch") or {}
     if p.get("where"):
         row.site = p["where"][0]
     try:
@@ -286,9 +392,12 @@ def measured_row(name: str, entry, base_evs: list[dict], ev: dict, floor: float 
 
 
 def ranked(rows: list[Row]) -> list[Row]:
-    """Faster first by measured gain, then not resolved, slower, failed, not run, not applicable."""
-    rank = {FASTER: 0, UNRESOLVED: 1, SLOWER: 2, FAILED: 3, NOT_RUN: 4, NOT_APPLICABLE: 5}
-    return sorted(rows, key=lambda r: (rank.get(r.verdict, 6), -(r.gain_pct or 0.0)))
+    """Faster first by measured gain per example (per step where the batch is unknown), then
+    within the floor, not resolved, slower, failed, not run, not applicable."""
+    rank = {FASTER: 0, WITHIN: 1, UNRESOLVED: 2, SLOWER: 3, FAILED: 4, NOT_RUN: 5,
+            NOT_APPLICABLE: 6}
+    return sorted(rows, key=lambda r: (rank.get(r.verdict, 7), -(r.gain_per_example_pct or 0.0),
+                                       -(r.gain_pct or 0.0)))
 
 
 # ------------------------------------------------------------------ output
@@ -297,32 +406,53 @@ def _f(v, fmt="{:+.1f}", none="") -> str:
     return none if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 
 
+def _energy(iv: tuple | None, per: int | None = None) -> str:
+    """'0.52 J [0.50, 0.55]' (per step, or per example when ``per`` is the batch)."""
+    if iv is None:
+        return "?"
+    k = 1 / per if per else 1.0
+    est, lo, hi = (v * k for v in iv)
+    band = f" [{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return f"{est:.3g}{band}"
+
+
+def energy_cell(r: Row) -> str:
+    if r.energy_j == (None, None):
+        return r.energy_how
+    step = f"J/step {_energy(r.energy_j[0])} → {_energy(r.energy_j[1])}"
+    if r.batch[0]:
+        step += (f"; J/example {_energy(r.energy_j[0], r.batch[0])} → "
+                 f"{_energy(r.energy_j[1], r.batch[1] or r.batch[0])}")
+    return step
+
+
 def markdown(rows: list[Row], head: list[str]) -> str:
     lines = [*head, "",
-             "| intervention | verdict | step change % (95%) | bound % | first-call cost ms "
-             "(break-even steps) | peak MiB base→new | µs/example base→new | J/step base→new "
-             "| losses | where |",
+             "| intervention | verdict | step change % (95% anytime interval) [runs] | "
+             "bound % | gain per example % | first-call cost ms (break-even steps) | "
+             "peak MiB base→new | energy base→new (95% interval) | losses | where |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in ranked(rows):
         if r.change_pct is None:
             why = r.reason.replace("|", "/")
             lines.append(f"| {r.name} | {r.verdict} | {why} | | | | | | | |")
             continue
-        ci = f" ({r.ci_pct[0]:+.1f}..{r.ci_pct[1]:+.1f})" if r.ci_pct else ""
+        ci = (f" ({r.ci_pct[0]:+.1f}..{r.ci_pct[1]:+.1f})" if r.ci_pct and all(
+            math.isfinite(v) for v in r.ci_pct) else " (interval unbounded)")
         be = f" ({r.break_even_steps:.0f})" if r.break_even_steps else ""
-        pe = (f"{r.per_example_us[0]:.3g}→{r.per_example_us[1]:.3g}" if r.per_example_us
+        pe = (_f(r.gain_per_example_pct) + f" ({r.per_example_us[0]:.3g}→"
+              f"{r.per_example_us[1]:.3g} µs/example)" if r.per_example_us
               else "batch size unknown")
-        en = (f"{r.energy_j[0]:.3g}→{r.energy_j[1]:.3g}" if None not in r.energy_j
-              else r.energy_how)
         pk = (f"{_f(r.peak_mib[0], '{:.0f}', '?')}→{_f(r.peak_mib[1], '{:.0f}', '?')} "
               f"({r.peak_metric})")
-        edit = " / ".join(t.strip() for t in r.edit.splitlines()).replace("|", "/")
-        where = (f"`{r.site}`" + (f" `{edit}`" if edit else "")).replace("|", "/") \
-            if r.site else "no site found"
-        lines.append(f"| {r.name} | {r.verdict}{': ' + r.reason if r.reason else ''} | "
-                     f"{r.change_pct:+.1f}{ci} | {_f(r.bound_pct, '{:.0f}', 'n/a')} | "
-                     f"{_f(r.first_call_cost_ms, '{:+.0f}')}{be} | {pk} | {pe} | {en} | "
-                     f"{r.check} | {where} |")
+        edit = " / ".join(t.strip() for t in r.edit.splitlines())
+        where = (f"`{r.site}`" + (f" `{edit}`" if edit else "")) if r.site else "no site found"
+        bound = _f(r.bound_pct, "{:.0f}", "n/a") + (
+            f" ({r.extra['bound_from']})" if r.extra.get("bound_from") else "")
+        cells = [r.name, r.verdict + (": " + r.reason if r.reason else ""),
+                 f"{r.change_pct:+.1f}{ci} [{r.runs}]", bound, pe,
+                 f"{_f(r.first_call_cost_ms, '{:+.0f}')}{be}", pk, energy_cell(r), r.check, where]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -337,34 +467,80 @@ def rows_csv(rows: list[Row]) -> list[dict]:
             out.append(vmod._row("whatif", r.name, "step_latency_rel", "median", None, "%",
                                  "steady", status, f"{r.verdict}: {r.reason}"))
             continue
+        e_b, e_n = r.energy_j
         for metric, value, unit in (
                 ("step_latency_rel", r.change_pct, "%"),
                 ("step_latency_rel_ci_low", r.ci_pct[0], "%"),
                 ("step_latency_rel_ci_high", r.ci_pct[1], "%"),
+                ("example_time_gain", r.gain_per_example_pct, "%"),
                 ("first_call_cost", r.first_call_cost_ms, "ms"),
+                ("break_even_steps", r.break_even_steps, "steps"),
                 ("peak_change", None if None in r.peak_mib else r.peak_mib[1] - r.peak_mib[0], "MiB"),
-                ("energy_per_step", r.energy_j[1], "J")):
-            ok = value is not None and not (isinstance(value, float) and math.isnan(value))
+                ("energy_per_step_base", e_b and e_b[0], "J"),
+                ("energy_per_step", e_n and e_n[0], "J"),
+                ("energy_per_step_ci_low", e_n and e_n[1], "J"),
+                ("energy_per_step_ci_high", e_n and e_n[2], "J")):
+            ok = value is not None and math.isfinite(value)
+            why = (r.energy_how if metric.startswith("energy") else
+                   "no saving to pay it back" if metric == "break_even_steps" else
+                   "not measured in this run")
             out.append(vmod._row("whatif", r.name, metric, "median", value if ok else None,
-                                 unit, "steady", "ok" if ok else "unsupported",
-                                 "" if ok else "not measured in this run"))
+                                 unit, "steady", "ok" if ok else "unsupported", "" if ok else why))
     return out
 
 
 # ------------------------------------------------------------------ the runs
 
-def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int = 5,
+@dataclass
+class Plan:
+    """What one invocation runs, and what it has measured so far."""
+
+    command: list[str]
+    settings: object  # patch spec | None -> the child's settings
+    out_dir: Path
+    runner: object
+    budget: float | None
+    params: dict
+    started: float = field(default_factory=time.perf_counter)
+    est: float = 0.0  # seconds a run takes (the first baseline's wall)
+    bases: list[dict] = field(default_factory=list)
+    pairs: dict[str, list[tuple[dict, int]]] = field(default_factory=dict)
+    failed: dict[str, dict | None] = field(default_factory=dict)
+    count: int = 0
+
+    def fits(self, runs: int) -> bool:
+        return self.budget is None or \
+            time.perf_counter() - self.started + self.est * runs <= self.budget
+
+    def run(self, p: str | None) -> tuple[int, dict | None, float]:
+        self.count += 1
+        tag = p or "baseline"
+        n = len(self.pairs.get(p, [])) + 1 if p else len(self.bases) + 1
+        spec = {"name": p, **self.params.get(p, {})} if p else None
+        rc, ev, wall = self.runner(self.command, self.settings(spec),
+                                   self.out_dir / f"{tag}-{n}")
+        state = ("FAILED" if not ran(rc, ev) else
+                 f"median step {np.median(steady_ms(ev)):.3g} ms")
+        print(f"[{self.count}] {tag} #{n}: {state}, {wall:.1f} s "
+              f"({time.perf_counter() - self.started:.0f} s spent)", file=sys.stderr)
+        return rc, ev, wall
+
+
+def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss_steps: int = 5,
            seed: int = 0, budget: float | None = None, out: str | None = None,
-           only: list[str] | None = None, params: dict | None = None, runner=None) -> int:
+           only: list[str] | None = None, params: dict | None = None,
+           max_runs: int = MAX_RUNS, runner=None) -> int:
     """Run the plan; print the ranked table; write whatif.md/.csv. ``runner`` (tests) stands
     in for run.run_child."""
     from perflab.attach import verdict as vmod
     from perflab.core import io
 
-    runner = runner or runmod.run_child
     try:
         command = runmod.command_of(argv)
         runmod.check_script(command)
+        if max_runs < 1 or steps < 2:
+            raise WhatifError(f"--max-runs {max_runs} and --steps {steps}: give at least 1 "
+                              "run and 2 steps")
     except runmod.RunError as exc:
         print(f"perflab whatif: {exc}", file=sys.stderr)
         return 2
@@ -377,15 +553,16 @@ def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int
                 "roots": [str(script_dir), str(Path.cwd())], "no_step_s": 6.0,
                 "patch": patch, "seed": seed, "loss_steps": loss_steps}
 
-    started = time.perf_counter()
-    rc, ev, wall = runner(command, settings(None), out_dir / "baseline-1")
+    plan = Plan(command, settings, out_dir, runner or runmod.run_child, budget, params or {})
+    rc, ev, wall = plan.run(None)
     if not ran(rc, ev):
         print(f"perflab whatif: the baseline run gave no timed steps: "
               f"{runmod.outcome_line(rc, ev, command)}; {traceback_tail(ev)}", file=sys.stderr)
         return rc or 1
+    plan.est = wall
+    plan.bases.append(ev)
     d, s, _ = vmod.judge(ev, out_dir / "baseline-1")
-    print(f"[1] baseline: median step {np.median(s.steady_ms):.3g} ms, {wall:.1f} s; "
-          f"verdict {d.verdict}", file=sys.stderr)
+    print(f"baseline: verdict {d.verdict}", file=sys.stderr)
     registry = patches()
     rows: list[Row] = []
     applicable = []
@@ -397,54 +574,74 @@ def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int
             rows.append(Row(n, NOT_APPLICABLE, why))
         else:
             applicable.append(n)
-    plan = schedule(order(applicable, d.verdict))
-    est = wall
-    print(f"perflab whatif: plan {len(plan)} more runs of ~{est:.0f} s each (the baseline's "
-          f"wall), ~{est * len(plan):.0f} s: " + ", ".join(p or BASELINE for p in plan)
-          + (f"; budget {budget:.0f} s" if budget else ""), file=sys.stderr)
-    bases, tried = [ev], {}
-    for k, p in enumerate(plan, start=2):
-        left = plan[k - 1:].count(None) - (1 if p is None else 0)
-        elapsed = time.perf_counter() - started
-        if p is not None and budget is not None and elapsed + est * (1 + left) > budget:
-            rows.append(Row(p, NOT_RUN, f"not run: budget ({budget:.0f} s; "
-                                        f"{elapsed:.0f} s spent, ~{est:.0f} s a run)"))
-            continue
-        tag = p or f"baseline-{len(bases) + 1}"
-        rc2, ev2, w2 = runner(command, settings({"name": p, **(params or {}).get(p, {})} if p else None), out_dir / tag)
-        if p is None:
-            if not ran(rc2, ev2):
-                print(f"perflab whatif: the script cannot be re-run: its first run succeeded, "
-                      f"an identical second one did not ({runmod.outcome_line(rc2, ev2, command)}"
-                      f"; {traceback_tail(ev2)}). If it writes to a fixed path (a checkpoint, a "
-                      "log directory) or needs a free port, make that path or port an argument "
-                      "or let it exist", file=sys.stderr)
-                return rc2 or 1
-            bases.append(ev2)
-            print(f"[{k}] baseline: median step {np.median(steady_ms(ev2)):.3g} ms, "
-                  f"{w2:.1f} s", file=sys.stderr)
-        else:
-            tried[p] = (rc2, ev2)
-            state = ("FAILED" if not ran(rc2, ev2) else
-                     f"median step {np.median(steady_ms(ev2)):.3g} ms")
-            print(f"[{k}] {p}: {state}, {w2:.1f} s", file=sys.stderr)
-    floor = floor_pct([float(np.median(steady_ms(b))) for b in bases])
-    for p, (rc2, ev2) in tried.items():
-        patch = (ev2 or {}).get("patch") or {}
-        if not ran(rc2, ev2):
-            rows.append(Row(p, FAILED, f"the patched run raised: {traceback_tail(ev2)}"))
-        elif patch and not patch.get("applied", True):
-            rows.append(Row(p, NOT_APPLICABLE, f"not applied: {patch.get('error') or patch.get('detail')}"))
-        else:
-            rows.append(measured_row(p, registry[p], bases, ev2, floor, s.phase_share_pct,
-                                     (params or {}).get(p)))
+    names = order(applicable, d.verdict)
+    n_steps = len(steady_ms(ev))
+    size = block_size(n_steps)
+    max_n = max_runs * max(1, n_steps // size)
+    first = schedule(names)
+    print(f"perflab whatif: round 1: {len(first)} more runs of ~{wall:.0f} s each, "
+          f"~{wall * len(first):.0f} s: " + ", ".join(p or BASELINE for p in first)
+          + (f"; budget {budget:.0f} s" if budget else "")
+          + f"; undecided changes get up to {max_runs} runs", file=sys.stderr)
+    todo = first
+    for rnd in range(1, max_runs + 1):
+        for i, p in enumerate(todo):
+            later_bases = todo[i + 1:].count(None)
+            if p is not None and not plan.fits(1 + later_bases):
+                if rnd == 1:
+                    rows.append(Row(p, NOT_RUN, f"not run: budget ({budget:.0f} s; "
+                                f"{time.perf_counter() - plan.started:.0f} s spent, "
+                                f"~{plan.est:.0f} s a run)"))
+                continue
+            rc2, ev2, _ = plan.run(p)
+            if p is None:
+                problem = rerun_problem(ev, rc2, ev2, command)
+                if problem:
+                    msg = f"the script cannot be re-run: {problem}. To measure it, {RERUN_FIX}"
+                    print(f"perflab whatif: {msg}", file=sys.stderr)
+                    io.atomic_write_text(out_dir / "whatif.md",
+                                         f"# perflab whatif: {' '.join(command)}\n\n{msg}\n")
+                    return rc2 or 1
+                plan.bases.append(ev2)
+            elif not ran(rc2, ev2):
+                plan.failed[p] = ev2
+            elif not ((ev2 or {}).get("patch") or {"applied": True}).get("applied", True):
+                pr = ev2["patch"]
+                rows.append(Row(p, NOT_APPLICABLE, f"not applied: {pr.get('error') or pr.get('detail')}"))
+            else:
+                plan.pairs.setdefault(p, []).append((ev2, len(plan.bases) - 1))
+        floor = floor_pct([float(np.median(steady_ms(b))) for b in plan.bases])
+        pending = []
+        for p, prs in plan.pairs.items():
+            dec = judge_runs([v for e, bi in prs for v in block_log_diffs(plan.bases[bi], e, size)],
+                             floor, max_n)
+            if floor is not None and not dec.decided and not dec.futile and len(prs) < max_runs:
+                pending.append(p)
+        while pending and not plan.fits(len(schedule(pending, repeats=1))):
+            pending.pop()  # the last is the diagnosis's least: the budget goes to the first
+        if not pending or rnd == max_runs:
+            break
+        todo = schedule(pending, repeats=1)
+        print(f"perflab whatif: round {rnd + 1}: still undecided: {', '.join(pending)}",
+              file=sys.stderr)
+    floor = floor_pct([float(np.median(steady_ms(b))) for b in plan.bases])
+    for p, ev2 in plan.failed.items():
+        rows.append(Row(p, FAILED, f"the patched run raised: {traceback_tail(ev2)}"))
+    for p, prs in plan.pairs.items():
+        rows.append(measured_row(p, registry[p], plan.bases, prs, floor, max_n, size,
+                                 s.phase_share_pct, plan.params.get(p)))
+    spent = time.perf_counter() - plan.started
     head = [f"# perflab whatif: {' '.join(command)}", "",
-            f"- baseline: {len(bases)} runs, {steps} steps each ({warmup} warm-up), seed {seed}; "
-            f"between-run floor "
-            + (f"±{floor:.2g}% (perflab.instruments.stats.process_floor_pct)" if floor is not None
+            f"- baseline: {len(plan.bases)} runs, {steps} steps each ({warmup} warm-up), "
+            f"seed {seed}; between-run floor "
+            + (f"±{floor:.2g} % (perflab.instruments.stats.process_floor_pct)" if floor is not None
                else "not measured (fewer than two baseline runs)"),
-            f"- diagnosis: {d.verdict} (perflab.attach.verdict); its "
-            "interventions ran first; fixed steps per run (no sequential stopping rule)"]
+            f"- diagnosis: {d.verdict} (perflab.attach.verdict); its interventions ran first",
+            f"- each change: per-block ({size} steps, mean wall) log differences against the baseline run "
+            "before it, decided by the stopping rule (perflab.instruments.sequential.compare) "
+            f"against the floor; undecided changes re-run in rounds, up to {max_runs} runs each",
+            f"- {plan.count} runs, {spent:.0f} s" + (f" of a {budget:.0f} s budget" if budget else ""),
+            "- energy: " + (rows_energy_note(rows) or "no intervention measured")]
     md = markdown(rows, head)
     print(md)
     io.atomic_write_text(out_dir / "whatif.md", md)
@@ -453,9 +650,15 @@ def whatif(argv: list[str], *, steps: int = 30, warmup: int = 3, loss_steps: int
     return 0
 
 
+def rows_energy_note(rows: list[Row]) -> str:
+    """How energy was measured (or why not), once for the table."""
+    return next((r.energy_how for r in rows if r.energy_how), "")
+
+
 # ------------------------------------------------------------------ command line
 
-_VALUED = ("--steps", "--warmup", "--out", "--budget", "--loss-steps", "--seed", "--only", "--set")
+_VALUED = ("--steps", "--warmup", "--out", "--budget", "--loss-steps", "--seed", "--only", "--set",
+           "--max-runs")
 
 
 def is_script_form(words: list[str]) -> bool:
@@ -470,12 +673,15 @@ def is_script_form(words: list[str]) -> bool:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--steps", type=int, default=30, help="timed steps of every run (default 30)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                   help=f"timed steps of every run (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps left out (default 3)")
     p.add_argument("--loss-steps", type=int, default=5, help="first K losses compared (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the script's RNG seed in every run")
     p.add_argument("--budget", help="wall budget, e.g. 90s or 3m: what does not fit is a "
                    "'not run: budget' row")
+    p.add_argument("--max-runs", type=int, default=MAX_RUNS,
+                   help=f"fresh runs of an undecided change at most (default {MAX_RUNS})")
     p.add_argument("--only", help="comma-separated intervention names")
     p.add_argument("--set", action="append", default=[], metavar="NAME:K=V,...",
                    help="a patch's parameters, e.g. loader_workers:num_workers=4 (repeatable)")
@@ -501,7 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return whatif([*a.script, *command], steps=a.steps, warmup=a.warmup, loss_steps=a.loss_steps,
                   seed=a.seed, budget=budget, out=a.out,
-                  only=a.only.split(",") if a.only else None, params=params)
+                  only=a.only.split(",") if a.only else None, params=params,
+                  max_runs=a.max_runs)
 
 
 if __name__ == "__main__":
