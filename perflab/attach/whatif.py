@@ -119,11 +119,26 @@ def blocks(values: list[float], size: int) -> list[float]:
     return [float(np.mean(values[i:i + size])) for i in range(0, len(values) - size + 1, size)]
 
 
-def block_log_diffs(base: dict, new: dict, size: int) -> list[float]:
-    """100 ln(new/base) of the j-th block means of two runs (the same steps of each run:
-    block j of one against block j of the other), % on the log scale."""
-    b, n = blocks(steady_ms(base), size), blocks(steady_ms(new), size)
-    return [100 * math.log(y / x) for x, y in zip(b, n) if x > 0 and y > 0]
+def block_log_diffs(around: list[dict], new: dict, size: int) -> list[float]:
+    """100 ln(new/base) of the j-th block means (block j of one run against block j of the
+    other: the same steps of each), % on the log scale. ``around``: the baseline runs on
+    either side of the intervention's (one, or two: their blocks' geometric mean, so a
+    machine that drifts over the invocation does not read as the intervention's effect)."""
+    n = blocks(steady_ms(new), size)
+    bs = [blocks(steady_ms(b), size) for b in around]
+    k = min(len(n), *(len(b) for b in bs))
+    out = []
+    for j in range(k):
+        if n[j] > 0 and all(b[j] > 0 for b in bs):
+            base = math.fsum(math.log(b[j]) for b in bs) / len(bs)
+            out.append(100 * (math.log(n[j]) - base))
+    return out
+
+
+def run_diffs(bases: list[dict], pairs: list[tuple[dict, int]], size: int) -> list[float]:
+    """Every block difference of an intervention's runs, each run against the baseline
+    before it and, where one ran yet, the one after it."""
+    return [v for ev, bi in pairs for v in block_log_diffs(bases[bi:bi + 2], ev, size)]
 
 
 def peak_mib(ev: dict) -> tuple[float | None, str]:
@@ -347,7 +362,7 @@ def measured_row(name: str, entry, bases: list[dict], pairs: list[tuple[dict, in
     """The row of an intervention measured in ``pairs`` (its run, the index of the baseline
     run it is paired with): the stopping rule's verdict, and what each side cost."""
     used = used or {}
-    diffs = [v for ev, bi in pairs for v in block_log_diffs(bases[bi], ev, size)]
+    diffs = run_diffs(bases, pairs, size)
     d = judge_runs(diffs, floor, max_n)
     verdict, reason = verdict_of(d, floor, len(pairs))
     row = Row(name, verdict, reason, change_pct=pct_of_log(d.estimate),
@@ -613,8 +628,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
         floor = floor_pct([float(np.median(steady_ms(b))) for b in plan.bases])
         pending = []
         for p, prs in plan.pairs.items():
-            dec = judge_runs([v for e, bi in prs for v in block_log_diffs(plan.bases[bi], e, size)],
-                             floor, max_n)
+            dec = judge_runs(run_diffs(plan.bases, prs, size), floor, max_n)
             if floor is not None and not dec.decided and not dec.futile and len(prs) < max_runs:
                 pending.append(p)
         while pending and not plan.fits(len(schedule(pending, repeats=1))):
@@ -637,8 +651,8 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
             + (f"±{floor:.2g} % (perflab.instruments.stats.process_floor_pct)" if floor is not None
                else "not measured (fewer than two baseline runs)"),
             f"- diagnosis: {d.verdict} (perflab.attach.verdict); its interventions ran first",
-            f"- each change: per-block ({size} steps, mean wall) log differences against the baseline run "
-            "before it, decided by the stopping rule (perflab.instruments.sequential.compare) "
+            f"- each change: per-block ({size} steps, mean wall) log differences against the baseline runs "
+            "either side of it, decided by the stopping rule (perflab.instruments.sequential.compare) "
             f"against the floor; undecided changes re-run in rounds, up to {max_runs} runs each",
             f"- {plan.count} runs, {spent:.0f} s" + (f" of a {budget:.0f} s budget" if budget else ""),
             "- energy: " + (rows_energy_note(rows) or "no intervention measured")]
