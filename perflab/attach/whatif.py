@@ -34,6 +34,9 @@ WITHIN = "within the floor"
 BLOCK_STEPS, MAX_RUNS = 5, 3
 #: timed steps of every run unless --steps says
 DEFAULT_STEPS = 40
+#: a run with no step after this long is stopped (perflab run's default: a script that
+#: compiles, or loads a dataset, on a busy CPU takes tens of seconds to its first step)
+NO_STEP_S = 120.0
 #: observations one run should give: the median's anytime interval decides a clear change
 #: from about ten (perflab.instruments.sequential; six never bound it)
 BLOCKS_PER_RUN = 10
@@ -100,9 +103,13 @@ def schedule(names: list[str], every: int = 2, repeats: int = 2) -> list[str | N
 # ------------------------------------------------------------------ reading one run
 
 def steady_ms(ev: dict) -> list[float]:
+    """The wall of every timed step after the warm-up, in step order, recompiling steps
+    included: what an intervention that removes recompiles (compile_dynamic) saves is in
+    them, and block j of every run of the script is then the same steps."""
     from perflab.attach import evidence as evmod
 
-    return list(evmod.summarize(ev).steady_ms)
+    return [r["wall_ms"] for r in ev["steps"]
+            if r.get("kind") in evmod.TIMED and r.get("wall_ms") is not None]
 
 
 def block_size(n_steps: int, block_steps: int = BLOCK_STEPS) -> int:
@@ -565,7 +572,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
 
     def settings(patch: dict | None) -> dict:
         return {"steps": steps, "seconds": None, "follow": False, "warmup": warmup,
-                "roots": [str(script_dir), str(Path.cwd())], "no_step_s": 6.0,
+                "roots": [str(script_dir), str(Path.cwd())], "no_step_s": NO_STEP_S,
                 "patch": patch, "seed": seed, "loss_steps": loss_steps}
 
     plan = Plan(command, settings, out_dir, runner or runmod.run_child, budget, params or {})
