@@ -385,6 +385,9 @@ def measured_row(name: str, entry, bases: list[dict], pairs: list[tuple[dict, in
     saving = float(np.mean(base_steps) - np.mean(new_steps))  # the wall per step, mean
     if saving > 0 and row.first_call_cost_ms > 0:
         row.break_even_steps = row.first_call_cost_ms / saving
+    recompiles = (len(bases[0].get("recompiles") or []), len(new_evs[0].get("recompiles") or []))
+    if any(recompiles):
+        row.extra["recompiles"] = recompiles  # Dynamo's count in each side's first run
     bp, metric = peak_mib(bases[0])
     row.peak_mib, row.peak_metric = (bp, max((peak_mib(ev)[0] or 0.0 for ev in new_evs),
                                              default=None) or None), metric
@@ -462,6 +465,8 @@ def markdown(rows: list[Row], head: list[str]) -> str:
         ci = (f" ({r.ci_pct[0]:+.1f}..{r.ci_pct[1]:+.1f})" if r.ci_pct and all(
             math.isfinite(v) for v in r.ci_pct) else " (interval unbounded)")
         be = f" ({r.break_even_steps:.0f})" if r.break_even_steps else ""
+        if r.extra.get("recompiles"):
+            be += " recompiles {}→{}".format(*r.extra["recompiles"])
         pe = (_f(r.gain_per_example_pct) + f" ({r.per_example_us[0]:.3g}→"
               f"{r.per_example_us[1]:.3g} µs/example)" if r.per_example_us
               else "batch size unknown")
@@ -497,11 +502,15 @@ def rows_csv(rows: list[Row]) -> list[dict]:
                 ("example_time_gain", r.gain_per_example_pct, "%"),
                 ("first_call_cost", r.first_call_cost_ms, "ms"),
                 ("break_even_steps", r.break_even_steps, "steps"),
+                ("recompiles_base", (r.extra.get("recompiles") or (None, None))[0], "count"),
+                ("recompiles", (r.extra.get("recompiles") or (None, None))[1], "count"),
                 ("peak_change", None if None in r.peak_mib else r.peak_mib[1] - r.peak_mib[0], "MiB"),
                 ("energy_per_step_base", e_b and e_b[0], "J"),
                 ("energy_per_step", e_n and e_n[0], "J"),
                 ("energy_per_step_ci_low", e_n and e_n[1], "J"),
                 ("energy_per_step_ci_high", e_n and e_n[2], "J")):
+            if metric.startswith("recompiles") and value is None:
+                continue  # no recompile on either side: no row
             ok = value is not None and math.isfinite(value)
             why = (r.energy_how if metric.startswith("energy") else
                    "no saving to pay it back" if metric == "break_even_steps" else
