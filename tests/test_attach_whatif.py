@@ -270,3 +270,20 @@ def test_block_diffs_bracket_a_drifting_machine(real_ev):
     both = wf.run_diffs([b1, b2], [(mid, 0)], 2)
     assert len(before) >= 5 and all(abs(v - 100 * np.log(2 ** 0.5)) < 1e-6 for v in before)
     assert all(abs(v) < 1e-6 for v in both)
+
+
+def test_first_call_cost_and_break_even(real_ev):
+    """An intervention 2 s slower to its first step and 5 ms faster a step: +2000 ms paid back
+    in about 400 steps; one that saves nothing has no break-even."""
+    rng = np.random.default_rng(4)
+    bases = [_variant(real_ev, 1.0, rng, noise=0.0) for _ in range(2)]
+    for b in bases:
+        b["first_step_s"] = 3.0
+    new = _variant(real_ev, 0.5, rng, noise=0.0)
+    new["first_step_s"] = 5.0
+    row = wf.measured_row("x", _Entry(), bases, [(new, 0)], 5.0, 30, 2, {})
+    assert abs(row.first_call_cost_ms - 2000) < 1e-6
+    assert abs(row.break_even_steps - 400) < 1e-6
+    same = _variant(real_ev, 1.0, rng, noise=0.0)
+    same["first_step_s"] = 5.0
+    assert wf.measured_row("x", _Entry(), bases, [(same, 0)], 5.0, 30, 2, {}).break_even_steps is None
