@@ -547,15 +547,18 @@ def _directory(text: str) -> str:
 
 def _run_args(s) -> None:
     from perflab.attach import run as attach
+    from perflab.attach import whatif as attach_whatif
 
     attach.add_arguments(s)
+    attach_whatif.add_after_run(s)
 
 
 def run(args, extra: list[str]) -> int:
     from perflab.attach import run as attach
+    from perflab.attach import whatif as attach_whatif
 
     attach.COMMAND_UNIX[0] = _STARTED_UNIX
-    return attach.run_args(args, extra)
+    return attach_whatif.after_run(args, extra, attach.run_args(args, extra))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -245,19 +245,22 @@ def test_end_to_end_optimizer_bound(tmp_path):
 
 
 def test_perflab_run_whatif_is_its_last_step(monkeypatch, tmp_path):
+    from perflab import cli
+
     seen = {}
     monkeypatch.setattr(runmod, "run", lambda argv, **kw: seen.setdefault("run", argv) and 0)
     monkeypatch.setattr(wf, "whatif", lambda argv, **kw: seen.update(whatif=(argv, kw)) or 0)
-    assert runmod.main(["--steps", "7", "--whatif", "--out", str(tmp_path), "--", "python",
-                        "train.py", "--lr", "1"]) == 0
+    assert cli.main(["run", "--steps", "7", "--whatif", "--out", str(tmp_path), "--", "python",
+                     "train.py", "--lr", "1"]) == 0
     argv, kw = seen["whatif"]
     assert argv == ["python", "train.py", "--lr", "1"] and kw["steps"] == 7
     assert kw["out"] == str(tmp_path / "whatif")
     # without --whatif, or when the run fails, whatif does not run
     seen.clear()
-    assert runmod.main(["--steps", "7", "--", "python", "train.py"]) == 0 and "whatif" not in seen
+    assert cli.main(["run", "--steps", "7", "--", "python", "train.py"]) == 0
+    assert "whatif" not in seen
     monkeypatch.setattr(runmod, "run", lambda argv, **kw: 3)
-    assert runmod.main(["--whatif", "--", "python", "train.py"]) == 3 and "whatif" not in seen
+    assert cli.main(["run", "--whatif", "--", "python", "train.py"]) == 3 and "whatif" not in seen
 
 
 def test_block_diffs_bracket_a_drifting_machine(real_ev):

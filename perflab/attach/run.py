@@ -308,9 +308,6 @@ def add_arguments(p) -> None:
                    help="apply one intervention from outside the script (perflab whatif's: "
                         "loader_workers, fused_optimizer, compile_default, autocast_bf16, ...)")
     p.add_argument("--seed", type=int, help="seed python's, numpy's and torch's RNG first")
-    p.add_argument("--whatif", action="store_true",
-                   help="then measure each intervention that applies, as perflab whatif of the "
-                   "same command does (its own seeded baseline runs; docs/whatif-script.md)")
     p.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
 
 
@@ -326,19 +323,9 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def run_args(args, extra: list[str]) -> int:
-    rc = run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
-             follow=args.follow, warmup=args.warmup, out=args.out, report=args.report,
-             patch=getattr(args, "patch", None), seed=getattr(args, "seed", None))
-    if rc != 0 or not getattr(args, "whatif", False):
-        return rc
-    # the last step, as diagnose's W01: whatif starts its own baseline (fixed steps, a
-    # seed, losses kept), which this run's (timed by seconds, unseeded) cannot stand in for
-    from perflab.attach import whatif
-
-    print("perflab run: --whatif: each intervention that applies, measured", file=sys.stderr)
-    return whatif.whatif([*args.script, *extra], steps=args.steps or whatif.DEFAULT_STEPS,
-                         warmup=args.warmup, seed=args.seed or 0,
-                         out=str(Path(args.out) / "whatif") if args.out else None)
+    return run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
+               follow=args.follow, warmup=args.warmup, out=args.out, report=args.report,
+               patch=getattr(args, "patch", None), seed=getattr(args, "seed", None))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -692,6 +692,26 @@ def rows_energy_note(rows: list[Row]) -> str:
 
 # ------------------------------------------------------------------ command line
 
+def add_after_run(p) -> None:
+    """`perflab run --whatif` (perflab.cli: perflab.attach.run cannot import this module,
+    which imports it)."""
+    p.add_argument("--whatif", action="store_true",
+                   help="then measure each intervention that applies, as perflab whatif of the "
+                   "same command does (its own seeded baseline runs; docs/whatif-script.md)")
+
+
+def after_run(args, extra: list[str], rc: int) -> int:
+    """The last step of `perflab run --whatif`, as diagnose's W01 is of diagnose: whatif
+    starts its own baseline (fixed steps, a seed, losses kept), which the run's (timed by
+    seconds, unseeded) cannot stand in for. Not after a run that failed."""
+    if rc != 0 or not getattr(args, "whatif", False):
+        return rc
+    print("perflab run --whatif: each intervention that applies, measured", file=sys.stderr)
+    return whatif([*args.script, *extra], steps=args.steps or DEFAULT_STEPS,
+                  warmup=args.warmup, seed=args.seed or 0,
+                  out=str(Path(args.out) / "whatif") if args.out else None)
+
+
 _VALUED = ("--steps", "--warmup", "--out", "--budget", "--loss-steps", "--seed", "--only", "--set",
            "--max-runs")
 
