@@ -72,6 +72,10 @@ def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, d
     env[EVIDENCE_ENV] = str(evidence)
     env[SETTINGS_ENV] = json.dumps(settings)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    if settings.get("seed") is not None:  # set/dict iteration orders alike run to run
+        env["PYTHONHASHSEED"] = str(settings["seed"])
+    from perflab.attach import patches  # what must be in place before python starts
+    env.update(patches.child_env(settings.get("patch"), env))
     started = time.perf_counter()
     settings["popen_unix"] = time.time()
     child = subprocess.Popen([sys.executable, "-m", "perflab.attach.bootstrap", *command],
