@@ -229,6 +229,9 @@ def _patch_loader(kind: str, missing: str):
             _done(rec, _caller(obs), "DataLoader(" + ", ".join(
                 f"{k}={old[k]!r} -> {v!r}" for k, v in change.items()) + ")")
         dataloader.DataLoader.__init__ = __init__
+        if kind == "pinned":
+            _on_close(obs, lambda: _needs_cuda_run(
+                obs, rec, "pinned host memory only speeds copies to CUDA"))
     return apply_
 
 
@@ -382,9 +385,18 @@ def _patch_compile(mode: str | None):
             kwargs.setdefault("mode", mode)
 
         def act(module):
-            module.compile(**kwargs)  # the module's __call__ goes through the compiled one
-            return (f"{type(module).__name__}.compile({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
-                    " from its second forward on")
+            # the forward, through a frame of ours: Module.compile() on a model whose
+            # class is torch's own (nn.Sequential) captures nothing (Dynamo skips torch's
+            # files as top frames), while a frame outside torch inlines them; the module's
+            # hooks (the observers') stay eager around it
+            forward = module.forward
+
+            def compiled_forward(*args, **kw):
+                return forward(*args, **kw)
+            module.forward = torch.compile(compiled_forward, **kwargs)
+            return (f"torch.compile({type(module).__name__}.forward"
+                    f"{''.join(f', {k}={v!r}' for k, v in kwargs.items())}) from its second "
+                    "forward on")
         _at_first_model(obs, rec, act)
 
         def finish():
@@ -417,26 +429,35 @@ def _assignment(site_line: str):
     return None
 
 
-def _model_edit(method: str, comment: str = ""):
-    """The construction line with ``; TARGET.METHOD`` appended (the in-place change the
-    patch measured: Module.compile / Module.to return the model itself or None, so the
-    assignment is kept), or the change in words where the line is not an assignment."""
+def _construction_edit(rewrite, words, comment: str = ""):
+    """``- model = X`` / ``+ model = rewrite(X, params)`` at the model's construction line,
+    or ``words(location, params)`` where that line is not a one-target assignment."""
     def edit(site, params):
         found = _assignment(site)
         note = f"  # {comment}" if comment else ""
         if found is None:
-            return (f"call .{method} on the model constructed at {site.partition(': ')[0]}"
-                    f"{note}")
+            return words(site.partition(": ")[0], params) + note
         _loc, code, st = found
-        return f"- {code}\n+ {code}; {ast.unparse(st.targets[0])}.{method}{note}"
+        new = ast.Assign(targets=st.targets, value=rewrite(st.value, params))
+        return f"- {code}\n+ {ast.unparse(ast.fix_missing_locations(new))}{note}"
     return edit
+
+
+def _expr(text: str) -> ast.expr:
+    return ast.parse(text, mode="eval").body
 
 
 def _compile_edit(mode: str | None):
-    def edit(site, params):
-        m = params.get("mode", mode)
-        return _model_edit("compile(" + (f"mode={m!r}" if m else "") + ")")(site, params)
-    return edit
+    """torch.compile(X), not Module.compile(): the latter captures nothing for a model of
+    torch's own classes (nn.Sequential)."""
+    def mode_of(params):
+        return params.get("mode", mode)
+
+    return _construction_edit(
+        lambda v, params: ast.Call(func=_expr("torch.compile"), args=[v], keywords=[
+            ast.keyword("mode", ast.Constant(mode_of(params)))] if mode_of(params) else []),
+        lambda loc, params: f"wrap the model constructed at {loc} in torch.compile(model"
+                            + (f", mode={mode_of(params)!r})" if mode_of(params) else ")"))
 
 
 register(Patch(
@@ -803,5 +824,8 @@ def _needs_conv(ev):
 register(Patch(
     "channels_last", "channels-last memory format for a convolutional model",
     ("forward", "backward"), _first(_needs_model, _needs_conv), _patch_channels_last,
-    _model_edit("to(memory_format=torch.channels_last)",
-                "and each 4-D input x.contiguous(memory_format=torch.channels_last)")))
+    _construction_edit(
+        lambda v, params: ast.Call(func=ast.Attribute(value=v, attr="to"), args=[], keywords=[
+            ast.keyword("memory_format", _expr("torch.channels_last"))]),
+        lambda loc, params: f"move the model constructed at {loc} to channels_last",
+        "and each 4-D input x.contiguous(memory_format=torch.channels_last)")))
