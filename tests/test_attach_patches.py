@@ -76,12 +76,16 @@ def conv(tmp_path):
     return p
 
 
+def clipping(text: str) -> str:
+    """The script clipping its gradients before each step (the AMP recipe's case)."""
+    return text.replace("    opt.step()", "    torch.nn.utils.clip_grad_norm_("
+                        "model.parameters(), 1.0)\n    opt.step()")
+
+
 @pytest.fixture
 def clipped(tmp_path):
-    """The conv script clipping its gradients before each step (the AMP recipe's case)."""
     p = tmp_path / "clipped_train.py"
-    p.write_text(CONV.replace("    opt.step()", "    torch.nn.utils.clip_grad_norm_("
-                              "model.parameters(), 1.0)\n    opt.step()"))
+    p.write_text(clipping(CONV))
     return p
 
 
@@ -409,8 +413,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.fixture
 def cuda_conv(tmp_path):
     p = tmp_path / "cuda_train.py"
-    p.write_text(CUDA_CONV.replace("    opt.step()", "    torch.nn.utils.clip_grad_norm_("
-                                   "model.parameters(), 1.0)\n    opt.step()"))
+    p.write_text(clipping(CUDA_CONV))
     return p
 
 
