@@ -143,6 +143,36 @@ def test_foreach_optimizer_and_a_class_that_refuses(tmp_path):
     assert "does not take fused=" in patches.REGISTRY["fused_optimizer"].applies(refused)
 
 
+#: a script whose loader and optimizer already have what the patches set
+ALREADY = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+loader = DataLoader(ds, batch_size=8, pin_memory=True)
+model = nn.Linear(8, 2)
+opt = torch.optim.Adam(model.parameters(), fused=True)
+for x, y in loader:
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("name,said", [
+    ("fused_optimizer", "the optimizer at already.py:{opt} is already fused"),
+    ("loader_pinned", "the DataLoader at already.py:{loader} already has pin_memory=True"),
+])
+def test_a_patch_whose_change_is_already_there_says_so(tmp_path, name, said):
+    script = tmp_path / "already.py"
+    script.write_text(ALREADY)
+    ev = observe(tmp_path, [str(script)], patch={"name": name})
+    assert not ev["patch"]["applied"], ev["patch"]
+    assert ev["patch"]["error"].startswith(said.format(opt=line_of(script, "opt = "),
+                                                       loader=line_of(script, "loader = ")))
+
+
 # ------------------------------------------------------------------ the model
 
 

@@ -224,10 +224,17 @@ def _patch_loader(kind: str, missing: str):
         def __init__(loader, *args, **kwargs):
             bound = sig.bind(loader, *args, **kwargs)
             old = {k: bound.arguments.get(k, sig.parameters[k].default) for k in change}
-            bound.arguments.update(change)
+            new = dict(change)
+            if kind == "workers" and "num_workers" not in params:  # never fewer than its own
+                new["num_workers"] = max(int(old["num_workers"] or 0), new["num_workers"])
+            bound.arguments.update(new)
             original(*bound.args, **bound.kwargs)
-            _done(rec, _caller(obs), "DataLoader(" + ", ".join(
-                f"{k}={old[k]!r} -> {v!r}" for k, v in change.items()) + ")")
+            if old != new:
+                _done(rec, _caller(obs), "DataLoader(" + ", ".join(
+                    f"{k}={old[k]!r} -> {v!r}" for k, v in new.items()) + ")")
+            elif not rec["applied"]:
+                rec["error"] = (f"the DataLoader at {_caller(obs).partition(': ')[0]} already has "
+                                + ", ".join(f"{k}={v!r}" for k, v in new.items()))
         dataloader.DataLoader.__init__ = __init__
         if kind == "pinned":
             _on_close(obs, lambda: _needs_cuda_run(
@@ -296,7 +303,9 @@ def _patch_optimizer(flag: str):
                     __original(*bound.args, **bound.kwargs)
                 finally:
                     depth[0] -= 1
-                if depth[0] == 0:  # the outermost class's constructor (AdamW over Adam)
+                if depth[0] == 0 and old is True and not rec["applied"]:
+                    rec["error"] = f"the optimizer at {_caller(obs).partition(': ')[0]} is already {flag}"
+                elif depth[0] == 0:  # the outermost class's constructor (AdamW over Adam)
                     _done(rec, _caller(obs), f"{type(opt).__name__}({flag}={old!r} -> True)")
             functools.update_wrapper(__init__, original)
             cls.__init__ = __init__
