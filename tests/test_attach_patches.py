@@ -265,6 +265,15 @@ def test_fp16_autocast_with_a_grad_scaler_keeps_the_unscaled_loss(tmp_path, clip
     assert patches.REGISTRY["autocast_fp16"].applies(ev) == "the script does not run on CUDA"
 
 
+def test_fp16_without_a_loss_backward_says_no_scaler_was_wired(tmp_path):
+    script = tmp_path / "autograd_train.py"
+    script.write_text(CONV.replace("loss.backward()", "torch.autograd.backward(loss)"))
+    ev = observe(tmp_path, [str(script), "20"], patch={"name": "autocast_fp16"})
+    assert not ev["patch"]["applied"]
+    assert ev["patch"]["error"].startswith("no loss.backward() on a scalar loss was seen")
+    assert "stepped unscaled" in ev["patch"]["detail"]
+
+
 def test_the_scripts_own_mixed_precision_is_seen_and_not_doubled(tmp_path):
     script = tmp_path / "amp_train.py"
     script.write_text(AMP)

@@ -581,7 +581,7 @@ def _grad_scaler(obs, rec) -> None:
     recipe), so clipping sees true gradients. The scaler is made at the first scaled
     backward, on the loss's device. A step the scaler skips still counts as a step."""
     st = {"scaler": None, "inside": False, "ran": False, "skipped": 0, "unscaled": set(),
-          "optimizers": []}
+          "optimizers": [], "scaled": False, "plain_steps": 0, "scaled_steps": 0}
 
     def scaler_for(device_type: str):
         if st["scaler"] is None:
@@ -599,6 +599,7 @@ def _grad_scaler(obs, rec) -> None:
         if gradient is None and t.numel() == 1 and t.dtype.is_floating_point \
                 and not st["inside"]:
             gradient = scaler_for(t.device.type).scale(torch.ones_like(t))
+            st["scaled"] = True
         return original_backward(t, gradient, *args, **kwargs)
     torch.Tensor.backward = backward
 
@@ -611,10 +612,12 @@ def _grad_scaler(obs, rec) -> None:
         st["optimizers"].append(opt)
 
         def scaled_step(*a, **kw):
-            if st["inside"] or st["scaler"] is None:  # inside scaler.step, or nothing scaled
-                st["ran"] = True
+            if st["inside"] or not st["scaled"]:  # inside scaler.step, or nothing scaled:
+                st["ran"] = True  # (a backward not through Tensor.backward) a plain step
+                st["plain_steps"] += not st["inside"]
                 return step(*a, **kw)
-            st["inside"], st["ran"] = True, False
+            st["inside"], st["ran"], st["scaled"] = True, False, False
+            st["scaled_steps"] += 1
             try:
                 out = st["scaler"].step(opt, *a, **kw)
                 st["scaler"].update()
@@ -650,6 +653,14 @@ def _grad_scaler(obs, rec) -> None:
         if st["skipped"]:
             rec["detail"] += (f"; {st['skipped']} optimizer step(s) skipped by the GradScaler "
                               "(inf/NaN gradients)")
+        if st["plain_steps"]:
+            rec["detail"] += (f"; {st['plain_steps']} optimizer step(s) after no scaled "
+                              "loss.backward() stepped unscaled")
+            if not st["scaled_steps"]:
+                rec["applied"] = False
+                rec["error"] = ("no loss.backward() on a scalar loss was seen (the script's "
+                                "backward goes another way): no GradScaler could be wired, "
+                                "fp16 ran unscaled")
         if obs.amp["grad_scaler"]:
             rec["applied"] = False
             rec["error"] = (f"the script has its own GradScaler ({obs.amp['grad_scaler'][0]}): "
