@@ -414,8 +414,12 @@ def test_perflab_run_patch_option_says_the_patch(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "patch fused_optimizer: applied (Adam(fused=None -> True)) at optimizer_bound.py:" \
         in r.stderr
-    assert "- **Patch**: patch fused_optimizer: applied" in (tmp_path / "o" / "diagnosis.md"
-                                                            ).read_text()
+    md = (tmp_path / "o" / "diagnosis.md").read_text()
+    assert "- **Patch**: patch fused_optimizer: applied" in md
+    line = line_of(SCRIPTS / "optimizer_bound.py", "opt = torch.optim.Adam(")
+    code = (SCRIPTS / "optimizer_bound.py").read_text().splitlines()[line - 1].strip()
+    assert f"```diff\n- {code}\n+ " in md and "fused=True" in md.split("```diff")[1]
+    assert f"perflab run: the edit:\n    - {code}" in r.stderr
 
 
 def test_perflab_run_refuses_an_unknown_patch():

@@ -139,6 +139,9 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     print(f"\nperflab run: {outcome}", file=sys.stderr)
     if ev is not None and ev.get("patch"):
         print(f"perflab run: {patches.line(ev)}", file=sys.stderr)
+        if ev["patch"].get("edit"):
+            print("perflab run: the edit:\n    " + ev["patch"]["edit"].replace("\n", "\n    "),
+                  file=sys.stderr)
     if ev is None or not ev["steps"]:
         # nothing to judge; the ledger and the report still say what was run and how it ended
         write_ledger(out_dir, lmod.build(command, ev, outcome))
@@ -211,6 +214,8 @@ def render(ev, s, d, extra, command, wall) -> str:
     if ev.get("patch"):  # a run under one intervention (perflab/attach/patches.py)
         from perflab.attach import patches
         lines.append(f"- **Patch**: {patches.line(ev)}")
+        if ev["patch"].get("edit"):
+            lines += ["", "```diff", ev["patch"]["edit"], "```", ""]
     first = ev.get("first_step_s")
     lines.append(f"- **Steps**: per {s.unit}" + ("" if s.unit == "optimizer step" else
                  " (no optimizer step was observed: measured per outermost forward)")
