@@ -368,6 +368,8 @@ def test_a_patch_that_makes_the_script_raise_is_in_the_evidence(tmp_path):
      "fused=True"),
     ("foreach_optimizer", "train.py:7: opt = torch.optim.Adam(m.parameters(), foreach=False)",
      "foreach=True"),
+    ("fused_optimizer", "train.py:7: opt = torch.optim.Adam(m.parameters(), foreach=True)",
+     "fused=True"),
     ("compile_dynamic", "train.py:9: step = torch.compile(model, dynamic=False)",
      "dynamic=True"),
 ])
@@ -377,6 +379,7 @@ def test_edit_is_a_diff_that_parses(name, site, expect):
     assert minus == "- " + site.partition(": ")[2]
     ast.parse(plus[2:])
     assert expect in plus and plus.count(expect.split("=")[0] + "=") == 1
+    assert "foreach=True, fused=True" not in plus  # torch refuses the two together
 
 
 def test_edit_for_picks_the_site_of_the_patchs_kind():

@@ -60,10 +60,10 @@ def _caller(obs) -> str:
 # ------------------------------------------------------------------ the edit
 
 
-def edit_call(site_line: str, call: str, add: dict) -> str:
+def edit_call(site_line: str, call: str, add: dict, drop: tuple[str, ...] = ()) -> str:
     """A one-line diff setting ``add`` (keyword: value source) in the ``call(...)`` of
     ``site_line`` ("train.py:42: loader = DataLoader(ds)"); a line that does not parse (a
-    call spanning lines) gets the change said in words."""
+    call spanning lines) gets the change said in words. Keywords in ``drop`` go."""
     loc, _, code = site_line.partition(": ")
     kw = ", ".join(f"{k}={v}" for k, v in add.items())
     try:
@@ -75,7 +75,7 @@ def edit_call(site_line: str, call: str, add: dict) -> str:
     if not calls:
         return f"add {kw} to the {call}(...) call at {loc or site_line}"
     node = calls[0]
-    node.keywords = [k for k in node.keywords if k.arg not in add] + [
+    node.keywords = [k for k in node.keywords if k.arg not in add and k.arg not in drop] + [
         ast.keyword(arg=k, value=ast.parse(v, mode="eval").body) for k, v in add.items()]
     return f"- {code.strip()}\n+ {ast.unparse(tree)}"
 
@@ -331,7 +331,8 @@ def _optimizer_refuses(flag: str):
 register(Patch(
     "fused_optimizer", "the fused optimizer update (one kernel for all parameters)",
     ("optimizer",), _optimizer_refuses("fused"), _patch_optimizer("fused"),
-    lambda site, params: edit_call(site, _call_name(site), {"fused": "True"}),
+    lambda site, params: edit_call(site, _call_name(site), {"fused": "True"},
+                                   drop=("foreach",)),  # fused with foreach=True raises
     site="optimizer"))
 
 register(Patch(
