@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from perflab.attach import patches, run
 from perflab.instruments.energy import EnergyMeter
@@ -62,10 +63,29 @@ def line_of(path: Path, text: str) -> int:
     return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if text in ln)
 
 
+#: the conv script with the script's own mixed precision (autocast + a GradScaler)
+AMP = CONV.replace("import torch\n", "import torch\nscaler = torch.amp.GradScaler('cpu')\n"
+                   ).replace("    loss = nn", "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+                             "        loss = nn")
+
+
 @pytest.fixture
 def conv(tmp_path):
     p = tmp_path / "conv_train.py"
     p.write_text(CONV)
+    return p
+
+
+def clipping(text: str) -> str:
+    """The script clipping its gradients before each step (the AMP recipe's case)."""
+    return text.replace("    opt.step()", "    torch.nn.utils.clip_grad_norm_("
+                        "model.parameters(), 1.0)\n    opt.step()")
+
+
+@pytest.fixture
+def clipped(tmp_path):
+    p = tmp_path / "clipped_train.py"
+    p.write_text(clipping(CONV))
     return p
 
 
@@ -123,6 +143,36 @@ def test_foreach_optimizer_and_a_class_that_refuses(tmp_path):
     assert "does not take fused=" in patches.REGISTRY["fused_optimizer"].applies(refused)
 
 
+#: a script whose loader and optimizer already have what the patches set
+ALREADY = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+loader = DataLoader(ds, batch_size=8, pin_memory=True)
+model = nn.Linear(8, 2)
+opt = torch.optim.Adam(model.parameters(), fused=True)
+for x, y in loader:
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("name,said", [
+    ("fused_optimizer", "the optimizer at already.py:{opt} is already fused"),
+    ("loader_pinned", "the DataLoader at already.py:{loader} already has pin_memory=True"),
+])
+def test_a_patch_whose_change_is_already_there_says_so(tmp_path, name, said):
+    script = tmp_path / "already.py"
+    script.write_text(ALREADY)
+    ev = observe(tmp_path, [str(script)], patch={"name": name})
+    assert not ev["patch"]["applied"], ev["patch"]
+    assert ev["patch"]["error"].startswith(said.format(opt=line_of(script, "opt = "),
+                                                       loader=line_of(script, "loader = ")))
+
+
 # ------------------------------------------------------------------ the model
 
 
@@ -133,6 +183,21 @@ def test_compile_default_runs_the_model_compiled(tmp_path):
     assert ev["patch"]["applied"], ev["patch"]
     assert ev["dynamo_final"].get("stats.unique_graphs", 0) >= 1
     assert ev["sites"]["model"] and ev["patch"]["where"] == ev["sites"]["model"]
+
+
+def test_compile_default_captures_a_model_of_torchs_own_classes(tmp_path, conv):
+    """nn.Sequential: Module.compile() would capture nothing (torch's files are skipped as
+    top frames); the patch's own frame must give Dynamo a graph, and the edit is the
+    torch.compile that works for it."""
+    ev = observe(tmp_path, [str(conv), "40"], patch={"name": "compile_default",
+                                                     "backend": "eager"})
+    assert ev["patch"]["applied"], ev["patch"]
+    assert ev["dynamo_final"].get("stats.unique_graphs", 0) >= 1
+    assert ev["patch"]["edit"].startswith("wrap the model constructed at conv_train.py:")
+    one_line = patches.REGISTRY["compile_reduce_overhead"].edit(
+        "train.py:3: model = Net(4).to(dev)", {})
+    assert one_line == ("- model = Net(4).to(dev)\n"
+                        "+ model = torch.compile(Net(4).to(dev), mode='reduce-overhead')")
 
 
 def test_compile_dynamic_patches_the_scripts_own_compile(tmp_path):
@@ -174,16 +239,57 @@ def test_sites_and_bf16_autocast_moves_the_losses(tmp_path, conv):
                                    "nn.ReLU(), nn.Flatten(),"]
     assert a["sites"]["optimizer"][0].startswith(f"conv_train.py:{line_of(conv, 'opt = ')}:")
     assert a["model_info"][0]["conv2d"] == 1
+    # autocast goes where the script calls the model: that line, and a diff that parses
+    fwd = line_of(conv, "model(x)")
+    assert a["sites"]["forward"] == bf16["patch"]["where"] == [
+        f"conv_train.py:{fwd}: loss = nn.functional.cross_entropy(model(x), y)"]
+    minus, plus = bf16["patch"]["edit"].splitlines()
+    assert plus.startswith("+ with torch.autocast('cpu', dtype=torch.bfloat16): loss = ")
+    ast.parse(plus[2:])
+    assert patches.edit_for("autocast_bf16", a, {"device": "cpu"}) == bf16["patch"]["edit"]
 
 
-def test_fp16_autocast_with_a_grad_scaler_keeps_the_unscaled_loss(tmp_path, conv):
+def test_fp16_autocast_with_a_grad_scaler_keeps_the_unscaled_loss(tmp_path, clipped):
     """planned on CUDA only, but the mechanism runs on a CPU too (torch's CPU fp16
-    autocast and GradScaler): the kept losses are the script's, not the scaled ones."""
-    ev = observe(tmp_path, [str(conv), "40"], seed=0, loss_steps=4,
-                 patch={"name": "autocast_fp16"})
-    assert ev["patch"]["applied"] and "GradScaler" in ev["patch"]["detail"], ev["patch"]
+    autocast and GradScaler): the kept losses are the script's, not the scaled ones; the
+    script's clipping sees unscaled gradients; a step the scaler skips is still a step."""
+    cmd = [str(clipped), "40"]
+    base = observe(tmp_path, cmd, seed=0, loss_steps=4)
+    ev = observe(tmp_path, cmd, seed=0, loss_steps=4, patch={"name": "autocast_fp16"})
+    p = ev["patch"]
+    assert p["applied"] and "GradScaler around SGD.step" in p["detail"], p
+    assert "gradients unscaled before clip_grad_norm_" in p["detail"]
     assert all(0 < v < 20 for v in ev["losses"]), ev["losses"]  # 65536x scaled would not
+    assert len(ev["steps"]) == len(base["steps"])
+    assert ev["amp"] == {"autocast": {}, "grad_scaler": []}  # the patch's scaler is not the script's
     assert patches.REGISTRY["autocast_fp16"].applies(ev) == "the script does not run on CUDA"
+
+
+def test_fp16_without_a_loss_backward_says_no_scaler_was_wired(tmp_path):
+    script = tmp_path / "autograd_train.py"
+    script.write_text(CONV.replace("loss.backward()", "torch.autograd.backward(loss)"))
+    ev = observe(tmp_path, [str(script), "20"], patch={"name": "autocast_fp16"})
+    assert not ev["patch"]["applied"]
+    assert ev["patch"]["error"].startswith("no loss.backward() on a scalar loss was seen")
+    assert "stepped unscaled" in ev["patch"]["detail"]
+
+
+def test_the_scripts_own_mixed_precision_is_seen_and_not_doubled(tmp_path):
+    script = tmp_path / "amp_train.py"
+    script.write_text(AMP)
+    base = observe(tmp_path, [str(script), "40"])
+    assert base["amp"]["autocast"] == {"cpu": "bfloat16"}
+    assert base["amp"]["grad_scaler"] == [f"amp_train.py:{line_of(script, 'GradScaler')}: "
+                                          "scaler = torch.amp.GradScaler('cpu')"]
+    assert patches.REGISTRY["autocast_bf16"].applies(base) == (
+        "the script's forward already runs under autocast (cpu: bfloat16)")
+    assert patches.REGISTRY["autocast_fp16"].applies({**base, "cuda": True}).startswith(
+        "the script's forward already runs under autocast")
+    assert patches._script_scales(base).startswith("the script already has a GradScaler")
+    # forced anyway: the child sees the script's scaler and says the loss was scaled twice
+    ev = observe(tmp_path, [str(script), "40"], patch={"name": "autocast_fp16"})
+    assert not ev["patch"]["applied"]
+    assert ev["patch"]["error"].startswith("the script has its own GradScaler (amp_train.py:")
 
 
 def test_channels_last_on_a_conv_model_only(tmp_path, conv):
@@ -192,6 +298,63 @@ def test_channels_last_on_a_conv_model_only(tmp_path, conv):
     assert patches.REGISTRY["channels_last"].applies(ev) == ""
     assert patches.REGISTRY["channels_last"].applies(
         {"models": ["MLP"], "model_info": [{"conv2d": 0}]}) == "not a conv model (no Conv2d)"
+    assert patches.REGISTRY["channels_last"].edit("t.py:3: model = Net().cuda()", {}) == (
+        "- model = Net().cuda()\n+ model = Net().cuda().to(memory_format=torch.channels_last)"
+        "  # and each 4-D input x.contiguous(memory_format=torch.channels_last)")
+    mlp = observe(tmp_path, [str(SCRIPTS / "tiny_kernels.py"), "--depth", "2"],
+                  patch={"name": "channels_last"})
+    assert not mlp["patch"]["applied"]
+    assert mlp["patch"]["error"] == "not a conv model (no Conv2d)"
+
+
+@pytest.mark.parametrize("name,why", [
+    ("tf32", "the run did not use CUDA: TF32 is a CUDA tensor-core mode"),
+    ("expandable_segments", "the run did not use CUDA: the CUDA caching allocator"),
+    ("compile_reduce_overhead", "the run did not use CUDA: reduce-overhead's CUDA graphs"),
+    ("loader_pinned", "the run did not use CUDA: pinned host memory"),
+])
+def test_a_cuda_only_patch_on_a_cpu_run_says_why(tmp_path, conv, name, why, monkeypatch):
+    monkeypatch.setenv(patches.ALLOC_ENV, "max_split_size_mb:64")
+    cmd = [str(SCRIPTS / "input_bound.py"), "--epochs", "1", "--delay-ms", "0"] \
+        if name == "loader_pinned" else [str(conv), "20"]
+    ev = observe(tmp_path, cmd, patch={"name": name, "backend": "eager"})
+    assert not ev["patch"]["applied"] and ev["patch"]["error"].startswith(why), ev["patch"]
+    assert patches.REGISTRY[name].applies(ev) == "the script does not run on CUDA"
+    if name == "expandable_segments":  # reached the child, merged with the user's setting
+        assert ev["allocator_conf"] == "max_split_size_mb:64,expandable_segments:True"
+        assert "in the process's environment from its start" in ev["patch"]["detail"]
+
+
+def test_child_env_merges_the_users_allocator_settings():
+    spec = {"name": "expandable_segments"}
+    assert patches.child_env(spec, {}) == {patches.ALLOC_ENV: "expandable_segments:True"}
+    assert patches.child_env(spec, {patches.ALLOC_ENV: "expandable_segments:False,"
+                                    "max_split_size_mb:64"}) == {
+        patches.ALLOC_ENV: "max_split_size_mb:64,expandable_segments:True"}
+    # torch >= 2.9 reads PYTORCH_ALLOC_CONF first: the user's own variable is the one merged
+    assert patches.child_env(spec, {patches.ALLOC_ENV_NEW: "backend:native"}) == {
+        patches.ALLOC_ENV_NEW: "backend:native,expandable_segments:True"}
+    assert patches.child_env({"name": "tf32"}, {}) == {}
+
+
+# ------------------------------------------------------------------ a patch that fails
+
+
+def test_a_patch_that_cannot_be_applied_stops_the_child_with_its_traceback(tmp_path, conv):
+    ev = observe(tmp_path, [str(conv), "20"], patch={"name": "nope"})
+    assert ev["steps"] == [] and ev["status"]["exit"] == "raised"
+    assert ev["patch"]["error"].startswith("the patch raised before the script ran: "
+                                           "ValueError: unknown patch 'nope'")
+    assert "Traceback" in ev["patch"]["traceback"] and "Traceback" in ev["status"]["traceback"]
+
+
+def test_a_patch_that_makes_the_script_raise_is_in_the_evidence(tmp_path):
+    ev = observe(tmp_path, [str(SCRIPTS / "input_bound.py"), "--epochs", "1"],
+                 patch={"name": "loader_workers", "num_workers": -1})
+    assert ev["status"]["exit"] == "raised"
+    assert ev["patch"]["raised"] == ev["status"]["exception"]
+    assert "num_workers" in ev["patch"]["raised"]
+    assert "input_bound.py" in ev["status"]["traceback"]  # the script's frames, for the user
 
 
 # ------------------------------------------------------------------ the edits, the option
@@ -205,6 +368,8 @@ def test_channels_last_on_a_conv_model_only(tmp_path, conv):
      "fused=True"),
     ("foreach_optimizer", "train.py:7: opt = torch.optim.Adam(m.parameters(), foreach=False)",
      "foreach=True"),
+    ("fused_optimizer", "train.py:7: opt = torch.optim.Adam(m.parameters(), foreach=True)",
+     "fused=True"),
     ("compile_dynamic", "train.py:9: step = torch.compile(model, dynamic=False)",
      "dynamic=True"),
 ])
@@ -214,6 +379,18 @@ def test_edit_is_a_diff_that_parses(name, site, expect):
     assert minus == "- " + site.partition(": ")[2]
     ast.parse(plus[2:])
     assert expect in plus and plus.count(expect.split("=")[0] + "=") == 1
+    assert "foreach=True, fused=True" not in plus  # torch refuses the two together
+
+
+def test_edit_for_picks_the_site_of_the_patchs_kind():
+    ev = {"sites": {"loader": ["t.py:4: dl = DataLoader(ds)"], "model": [], "forward": [
+        "t.py:9: out = model(x)"]}}
+    assert patches.edit_for("loader_pinned", ev) == (
+        "- dl = DataLoader(ds)\n+ dl = DataLoader(ds, pin_memory=True)")
+    assert patches.edit_for("autocast_fp16", ev).startswith(
+        "- out = model(x)\n+ with torch.autocast('cuda', dtype=torch.float16): out = model(x)")
+    assert patches.edit_for("compile_default", ev) == ""  # no model site: no line to edit
+    assert patches.edit_for("tf32", ev).startswith('+ torch.set_float32_matmul_precision("high")')
 
 
 def test_edit_of_a_call_spanning_lines_is_said_in_words():
@@ -240,8 +417,12 @@ def test_perflab_run_patch_option_says_the_patch(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "patch fused_optimizer: applied (Adam(fused=None -> True)) at optimizer_bound.py:" \
         in r.stderr
-    assert "- **Patch**: patch fused_optimizer: applied" in (tmp_path / "o" / "diagnosis.md"
-                                                            ).read_text()
+    md = (tmp_path / "o" / "diagnosis.md").read_text()
+    assert "- **Patch**: patch fused_optimizer: applied" in md
+    line = line_of(SCRIPTS / "optimizer_bound.py", "opt = torch.optim.Adam(")
+    code = (SCRIPTS / "optimizer_bound.py").read_text().splitlines()[line - 1].strip()
+    assert f"```diff\n- {code}\n+ " in md and "fused=True" in md.split("```diff")[1]
+    assert f"perflab run: the edit:\n    - {code}" in r.stderr
 
 
 def test_perflab_run_refuses_an_unknown_patch():
@@ -265,3 +446,52 @@ def test_rapl_counter_wraps_and_a_missing_one_says_why(tmp_path):
     gone = EnergyMeter.rapl(tmp_path / "absent")
     assert gone.read_j() is None and gone.describe()["instrument"] is None
     assert "not readable" in gone.describe()["reason"]
+
+
+# ------------------------------------------------------------------ on CUDA (the H200)
+
+CUDA_CONV = CONV.replace("nn.Linear(8 * 8 * 8, 10))", "nn.Linear(8 * 8 * 8, 10)).cuda()").replace(
+    "torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))",
+    "torch.randn(4, 3, 8, 8, device='cuda'), torch.randint(0, 10, (4,), device='cuda')")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.fixture
+def cuda_conv(tmp_path):
+    p = tmp_path / "cuda_train.py"
+    p.write_text(clipping(CUDA_CONV))
+    return p
+
+
+@cuda
+@pytest.mark.parametrize("name,params,shows", [
+    ("autocast_fp16", {}, "GradScaler around SGD.step"),
+    ("autocast_bf16", {}, "torch.autocast('cuda', dtype=torch.bfloat16)"),
+    ("tf32", {}, "precision highest -> high"),
+    ("expandable_segments", {}, "expandable_segments:True (in the process's environment"),
+    ("compile_reduce_overhead", {}, "mode='reduce-overhead'"),
+    ("channels_last", {}, "channels_last"),
+])
+def test_cuda_patches_apply_on_a_cuda_run(tmp_path, cuda_conv, name, params, shows):
+    cmd = [str(cuda_conv), "60"]
+    base = observe(tmp_path, cmd, seed=0, loss_steps=4)
+    assert base["cuda"] and patches.REGISTRY[name].applies(base) == "", base.get("amp")
+    ev = observe(tmp_path, cmd, seed=0, loss_steps=4, patch={"name": name, **params})
+    assert ev["patch"]["applied"], ev["patch"]
+    assert shows in ev["patch"]["detail"], ev["patch"]["detail"]
+    assert len(ev["steps"]) == len(base["steps"])
+    assert all(0 < v < 20 for v in ev["losses"]), ev["losses"]  # finite, unscaled
+    if name == "compile_reduce_overhead":
+        assert ev["dynamo_final"].get("stats.unique_graphs", 0) >= 1
+    if name == "expandable_segments":
+        assert "expandable_segments:True" in ev["allocator_conf"]
+    if name == "tf32":
+        assert ev["float32_matmul_precision"] == "high" and ev["cuda_matmul_allow_tf32"]
+
+
+@cuda
+def test_loader_pinned_applies_on_a_cuda_run(tmp_path):
+    script = SCRIPTS / "input_bound.py"
+    ev = observe(tmp_path, [str(script), "--epochs", "1", "--delay-ms", "0", "--device", "cuda"],
+                 patch={"name": "loader_pinned"})
+    assert ev["cuda"] and ev["patch"]["applied"] and ev["loaders"][0]["pin_memory"], ev["patch"]

@@ -191,6 +191,12 @@ class Observer:
         self._opt_built: list[tuple[Any, str]] = []
         self._module_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._module_init_depth = 0
+        #: the user's line calling each outermost model (where an autocast edit goes), and
+        #: the script's own mixed precision: autocast in force at that first forward
+        #: ({device type: dtype}), each GradScaler constructed (its site)
+        self._forward_sites: dict[int, str] = {}
+        self.amp: dict = {"autocast": {}, "grad_scaler": []}
+        self._making_scaler = False  # a patch's own GradScaler (patches.py) is not the script's
         #: a cumulative energy counter read at each step end (perflab.instruments.energy)
         self._energy = None
         #: what a patch (perflab.attach.patches) did: set by patches.apply
@@ -268,6 +274,8 @@ class Observer:
                 return
             if self.unit == "forward":  # inference: a step from one forward to the next
                 self._step_end()
+            if id(module) not in self.models:
+                self._first_forward(module)
             self.models.setdefault(id(module), module)
             self.model_names.setdefault(id(module), type(module).__name__)
             self.enter("forward")
@@ -373,6 +381,29 @@ class Observer:
                 obs.enter("host_to_device")
         return __next__
 
+    def _first_forward(self, module) -> None:
+        """An outermost model's first forward: the line calling it, the autocast in force."""
+        self._forward_sites[id(module)] = user_site(traceback.extract_stack()[:-2], self.roots)
+        for dev in ("cuda", "cpu"):
+            try:
+                if torch.is_autocast_enabled(dev):
+                    self.amp["autocast"][dev] = str(torch.get_autocast_dtype(dev)).split(".")[-1]
+            except (RuntimeError, TypeError, AttributeError):  # an older torch: not known
+                pass
+
+    def _scaler_init_wrap(self, original):
+        obs = self
+
+        @functools.wraps(original)
+        def __init__(scaler, *args, **kwargs):
+            original(scaler, *args, **kwargs)
+            if obs._making_scaler:
+                return
+            site = user_site(traceback.extract_stack()[:-1], obs.roots)
+            if site not in obs.amp["grad_scaler"]:  # torch.cuda.amp's subclass calls super()
+                obs.amp["grad_scaler"].append(site)
+        return __init__
+
     def _loader_init_wrap(self, original):
         obs = self
 
@@ -406,6 +437,7 @@ class Observer:
         self._patch(dataloader.DataLoader, "__init__", self._loader_init_wrap)
         self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init_wrap)
         self._patch(torch.nn.Module, "__init__", self._module_init_wrap)
+        self._patch(torch.amp.GradScaler, "__init__", self._scaler_init_wrap)
         self._phase_hooks(on=True, global_modules=True)
         self._compiler_logs()
         self.enter("logging")
@@ -673,7 +705,11 @@ class Observer:
             self._stop_profile()
         self._kind = "closed"
         if self.patch_finish is not None:  # the patch checks what it did (patches.py)
-            self.patch_finish()
+            try:
+                self.patch_finish()
+            except Exception as exc:  # said in the evidence; the rest is still written
+                if self.patch is not None:
+                    self.patch["finish_error"] = f"{type(exc).__name__}: {exc}"
         self.losses = [float(t) if t is not None else float("nan") for t in self._losses]
         if self.cuda:
             self._resolve(block=True)
@@ -708,10 +744,12 @@ class Observer:
             "compile_time_s": metrics, "dynamo_final": d,
             "profile": self.profile, "work": self.work, "ceilings": self.ceilings, "roofline": self.roofline,
             "owners": self.owners, "status": self.status,
-            "sites": self.sites(), "optimizers_built": self.optimizers_built(),
+            "sites": self.sites(), "optimizers_built": self.optimizers_built(), "amp": self.amp,
             "losses": self.losses, "model_info": self.model_info(),
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "allocator_conf": os.environ.get("PYTORCH_ALLOC_CONF")
+            or os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
             "energy": (self._energy.describe() if self._energy is not None else
                        {"instrument": None, "unit": "J", "reason": "no step ended"}),
             **({"patch": self.patch} if self.patch is not None else {}),
@@ -720,11 +758,13 @@ class Observer:
         }
 
     def sites(self) -> dict[str, list[str]]:
-        """Where each DataLoader, optimizer and outermost model was constructed."""
+        """Where each DataLoader, optimizer and outermost model was constructed, and the
+        line that first called each outermost model (``forward``)."""
         models = [self._module_sites.get(m, "") for m in self.models.values()]
         return {"loader": [lo["site"] for lo in self.loaders],
                 "optimizer": [site for _, site in self._opt_built],
-                "model": [m for m in models if m]}
+                "model": [m for m in models if m],
+                "forward": [s for s in (self._forward_sites.get(k) for k in self.models) if s]}
 
     def model_info(self) -> list[dict]:
         """Each outermost model: class, parameters, 2-D convolutions (what a patch needs)."""

@@ -72,6 +72,10 @@ def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, d
     env[EVIDENCE_ENV] = str(evidence)
     env[SETTINGS_ENV] = json.dumps(settings)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    if settings.get("seed") is not None:  # set/dict iteration orders alike run to run
+        env["PYTHONHASHSEED"] = str(settings["seed"])
+    from perflab.attach import patches  # what must be in place before python starts
+    env.update(patches.child_env(settings.get("patch"), env))
     started = time.perf_counter()
     settings["popen_unix"] = time.time()
     child = subprocess.Popen([sys.executable, "-m", "perflab.attach.bootstrap", *command],
@@ -135,6 +139,9 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     print(f"\nperflab run: {outcome}", file=sys.stderr)
     if ev is not None and ev.get("patch"):
         print(f"perflab run: {patches.line(ev)}", file=sys.stderr)
+        if ev["patch"].get("edit"):
+            print("perflab run: the edit:\n    " + ev["patch"]["edit"].replace("\n", "\n    "),
+                  file=sys.stderr)
     if ev is None or not ev["steps"]:
         # nothing to judge; the ledger and the report still say what was run and how it ended
         write_ledger(out_dir, lmod.build(command, ev, outcome))
@@ -207,6 +214,8 @@ def render(ev, s, d, extra, command, wall) -> str:
     if ev.get("patch"):  # a run under one intervention (perflab/attach/patches.py)
         from perflab.attach import patches
         lines.append(f"- **Patch**: {patches.line(ev)}")
+        if ev["patch"].get("edit"):
+            lines += ["", "```diff", ev["patch"]["edit"], "```", ""]
     first = ev.get("first_step_s")
     lines.append(f"- **Steps**: per {s.unit}" + ("" if s.unit == "optimizer step" else
                  " (no optimizer step was observed: measured per outermost forward)")
