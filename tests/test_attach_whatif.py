@@ -296,3 +296,24 @@ def test_first_call_cost_and_break_even(real_ev):
     same = _variant(real_ev, 1.0, rng, noise=0.0)
     same["first_step_s"] = 5.0
     assert wf.measured_row("x", _Entry(), bases, [(same, 0)], 5.0, 30, 2, {}).break_even_steps is None
+
+
+def test_a_later_round_that_raises_keeps_the_measured_runs(tmp_path, monkeypatch, real_ev):
+    plan = {"loader_pinned": (0.93, {"noise": 0.15})}  # undecided after one run
+    monkeypatch.setattr(wf, "patches", lambda: {"loader_pinned": _Entry()})
+    judge = wf.judge_runs  # never futile: a second round is wanted
+    monkeypatch.setattr(wf, "judge_runs", lambda diffs, floor, max_n: judge(diffs, floor, None))
+    inner = _runner(real_ev, plan)
+    seen = []
+
+    def runner(command, settings, out_dir):
+        p = settings["patch"]
+        seen.append(p and p["name"])
+        if seen.count("loader_pinned") == 2 and p:  # its second run raises
+            return 1, _variant(real_ev, 1.0, np.random.default_rng(0), raised=True), 1.0
+        return inner(command, settings, out_dir)
+    rc = wf.whatif([str(SCRIPTS / "input_bound.py")], out=str(tmp_path), runner=runner,
+                   max_runs=3)
+    row = _row((tmp_path / "whatif.md").read_text(), "loader_pinned")
+    assert rc == 0 and seen.count("loader_pinned") == 2  # no third run after it raised
+    assert "[1]" in row and "a later run of it raised" in row and "patched run broke" in row

@@ -650,7 +650,8 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
         pending = []
         for p, prs in plan.pairs.items():
             dec = judge_runs(run_diffs(plan.bases, prs, size), floor, max_n)
-            if floor is not None and not dec.decided and not dec.futile and len(prs) < max_runs:
+            if floor is not None and not dec.decided and not dec.futile and \
+                    len(prs) < max_runs and p not in plan.failed:
                 pending.append(p)
         while pending and not plan.fits(len(schedule(pending, repeats=1))):
             pending.pop()  # the last is the diagnosis's least: the budget goes to the first
@@ -661,10 +662,15 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
               file=sys.stderr)
     floor = floor_pct([float(np.median(steady_ms(b))) for b in plan.bases])
     for p, ev2 in plan.failed.items():
-        rows.append(Row(p, FAILED, f"the patched run raised: {traceback_tail(ev2)}"))
+        if p not in plan.pairs:
+            rows.append(Row(p, FAILED, f"the patched run raised: {traceback_tail(ev2)}"))
     for p, prs in plan.pairs.items():
-        rows.append(measured_row(p, registry[p], plan.bases, prs, floor, max_n, size,
-                                 s.phase_share_pct, plan.params.get(p)))
+        row = measured_row(p, registry[p], plan.bases, prs, floor, max_n, size,
+                           s.phase_share_pct, plan.params.get(p))
+        if p in plan.failed:  # a later round's run raised where the first ran: said, kept
+            row.reason = "; ".join(filter(None, [row.reason, "a later run of it raised: "
+                                                 + traceback_tail(plan.failed[p])]))
+        rows.append(row)
     spent = time.perf_counter() - plan.started
     head = [f"# perflab whatif: {' '.join(command)}", "",
             f"- baseline: {len(plan.bases)} runs, {steps} steps each ({warmup} warm-up), "
