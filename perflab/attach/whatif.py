@@ -40,6 +40,7 @@ NO_STEP_S = 120.0
 #: observations one run should give: the median's anytime interval decides a clear change
 #: from about ten (perflab.instruments.sequential; six never bound it)
 BLOCKS_PER_RUN = 10
+MIN_BLOCK_STEPS = 4
 BASELINE = "baseline"
 NOT_DETERMINISTIC = ("the script is not deterministic run to run: correctness not checked "
                      "(losses differ by {:.3g} (relative) between two identical runs)")
@@ -113,9 +114,11 @@ def steady_ms(ev: dict) -> list[float]:
 
 
 def block_size(n_steps: int, block_steps: int = BLOCK_STEPS) -> int:
-    """Steps per block: at most ``block_steps``, fewer so that one run gives BLOCKS_PER_RUN
-    blocks (the median's confidence sequence needs about ten to decide even a clear case)."""
-    return max(1, min(block_steps, n_steps // BLOCKS_PER_RUN))
+    """Steps per block: enough for BLOCKS_PER_RUN blocks a run (the median's confidence
+    sequence needs about ten to decide even a clear case), within [MIN_BLOCK_STEPS,
+    block_steps]: a block shorter than a loader's prefetch cycle (one slow step in four with
+    four workers) reads the fast steps alone and overstates the gain."""
+    return max(MIN_BLOCK_STEPS, min(block_steps, n_steps // BLOCKS_PER_RUN))
 
 
 def blocks(values: list[float], size: int) -> list[float]:
