@@ -225,10 +225,10 @@ def test_end_to_end_input_bound_loader_workers(tmp_path):
     script = SCRIPTS / "input_bound.py"
     line = next(i for i, t in enumerate(script.read_text().splitlines(), 1)
                 if re.search(r"DataLoader\(", t))
-    r = subprocess.run([sys.executable, "-m", "perflab.attach.whatif", "--steps", "12",
-                        "--only", "loader_workers", "--set", "loader_workers:num_workers=4,persistent=False",
+    r = subprocess.run([sys.executable, "-m", "perflab.attach.whatif", "--steps", "20",
+                        "--max-runs", "2", "--only", "loader_workers", "--set", "loader_workers:num_workers=4,persistent=False",
                         "--out", str(tmp_path), "--", "python", str(script), "--delay-ms", "4"],
-                       capture_output=True, text=True, timeout=180)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     row = _row((tmp_path / "whatif.md").read_text(), "loader_workers")
     # measured (a verdict with its interval and runs), named at the DataLoader's own line with
@@ -243,9 +243,9 @@ def test_end_to_end_input_bound_loader_workers(tmp_path):
 @pytest.mark.skipif(not HAS_PATCHES, reason="the child side (perflab.attach.patches) is not merged")
 def test_end_to_end_optimizer_bound(tmp_path):
     r = subprocess.run([sys.executable, "-m", "perflab.attach.whatif", "--steps", "12",
-                        "--only", "foreach_optimizer,fused_optimizer", "--out", str(tmp_path),
+                        "--max-runs", "1", "--only", "foreach_optimizer,fused_optimizer", "--out", str(tmp_path),
                         "--", "python", str(SCRIPTS / "optimizer_bound.py")],
-                       capture_output=True, text=True, timeout=180)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     md = (tmp_path / "whatif.md").read_text()
     assert "| foreach_optimizer |" in md and "| fused_optimizer |" in md
