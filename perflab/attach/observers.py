@@ -483,6 +483,12 @@ class Observer:
         steps, seconds = self.s.get("steps"), self.s.get("seconds")
         if steps and timed >= steps:
             self.status["stopped_by"] = f"--steps {steps}: {timed} timed steps observed"
+        elif self.s.get("budget_s") and not steps:
+            from perflab.attach import stopping
+            reason = stopping.step_end(self)  # the adaptive contract: stop on the decision
+            if not reason:
+                return
+            self.status["stopped_by"] = reason
         elif seconds and _clock() - self.steady_t0 >= seconds and timed >= 2:
             self.status["stopped_by"] = f"--seconds {seconds:g}: the budget of steady state"
         else:

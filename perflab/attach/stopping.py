@@ -1,0 +1,217 @@
+"""When ``perflab run`` has seen enough: stop on the verdict's decision, not a fixed time.
+
+The child looks after each hooks-on / hooks-off stretch pair (:func:`look`). The verdict's
+deciding numbers on a loop's own evidence are phase shares against perflab.views.diagnose's
+thresholds (the input share, input wait + host-to-device, against INPUT_SHARE_PCT; the
+optimizer's against OPTIMIZER_SHARE_PCT). Each is an observation per hooks-on stretch (the
+stretch's share of its summed step time, as the summary computes the run's), decided by
+:mod:`perflab.instruments.sequential` (anytime-valid: looking after every pair does not
+inflate the error rate). The memory-growth test needs :data:`MEMORY_STEPS` timed steps for
+its slope; recompiles are counted by the summary (nothing to decide). The observers' cost
+(hooks on vs off) only corroborates: it gets no time of its own.
+
+The script stops when every test is decided and the minimum (:data:`MIN_PAIRS` pairs,
+sequential.MIN_N observations, the instrument windows: the plan puts them first) is met;
+else the budget stops it, and the record says which test it lacked and about what budget
+would decide it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from perflab.instruments import sequential as seq
+
+#: the tests a stretch's shares decide: (name, phases, threshold in %). The thresholds are
+#: the engine's (perflab.views.diagnose), read lazily by :func:`tests`
+SHARE_TESTS = (("input share", ("input_wait", "host_to_device"), "INPUT_SHARE_PCT"),
+               ("optimizer share", ("optimizer",), "OPTIMIZER_SHARE_PCT"))
+#: fewest hooks-on / hooks-off stretch pairs before a stop (the observers' cost needs 2)
+MIN_PAIRS = 3
+#: timed steps the memory-growth slope needs before a stop (evidence.summarize needs 6; a
+#: leak of a few MiB per step shows in its rising share over a few dozen)
+MEMORY_STEPS = 24
+#: what the child reserves at the end of a total budget, before the parent's verdict: the
+#: ceilings' measurement (bootstrap.measure_ceilings) and the verdict (s). Measured on a
+#: 2-core CPU: about 1 s and 2-3 s
+TAIL_S = 4.0
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str) -> float:
+    """``60``, ``60s``, ``2m``, ``1.5min``, ``1h`` -> seconds; ValueError with one line."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(text).lower())
+    if not m or m.group(2) not in _UNITS or float(m.group(1)) <= 0:
+        raise ValueError(f"bad budget {text!r}: give seconds or minutes, e.g. 60, 60s, 2m")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def tests() -> list[tuple[str, tuple[str, ...], float]]:
+    from perflab.views import diagnose as dg
+
+    return [(name, phases, float(getattr(dg, attr))) for name, phases, attr in SHARE_TESTS]
+
+
+def stretches(steps: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The timed steps grouped in runs of one kind (``observed`` / ``bare``), in order;
+    steps during which Dynamo compiled are left out (counted, never timed)."""
+    out: list[tuple[str, list[dict]]] = []
+    prev = None
+    for r in steps:
+        grew = prev is not None and r["dynamo"].get("stats.unique_graphs", 0) > \
+            prev["dynamo"].get("stats.unique_graphs", 0)
+        prev = r
+        if r["kind"] not in ("observed", "bare") or r["wall_ms"] is None or grew:
+            continue
+        if out and out[-1][0] == r["kind"]:
+            out[-1][1].append(r)
+        else:
+            out.append((r["kind"], [r]))
+    return out
+
+
+def stretch_shares(steps: list[dict], phases: tuple[str, ...]) -> list[float]:
+    """Each hooks-on stretch's share (%) of ``phases`` in its summed phase time."""
+    out = []
+    for kind, rows in stretches(steps):
+        rows = [r["phases_ms"] for r in rows if r["phases_ms"]]
+        tot = sum(sum(p.values()) for p in rows)
+        if kind == "observed" and tot > 0:
+            out.append(100 * sum(p.get(x, 0.0) for p in rows for x in phases) / tot)
+    return out
+
+
+def pairs(steps: list[dict]) -> int:
+    s = stretches(steps)
+    return sum(1 for (a, _), (b, _) in zip(s, s[1:]) if a == "observed" and b == "bare")
+
+
+def decisions(steps: list[dict], max_n: int | None) -> dict[str, seq.Decision]:
+    return {name: seq.decide(stretch_shares(steps, phases), t, max_n=max_n,
+                             statistic="mean")
+            for name, phases, t in tests()}
+
+
+def _phrase(name: str, d: seq.Decision) -> str:
+    t = d.threshold[0]
+    # a share lies in 0..100 %: the interval is clipped there for the reader
+    iv = (f"{max(d.low, 0):.0f}..{min(d.high, 100):.0f} %" if math.isfinite(d.low)
+          else f"{d.estimate:.0f} %")
+    return f"{name} {iv} {d.state} {t:g} %" if d.decided else f"{name} {iv} vs {t:g} %"
+
+
+def look(steps: list[dict], max_n: int | None) -> dict:
+    """Where the deciding evidence stands: ``{"decided": bool, "line": str, "tests":
+    {name: Decision.line}, "more_stretches": int | None}``."""
+    timed = sum(1 for r in steps if r["kind"] in ("observed", "bare"))
+    ds = decisions(steps, max_n)
+    lacking = [n for n, d in ds.items() if not d.decided]
+    minimum = pairs(steps) >= MIN_PAIRS and timed >= MEMORY_STEPS
+    more = [d.more_n for d in ds.values() if not d.decided and d.more_n is not None]
+    out = {"decided": minimum and not lacking, "pairs": pairs(steps), "timed_steps": timed,
+           "tests": {n: d.line(unit="%", what="stretches") for n, d in ds.items()},
+           "lacking": lacking + ([] if minimum else ["the minimum (3 stretch pairs, "
+                                                     f"{MEMORY_STEPS} timed steps)"]),
+           "more_stretches": (math.ceil(max(more)) if more and all(map(math.isfinite, more))
+                              else None)}
+    if out["decided"]:
+        out["line"] = f"decided after {len(steps)} steps: " + "; ".join(
+            _phrase(n, d) for n, d in ds.items())
+    else:
+        out["line"] = "undecided: " + "; ".join(_phrase(n, ds[n]) for n in lacking) \
+            if lacking else "the minimum not reached"
+    return out
+
+
+def stretches_to_decide(steps: list[dict], max_n: int) -> int:
+    """About how many hooks-on stretches would decide every test, from the shares seen so
+    far (per step: the first stretch pair may hold only one hooks-on stretch); the
+    sequence's mean half-width at n stretches of the per-step spread over sqrt(STRETCH)."""
+    from perflab.attach.observers import STRETCH
+
+    need = seq.MIN_N
+    rows = [r["phases_ms"] for _, rs in stretches(steps) for r in rs if r["phases_ms"]]
+    rho = seq.rho_for(float(min(max(max_n // 2, seq.MIN_N), seq.DEFAULT_N_OPT)))
+    for _, phases, t in tests():
+        x = [100 * sum(p.get(k, 0.0) for k in phases) / sum(p.values()) for p in rows
+             if sum(p.values()) > 0]
+        if len(x) < 2:
+            return max_n
+        sd, gap = float(np.std(x, ddof=1)) / math.sqrt(STRETCH), abs(float(np.mean(x)) - t)
+        n = next((n for n in range(seq.MIN_N, max_n + 1)
+                  if seq.half_width(n, sd * 1.2, rho) < gap), max_n)
+        need = max(need, n)
+    return max(need, MIN_PAIRS)
+
+
+# ------------------------------------------------------------------ in the child
+
+
+def step_end(obs) -> str:
+    """Called by the Observer at each steady step's end under a total budget
+    (``settings["budget_s"]``, from ``command_unix``, the command's start): the stop reason,
+    or "" to run on. Looks after each stretch pair; prints the pre-flight estimate once."""
+    import sys
+    import time
+
+    from perflab.attach.observers import STRETCH
+
+    steps, s = obs.steps, obs.s
+    elapsed = time.time() - s.get("command_unix", obs.unix0)
+    end = s["budget_s"] - TAIL_S
+    timed = [r["wall_ms"] for r in steps if r["kind"] in ("observed", "bare") and r["wall_ms"]]
+    rec = obs.status.setdefault("stopping", {"contract": "adaptive", "budget_s": s["budget_s"],
+                                             "tail_s": TAIL_S})
+    spent = elapsed >= end and len(timed) >= 2
+    paired = steps[-1]["kind"] == "bare" and obs._kind != "bare"
+    if not (paired or spent):
+        return ""
+    step_s = float(np.median(timed)) / 1e3 if timed else 0.0
+    have = len(stretch_shares(steps, ("optimizer",)))
+    max_n = max(have + int(max(end - elapsed, 0) / max(2 * STRETCH * step_s, 1e-6)), seq.MIN_N)
+    now = look(steps, max_n)
+    rec.update(now, elapsed_s=elapsed, max_stretches=max_n, step_ms=1e3 * step_s)
+    if "estimate_s" not in rec and step_s:
+        # once, at the first pair: the steps so far, those the stretches still to decide
+        # take, the tail; a recompiling step's time is the median steady step's, never the
+        # first compile's (warm-up is left out of ``timed``)
+        n = stretches_to_decide(steps, max_n)
+        left = max(2 * STRETCH * (n - have), 0)
+        est = min(elapsed + left * step_s, end) + TAIL_S
+        rec.update(estimate_s=est, estimate_steps=len(steps) + left, estimate_stretches=n)
+        print(f"perflab run: step ~{1e3 * step_s:.3g} ms; decided in ~{len(steps) + left} "
+              f"steps expected; ~{est:.0f} s to the verdict (budget {s['budget_s']:g} s)",
+              file=sys.stderr, flush=True)
+    if now["decided"]:
+        rec["stopped"] = "decided"
+        return now["line"]
+    if spent:
+        rec["stopped"] = "budget"
+        more = now["more_stretches"]
+        rec["budget_to_decide_s"] = (None if more is None else
+                                     s["budget_s"] + 2 * STRETCH * more * step_s)
+        return f"budget spent ({s['budget_s']:g} s): {now['line']}"
+    return ""
+
+
+def verdict_note(ev: dict) -> str:
+    """What the verdict says of how the run stopped: decided, or cut short by its budget
+    (which evidence it lacked, about what budget would decide it); "" for a fixed run."""
+    st = (ev.get("status") or {}).get("stopping")
+    if not st:
+        return ""
+    line = ev["status"].get("stopped_by") or st.get("line", "")
+    if st.get("stopped") == "budget":
+        b = st.get("budget_to_decide_s")
+        line += ("; it lacked: " + ", ".join(st.get("lacking", []))
+                 + (f"; about --budget {math.ceil(b)}s would decide it" if b else
+                    "; no affordable budget would decide it (a share on its threshold)"))
+    est = st.get("estimate_s")
+    if est:
+        line += (f" (pre-flight estimate ~{est:.0f} s, {st.get('estimate_steps')} steps; "
+                 f"budget {st['budget_s']:g} s)")
+    return line
