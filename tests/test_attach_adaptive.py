@@ -1,0 +1,112 @@
+"""perflab run stops on the verdict's decision (issue 40; perflab/attach/stopping.py).
+
+On synthetic steps (no subprocess): a clear input share decides after the minimum; a share
+sitting on its threshold stays undecided, and under a spent budget the stop says what it
+lacked; the budget parser's good and bad values. Then one example on this CPU stops by
+decision with fewer steps than its budget allowed (counts, not times).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from perflab.attach import observers, stopping
+from perflab.core.names import PHASES
+from perflab.views import diagnose as dg
+
+from tests.test_attach import REPO, SCRIPTS, perflab_run
+
+
+def _steps(n: int, input_pct, seed: int = 0) -> list[dict]:
+    """``n`` steps following observers.plan (3 warm-up), each of 10 ms; ``input_pct(rng)``
+    the input wait's share (%) of an observed step, the rest in the forward."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        kind = "warmup" if i < 3 else observers.plan(i - 3)
+        x = float(np.clip(input_pct(rng), 0, 100)) / 10
+        ph = {p: 0.0 for p in PHASES}
+        ph.update(input_wait=x, forward=10.0 - x)
+        out.append({"index": i, "kind": kind, "wall_ms": 10.0 if i else None,
+                    "phases_ms": ph if kind != "bare" else {}, "dynamo": {},
+                    "memory": {"rss_mib": 500.0}})
+    return out
+
+
+def test_a_clear_input_share_is_decided_after_the_minimum_and_not_before():
+    steps = _steps(200, lambda r: r.normal(70, 5))
+    first = next(k for k in range(20, 200) if stopping.look(steps[:k], 100)["decided"])
+    got = stopping.look(steps[:first], 100)
+    assert "input share" in got["line"] and "above 25 %" in got["line"]
+    assert "optimizer share" in got["line"] and "below 25 %" in got["line"]
+    assert stopping.pairs(steps[:first]) >= stopping.MIN_PAIRS
+    assert got["timed_steps"] >= stopping.MEMORY_STEPS
+    assert not stopping.look(steps[:first - 1], 100)["decided"]
+    assert first < 120  # far fewer than the 200 steps a fixed budget would have run
+
+
+def test_a_share_on_its_threshold_stays_undecided_and_the_budget_stop_says_what_it_lacked():
+    t = dg.INPUT_SHARE_PCT
+    # looked at after every pair, a share on its threshold decides in at most alpha of the
+    # runs (anytime-valid): here at most 2 of 20 seeds (1 seen), seed 0 among the rest
+    decided = [seed for seed in range(20) if any(
+        stopping.look(_steps(300, lambda r: r.normal(t, 6), seed)[:k], 50)["decided"]
+        for k in range(30, 300, 8))]
+    assert len(decided) <= 2 and 0 not in decided
+    steps = _steps(300, lambda r: r.normal(t, 6), seed=0)
+    obs = SimpleNamespace(steps=steps, s={"budget_s": 10.0, "command_unix": 0.0},
+                          status={}, _kind="observed", unix0=0.0)
+    reason = stopping.step_end(obs)  # the command started at the epoch: the budget is spent
+    assert reason.startswith("budget spent (10 s): undecided: input share")
+    rec = obs.status["stopping"]
+    assert rec["stopped"] == "budget" and rec["lacking"] == ["input share"]
+    ev = {"status": {**obs.status, "stopped_by": reason}}
+    assert "it lacked: input share" in stopping.verdict_note(ev)
+
+
+def test_between_pairs_the_child_runs_on_without_looking():
+    import time
+    steps = _steps(60, lambda r: r.normal(70, 5))
+    while steps[-1]["kind"] == "bare":
+        steps.pop()
+    obs = SimpleNamespace(steps=steps, s={"budget_s": 600.0, "command_unix": time.time()},
+                          status={}, _kind="observed", unix0=0.0)
+    assert stopping.step_end(obs) == ""
+
+
+@pytest.mark.parametrize("text,seconds", [("60", 60.0), ("60s", 60.0), ("2m", 120.0),
+                                          ("1.5min", 90.0), (" 45 s ", 45.0)])
+def test_the_budget_reads_seconds_and_minutes(text, seconds):
+    assert stopping.parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "-5", "0", "5x", "2 hours"])
+def test_a_bad_budget_is_one_line(text):
+    with pytest.raises(ValueError, match="bad budget"):
+        stopping.parse_budget(text)
+
+
+def test_a_bad_budget_on_the_command_line_is_a_one_line_error():
+    p = subprocess.run([sys.executable, "-m", "perflab.attach.run", "--budget", "soon", "--",
+                        "python", "x.py"], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "bad budget 'soon'" in p.stderr
+    assert len([x for x in p.stderr.splitlines() if "error" in x]) == 1
+
+
+@pytest.mark.background
+def test_input_bound_stops_by_decision_with_fewer_steps_than_its_budget_allowed(tmp_path):
+    p, md = perflab_run(tmp_path, "--budget", "60s", str(SCRIPTS / "input_bound.py"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    ev = json.loads((tmp_path / "out" / "evidence.json").read_text())
+    rec = ev["status"]["stopping"]
+    assert rec["stopped"] == "decided" and ev["status"]["stopped_by"].startswith("decided")
+    # the stretches the budget allowed at the last look, against those observed: counts
+    assert len(stopping.stretch_shares(ev["steps"], ("optimizer",))) < rec["max_stretches"]
+    assert "step ~" in p.stderr and "to the verdict (budget 60 s)" in p.stderr
+    assert "**Stopped**: decided after" in md and "Verdict: input pipeline" in md
