@@ -19,7 +19,6 @@ import pytest
 from perflab.attach import observers, stopping
 from perflab.core.names import PHASES
 from perflab.views import diagnose as dg
-
 from tests.test_attach import REPO, SCRIPTS, perflab_run
 
 
