@@ -109,3 +109,12 @@ def test_input_bound_stops_by_decision_with_fewer_steps_than_its_budget_allowed(
     assert len(stopping.stretch_shares(ev["steps"], ("optimizer",))) < rec["max_stretches"]
     assert "step ~" in p.stderr and "to the verdict (budget 60 s)" in p.stderr
     assert "**Stopped**: decided after" in md and "Verdict: input pipeline" in md
+
+
+def test_on_cuda_only_the_optimizer_share_is_sampled_the_trace_decides_input():
+    # an input share on its threshold does not hold a CUDA run: its input test reads the
+    # profiled window's trace (R02), not the phases
+    steps = _steps(120, lambda r: r.normal(dg.INPUT_SHARE_PCT, 6), seed=3)
+    assert [n for n, _, _ in stopping.tests(cuda=True)] == ["optimizer share"]
+    k = next(k for k in range(20, 120) if stopping.look(steps[:k], 100, cuda=True)["decided"])
+    assert "input share" not in stopping.look(steps[:k], 100, cuda=True)["line"]

@@ -50,10 +50,14 @@ def parse_budget(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def tests() -> list[tuple[str, tuple[str, ...], float]]:
+def tests(cuda: bool = False) -> list[tuple[str, tuple[str, ...], float]]:
+    """The share tests that decide the verdict here: on CUDA the input test reads the
+    profiled window's trace (R02, a fixed window: perflab.attach.verdict), not the phases,
+    so only the optimizer's share is sampled."""
     from perflab.views import diagnose as dg
 
-    return [(name, phases, float(getattr(dg, attr))) for name, phases, attr in SHARE_TESTS]
+    return [(name, phases, float(getattr(dg, attr))) for name, phases, attr in SHARE_TESTS
+            if not (cuda and name == "input share")]
 
 
 def stretches(steps: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -90,10 +94,11 @@ def pairs(steps: list[dict]) -> int:
     return sum(1 for (a, _), (b, _) in zip(s, s[1:]) if a == "observed" and b == "bare")
 
 
-def decisions(steps: list[dict], max_n: int | None) -> dict[str, seq.Decision]:
+def decisions(steps: list[dict], max_n: int | None, cuda: bool = False
+              ) -> dict[str, seq.Decision]:
     return {name: seq.decide(stretch_shares(steps, phases), t, max_n=max_n,
                              statistic="mean")
-            for name, phases, t in tests()}
+            for name, phases, t in tests(cuda)}
 
 
 def _phrase(name: str, d: seq.Decision) -> str:
@@ -104,11 +109,11 @@ def _phrase(name: str, d: seq.Decision) -> str:
     return f"{name} {iv} {d.state} {t:g} %" if d.decided else f"{name} {iv} vs {t:g} %"
 
 
-def look(steps: list[dict], max_n: int | None) -> dict:
+def look(steps: list[dict], max_n: int | None, cuda: bool = False) -> dict:
     """Where the deciding evidence stands: ``{"decided": bool, "line": str, "tests":
     {name: Decision.line}, "more_stretches": int | None}``."""
     timed = sum(1 for r in steps if r["kind"] in ("observed", "bare"))
-    ds = decisions(steps, max_n)
+    ds = decisions(steps, max_n, cuda)
     lacking = [n for n, d in ds.items() if not d.decided]
     minimum = pairs(steps) >= MIN_PAIRS and timed >= MEMORY_STEPS
     more = [d.more_n for d in ds.values() if not d.decided and d.more_n is not None]
@@ -127,7 +132,7 @@ def look(steps: list[dict], max_n: int | None) -> dict:
     return out
 
 
-def stretches_to_decide(steps: list[dict], max_n: int) -> int:
+def stretches_to_decide(steps: list[dict], max_n: int, cuda: bool = False) -> int:
     """About how many hooks-on stretches would decide every test, from the shares seen so
     far (per step: the first stretch pair may hold only one hooks-on stretch); the
     sequence's mean half-width at n stretches of the per-step spread over sqrt(STRETCH)."""
@@ -136,7 +141,7 @@ def stretches_to_decide(steps: list[dict], max_n: int) -> int:
     need = seq.MIN_N
     rows = [r["phases_ms"] for _, rs in stretches(steps) for r in rs if r["phases_ms"]]
     rho = seq.rho_for(float(min(max(max_n // 2, seq.MIN_N), seq.DEFAULT_N_OPT)))
-    for _, phases, t in tests():
+    for _, phases, t in tests(cuda):
         x = [100 * sum(p.get(k, 0.0) for k in phases) / sum(p.values()) for p in rows
              if sum(p.values()) > 0]
         if len(x) < 2:
@@ -170,16 +175,26 @@ def step_end(obs) -> str:
     paired = steps[-1]["kind"] == "bare" and obs._kind != "bare"
     if not (paired or spent):
         return ""
+    cuda = bool(getattr(obs, "cuda", False))
+    if cuda:  # the device's clock for the steps it has finished (never a wait inside a step)
+        obs._resolve(block=False)
+        obs._device_times()
+        done = [i for i, r in enumerate(steps) if "host_wall_ms" in r]
+        steps = steps[:done[-1] + 1] if done else []
+        if not steps and not spent:
+            return ""
+        timed = [r["wall_ms"] for r in steps if r["kind"] in ("observed", "bare")
+                 and r["wall_ms"]]
     step_s = float(np.median(timed)) / 1e3 if timed else 0.0
     have = len(stretch_shares(steps, ("optimizer",)))
     max_n = max(have + int(max(end - elapsed, 0) / max(2 * STRETCH * step_s, 1e-6)), seq.MIN_N)
-    now = look(steps, max_n)
+    now = look(steps, max_n, cuda)
     rec.update(now, elapsed_s=elapsed, max_stretches=max_n, step_ms=1e3 * step_s)
     if "estimate_s" not in rec and step_s:
         # once, at the first pair: the steps so far, those the stretches still to decide
         # take, the tail; a recompiling step's time is the median steady step's, never the
         # first compile's (warm-up is left out of ``timed``)
-        n = stretches_to_decide(steps, max_n)
+        n = stretches_to_decide(steps, max_n, cuda)
         left = max(2 * STRETCH * (n - have), 0)
         est = min(elapsed + left * step_s, end) + TAIL_S
         rec.update(estimate_s=est, estimate_steps=len(steps) + left, estimate_stretches=n)
