@@ -2,8 +2,9 @@
 
 On synthetic steps (no subprocess): a clear input share decides after the minimum; a share
 sitting on its threshold stays undecided, and under a spent budget the stop says what it
-lacked; the budget parser's good and bad values. Then one example on this CPU stops by
-decision with fewer steps than its budget allowed (counts, not times).
+lacked; a bad --budget is a one-line error (the parser's values: tests/test_sequential.py).
+Then one example on this CPU stops by decision with fewer steps than its budget allowed
+(counts, not times).
 """
 
 from __future__ import annotations
@@ -77,18 +78,6 @@ def test_between_pairs_the_child_runs_on_without_looking():
     obs = SimpleNamespace(steps=steps, s={"budget_s": 600.0, "command_unix": time.time()},
                           status={}, _kind="observed", unix0=0.0)
     assert stopping.step_end(obs) == ""
-
-
-@pytest.mark.parametrize("text,seconds", [("60", 60.0), ("60s", 60.0), ("2m", 120.0),
-                                          ("1.5min", 90.0), (" 45 s ", 45.0)])
-def test_the_budget_reads_seconds_and_minutes(text, seconds):
-    assert stopping.parse_budget(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "abc", "-5", "0", "5x", "2 hours"])
-def test_a_bad_budget_is_one_line(text):
-    with pytest.raises(ValueError, match="bad budget"):
-        stopping.parse_budget(text)
 
 
 def test_a_bad_budget_on_the_command_line_is_a_one_line_error():

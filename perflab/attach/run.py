@@ -301,11 +301,11 @@ def add_arguments(p) -> None:
     import argparse
 
     p.add_argument("--steps", type=int, help="stop after N timed steady steps")
-    from perflab.attach import stopping
+    from perflab.kit.sampling import parse_budget_s
 
     def budget(text):
         try:
-            return stopping.parse_budget(text)
+            return parse_budget_s(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 

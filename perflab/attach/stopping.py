@@ -19,7 +19,6 @@ would decide it.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
@@ -38,17 +37,6 @@ MEMORY_STEPS = 24
 #: ceilings' measurement (bootstrap.measure_ceilings) and the verdict (s). Measured on a
 #: 2-core CPU: about 1 s and 2-3 s
 TAIL_S = 4.0
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-def parse_budget(text: str) -> float:
-    """``60``, ``60s``, ``2m``, ``1.5min``, ``1h`` -> seconds; ValueError with one line."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(text).lower())
-    if not m or m.group(2) not in _UNITS or float(m.group(1)) <= 0:
-        raise ValueError(f"bad budget {text!r}: give seconds or minutes, e.g. 60, 60s, 2m")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
 
 def tests(cuda: bool = False) -> list[tuple[str, tuple[str, ...], float]]:
     """The share tests that decide the verdict here: on CUDA the input test reads the
