@@ -59,15 +59,51 @@ def test_a_share_on_its_threshold_stays_undecided_and_the_budget_stop_says_what_
         stopping.look(_steps(300, lambda r: r.normal(t, 6), seed)[:k], 50)["decided"]
         for k in range(30, 300, 8))]
     assert len(decided) <= 2 and 0 not in decided
-    steps = _steps(300, lambda r: r.normal(t, 6), seed=0)
-    obs = SimpleNamespace(steps=steps, s={"budget_s": 10.0, "command_unix": 0.0},
-                          status={}, _kind="observed", unix0=0.0)
-    reason = stopping.step_end(obs)  # the command started at the epoch: the budget is spent
+    obs, reason = _budget_stop()
     assert reason.startswith("budget spent (10 s): undecided: input share")
     rec = obs.status["stopping"]
     assert rec["stopped"] == "budget" and rec["lacking"] == ["input share"]
     ev = {"status": {**obs.status, "stopped_by": reason}}
     assert "it lacked: input share" in stopping.verdict_note(ev)
+
+
+def _budget_stop(input_pct: float = dg.INPUT_SHARE_PCT):
+    """(the observer, its stop reason) of a run whose budget is spent (the command started at
+    the epoch) with the input share at ``input_pct`` (on its threshold by default)."""
+    steps = _steps(300, lambda r: r.normal(input_pct, 6), seed=0)
+    obs = SimpleNamespace(steps=steps, s={"budget_s": 10.0, "command_unix": 0.0},
+                          status={}, _kind="observed", unix0=0.0)
+    return obs, stopping.step_end(obs)
+
+
+def _findings(input_fits: bool) -> dg.Diagnosis:
+    f = [dg.Finding("input_pipeline", dg.FITS if input_fits else dg.RULED_OUT, "input"),
+         dg.Finding("optimizer", dg.RULED_OUT, "optimizer"),
+         dg.Finding("host_overhead", dg.FITS, "host")]
+    return dg.Diagnosis(f[0].bottleneck if input_fits else "host_overhead", "as measured", f)
+
+
+@pytest.mark.parametrize("input_fits", [True, False])
+def test_a_verdict_cut_short_by_the_budget_says_which_evidence_it_lacked(input_fits):
+    obs, reason = _budget_stop()
+    ev = {"status": {**obs.status, "stopped_by": reason}}
+    d, mem = _findings(input_fits), dg.Finding("memory_growth", dg.RULED_OUT, "flat")
+    assert stopping.mark_lacking(ev, d.findings, mem)
+    d.rival, _ = dg._rival(d.findings, d.verdict)
+    md = dg.render_markdown(d)
+    # either way the input share decides the headline: as the verdict that lacks it, or as
+    # the earlier candidate that would take it; never a plain verdict
+    assert "too close to call" in md and "not decided within the --budget 10 s" in md
+    assert "input share" in md and "the verdict lacked this evidence" in md
+    assert not d.findings[1].borderline  # the optimizer share was decided (far below)
+
+
+def test_a_decided_run_marks_nothing():
+    obs, reason = _budget_stop(input_pct=70)
+    assert obs.status["stopping"]["stopped"] == "decided", reason
+    d, mem = _findings(True), dg.Finding("memory_growth", dg.RULED_OUT, "flat")
+    assert not stopping.mark_lacking({"status": obs.status}, d.findings, mem)
+    assert not any(f.borderline for f in d.findings) and mem.because == "flat"
 
 
 def test_between_pairs_the_child_runs_on_without_looking():
@@ -78,6 +114,31 @@ def test_between_pairs_the_child_runs_on_without_looking():
     obs = SimpleNamespace(steps=steps, s={"budget_s": 600.0, "command_unix": time.time()},
                           status={}, _kind="observed", unix0=0.0)
     assert stopping.step_end(obs) == ""
+
+
+def test_the_looks_time_is_the_observers_not_the_next_steps(monkeypatch):
+    """A look costs the observers' time (seconds of imports on a loaded CPU at the first):
+    charged to the next step, it diluted optimizer_bound's optimizer share below its
+    threshold. A look that takes 50 ms leaves 1 ms steps at well under 50 ms."""
+    import time
+
+    looked = []
+
+    def slow_look(obs):
+        time.sleep(0.05)
+        looked.append(len(obs.steps))
+        return ""
+    monkeypatch.setattr(stopping, "step_end", slow_look)
+    monkeypatch.setattr(stopping, "prepare", lambda: None)
+    obs = observers.Observer({"warmup": 0, "no_profile": True, "budget_s": 60.0}, "/dev/null")
+    obs.steady_t0, obs._kind = 0.0, "observed"
+    obs.steps = [{"index": i, "kind": "profiled", "wall_ms": 1.0, "phases_ms": {},
+                  "dynamo": {}, "memory": {}} for i in range(7)]  # past the instrument windows
+    obs._last_end = observers._clock()
+    for _ in range(6):
+        obs._step_end()
+    assert len(looked) == 6
+    assert all(r["wall_ms"] < 50 for r in obs.steps[8:])
 
 
 def test_a_bad_budget_on_the_command_line_is_a_one_line_error():

@@ -443,10 +443,10 @@ class Observer:
         self._advance(now)
         if now - self._last_flush > FLUSH_S:
             self.flush()
+        self._check_budget()  # the stop rule's look too is the observers' work, not a step's
         self._last_end = _clock()  # the observers' own step-end work (the plan's next
-        # instrument, the evidence file) is not the next step's: its wall starts here
+        # instrument, the evidence file, the look) is not the next step's: its wall starts here
         self.enter("logging")
-        self._check_budget()
 
     def _advance(self, now: float) -> None:
         """Move to the next step's kind: warm-up, then the plan."""
@@ -477,6 +477,9 @@ class Observer:
             self._phase_hooks(on=self._kind != "bare")
 
     def _check_budget(self) -> None:
+        if self.s.get("budget_s") and len(self.steps) == 1:
+            from perflab.attach import stopping
+            stopping.prepare()  # the looks' imports, in the untimed first warm-up step
         if self.s.get("follow") or self.steady_t0 is None:
             return
         timed = sum(1 for r in self.steps if r["kind"] in ("observed", "bare"))
