@@ -28,6 +28,10 @@ from perflab.instruments import sequential as seq
 #: the engine's (perflab.views.diagnose), read lazily by :func:`tests`
 SHARE_TESTS = (("input share", ("input_wait", "host_to_device"), "INPUT_SHARE_PCT"),
                ("optimizer share", ("optimizer",), "OPTIMIZER_SHARE_PCT"))
+#: the engine's candidate each share test decides (perflab.views.diagnose's names)
+DECIDES = {"input share": "input_pipeline", "optimizer share": "optimizer"}
+#: what :func:`look` calls the minimum when it is not met
+MINIMUM = "the minimum"
 #: fewest hooks-on / hooks-off stretch pairs before a stop (the observers' cost needs 2)
 MIN_PAIRS = 3
 #: timed steps the memory-growth slope needs before a stop (evidence.summarize needs 6; a
@@ -46,6 +50,14 @@ def tests(cuda: bool = False) -> list[tuple[str, tuple[str, ...], float]]:
 
     return [(name, phases, float(getattr(dg, attr))) for name, phases, attr in SHARE_TESTS
             if not (cuda and name == "input share")]
+
+
+def prepare() -> None:
+    """Import what the looks need (the engine's thresholds; scipy.stats, for the mean
+    sequence's t-widening) once, at the first warm-up step's end: seconds on a loaded
+    2-core CPU, which the first look would otherwise spend inside the steady state."""
+    tests()
+    seq.interval([0.0, 1.0], statistic="mean")
 
 
 def stretches(steps: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -107,8 +119,8 @@ def look(steps: list[dict], max_n: int | None, cuda: bool = False) -> dict:
     more = [d.more_n for d in ds.values() if not d.decided and d.more_n is not None]
     out = {"decided": minimum and not lacking, "pairs": pairs(steps), "timed_steps": timed,
            "tests": {n: d.line(unit="%", what="stretches") for n, d in ds.items()},
-           "lacking": lacking + ([] if minimum else ["the minimum (3 stretch pairs, "
-                                                     f"{MEMORY_STEPS} timed steps)"]),
+           "lacking": lacking + ([] if minimum else [f"{MINIMUM} ({MIN_PAIRS} stretch pairs"
+                                                     f", {MEMORY_STEPS} timed steps)"]),
            "more_stretches": (math.ceil(max(more)) if more and all(map(math.isfinite, more))
                               else None)}
     if out["decided"]:
@@ -189,6 +201,8 @@ def step_end(obs) -> str:
         print(f"perflab run: step ~{1e3 * step_s:.3g} ms; decided in ~{len(steps) + left} "
               f"steps expected; ~{est:.0f} s to the verdict (budget {s['budget_s']:g} s)",
               file=sys.stderr, flush=True)
+    elif "revised_s" not in rec and have >= seq.MIN_N and not now["decided"]:
+        revise(rec, now, elapsed, end, step_s)
     if now["decided"]:
         rec["stopped"] = "decided"
         return now["line"]
@@ -199,6 +213,25 @@ def step_end(obs) -> str:
                                      s["budget_s"] + 2 * STRETCH * more * step_s)
         return f"budget spent ({s['budget_s']:g} s): {now['line']}"
     return ""
+
+
+def revise(rec: dict, now: dict, elapsed: float, end: float, step_s: float) -> None:
+    """Once, at the sequence's first look (seq.MIN_N hooks-on stretches) if it did not
+    decide there: the estimate again, from the rule's own projection over the stretches
+    seen (their spread, not the first stretch's steps': on a shared or bursty machine the
+    stretches vary more than one stretch's steps say); printed when it moved by more than
+    a quarter."""
+    import sys
+
+    from perflab.attach.observers import STRETCH
+
+    more = now["more_stretches"]
+    est = (end if more is None else min(elapsed + 2 * STRETCH * more * step_s, end)) + TAIL_S
+    rec.update(revised_s=est, revised_at_s=elapsed)
+    if abs(est - rec.get("estimate_s", est)) > 0.25 * rec.get("estimate_s", est):
+        why = "; ".join(f"{n} {now['tests'][n]}" for n in now["lacking"] if n in now["tests"])
+        print(f"perflab run: revised after {now['pairs']} stretch pairs: ~{est:.0f} s to "
+              f"the verdict ({why})", file=sys.stderr, flush=True)
 
 
 def verdict_note(ev: dict) -> str:
@@ -215,6 +248,32 @@ def verdict_note(ev: dict) -> str:
                     "; no affordable budget would decide it (a share on its threshold)"))
     est = st.get("estimate_s")
     if est:
-        line += (f" (pre-flight estimate ~{est:.0f} s, {st.get('estimate_steps')} steps; "
-                 f"budget {st['budget_s']:g} s)")
+        line += (f" (pre-flight estimate ~{est:.0f} s, {st.get('estimate_steps')} steps"
+                 + (f"; revised to ~{st['revised_s']:.0f} s at {st['revised_at_s']:.0f} s"
+                    if st.get("revised_s") else "") + f"; budget {st['budget_s']:g} s)")
     return line
+
+
+def mark_lacking(ev: dict, findings: list, memory) -> bool:
+    """A run cut short by its budget: the findings whose deciding evidence it lacked say so
+    (perflab.views.diagnose's ``borderline``, which the headline reads: a verdict resting
+    on an undecided share is "too close to call", never a plain verdict), and the memory
+    test, short of the steps the rule asks for, says how few it had. Missing evidence is
+    never support. Nothing to do for a decided or a fixed-contract run. True when a
+    finding was marked."""
+    st = (ev.get("status") or {}).get("stopping") or {}
+    if st.get("stopped") != "budget":
+        return False
+    marked = False
+    why = f"not decided within the --budget {st['budget_s']:g} s"
+    for name in st.get("lacking", []):
+        f = next((f for f in findings if f.bottleneck == DECIDES.get(name)), None)
+        if f is not None:
+            f.borderline = (f"{why}: the {name} {st['tests'][name]}; the verdict "
+                            "lacked this evidence")
+            marked = True
+    timed = st.get("timed_steps", 0)
+    if any(x.startswith(MINIMUM) for x in st.get("lacking", [])) and timed < MEMORY_STEPS:
+        memory.because += (f" ({why}: {timed} timed steps of the {MEMORY_STEPS} the stop "
+                           "rule asks for; a slow leak may not show in so few)")
+    return marked
