@@ -96,6 +96,11 @@ def test_a_verdict_cut_short_by_the_budget_says_which_evidence_it_lacked(input_f
     assert "too close to call" in md and "not decided within the --budget 10 s" in md
     assert "input share" in md and "the verdict lacked this evidence" in md
     assert not d.findings[1].borderline  # the optimizer share was decided (far below)
+    from perflab.attach import ledger
+    rows = []
+    ledger._stopping(ev, lambda *r: rows.append(r[:3]))
+    assert ("stopping", "stopped", "budget") in rows and ("stopping", "lacked",
+                                                          "input share") in rows
 
 
 def test_a_decided_run_marks_nothing():
@@ -104,6 +109,10 @@ def test_a_decided_run_marks_nothing():
     d, mem = _findings(True), dg.Finding("memory_growth", dg.RULED_OUT, "flat")
     assert not stopping.mark_lacking({"status": obs.status}, d.findings, mem)
     assert not any(f.borderline for f in d.findings) and mem.because == "flat"
+    from perflab.attach import ledger
+    rows = []
+    ledger._stopping({"status": obs.status}, lambda *r: rows.append(r[:3]))
+    assert ("stopping", "stopped", "decided") in rows and not any(r[1] == "lacked" for r in rows)
 
 
 def test_between_pairs_the_child_runs_on_without_looking():
