@@ -150,6 +150,28 @@ def test_the_looks_time_is_the_observers_not_the_next_steps(monkeypatch):
     assert all(r["wall_ms"] < 50 for r in obs.steps[8:])
 
 
+def test_a_recompiling_scripts_estimate_is_its_steady_steps_not_its_compiles():
+    """recompile.py's shape: the first steady steps each compile a graph (5 s here) until
+    Dynamo's limit, the rest run eager (10 ms). The estimate reads the eager steps: seconds,
+    not the hours a compile's time per step would give (17.9 h before issue 40)."""
+    import time
+
+    steps = _steps(200, lambda r: r.normal(70, 5))
+    for k, r in enumerate(steps):  # the first pair of stretches all compiles
+        r["dynamo"] = {"stats.unique_graphs": min(k, 20)}
+        if 3 <= k <= 20:
+            r["wall_ms"] = 5000.0
+    obs = SimpleNamespace(steps=[], s={"budget_s": 3600.0, "command_unix": time.time()},
+                          status={}, unix0=0.0)
+    for k in range(20, 200):  # the child's step ends, one by one
+        obs.steps, obs._kind = steps[:k], steps[k]["kind"]
+        if stopping.step_end(obs):
+            break
+    rec = obs.status["stopping"]
+    assert rec["stopped"] == "decided" and rec["step_ms"] == 10.0
+    assert rec["estimate_s"] < 60
+
+
 def test_a_bad_budget_on_the_command_line_is_a_one_line_error():
     p = subprocess.run([sys.executable, "-m", "perflab.attach.run", "--budget", "soon", "--",
                         "python", "x.py"], capture_output=True, text=True, cwd=REPO)
