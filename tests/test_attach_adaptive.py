@@ -67,6 +67,19 @@ def test_a_share_on_its_threshold_stays_undecided_and_the_budget_stop_says_what_
     assert "it lacked: input share" in stopping.verdict_note(ev)
 
 
+def test_a_budget_spent_before_the_sequences_first_look_says_what_budget_would_reach_it():
+    # membw_bound.py on the loaded CPU: 8 timed steps of ~5 s in a 60 s budget. Its shares
+    # are not on their thresholds: they were never looked at; a longer budget reaches them
+    steps = _steps(20, lambda r: r.normal(70, 5))
+    obs = SimpleNamespace(steps=steps, s={"budget_s": 10.0, "command_unix": 0.0},
+                          status={}, _kind="observed", unix0=0.0)
+    assert stopping.step_end(obs).startswith("budget spent")
+    rec = obs.status["stopping"]
+    assert rec["budget_to_decide_s"] > 10.0
+    note = stopping.verdict_note({"status": {**obs.status, "stopped_by": "budget"}})
+    assert "about --budget" in note and "no affordable budget" not in note
+
+
 def _budget_stop(input_pct: float = dg.INPUT_SHARE_PCT):
     """(the observer, its stop reason) of a run whose budget is spent (the command started at
     the epoch) with the input share at ``input_pct`` (on its threshold by default)."""

@@ -118,12 +118,19 @@ def look(steps: list[dict], max_n: int | None, cuda: bool = False) -> dict:
     ds = decisions(steps, max_n, cuda)
     lacking = [n for n, d in ds.items() if not d.decided]
     minimum = pairs(steps) >= MIN_PAIRS and timed >= MEMORY_STEPS
-    more = [d.more_n for d in ds.values() if not d.decided and d.more_n is not None]
+    from perflab.attach.observers import STRETCH
+
+    # stretches still wanted: the sequence's projection, or, before its first look, at least
+    # the rest of its minimum; and the rest of the stop's own minimum (pairs, timed steps)
+    more = [d.more_n if d.more_n is not None else max(seq.MIN_N - d.n, 1)
+            for d in ds.values() if not d.decided]
+    more.append(max(MIN_PAIRS - pairs(steps), math.ceil((MEMORY_STEPS - timed) / (2 * STRETCH)),
+                    0))
     out = {"decided": minimum and not lacking, "pairs": pairs(steps), "timed_steps": timed,
            "tests": {n: d.line(unit="%", what="stretches") for n, d in ds.items()},
            "lacking": lacking + ([] if minimum else [f"{MINIMUM} ({MIN_PAIRS} stretch pairs"
                                                      f", {MEMORY_STEPS} timed steps)"]),
-           "more_stretches": (math.ceil(max(more)) if more and all(map(math.isfinite, more))
+           "more_stretches": (math.ceil(max(more)) if all(map(math.isfinite, more))
                               else None)}
     if out["decided"]:
         out["line"] = f"decided after {len(steps)} steps: " + "; ".join(
