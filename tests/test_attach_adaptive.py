@@ -185,6 +185,17 @@ def test_a_recompiling_scripts_estimate_is_its_steady_steps_not_its_compiles():
     assert rec["estimate_s"] < 60
 
 
+def test_the_commands_start_is_its_interpreters():
+    import os
+    import time
+
+    if not os.path.exists("/proc/uptime"):
+        pytest.skip("no /proc: the parent's command_unix is the start")
+    started, now = stopping.started_unix(os.getpid()), time.time()
+    assert started is not None and 0 < now - started < 3600  # this process began before now
+    assert stopping.started_unix(2 ** 22 + 12345) is None  # no such process
+
+
 def test_a_bad_budget_on_the_command_line_is_a_one_line_error():
     p = subprocess.run([sys.executable, "-m", "perflab.attach.run", "--budget", "soon", "--",
                         "python", "x.py"], capture_output=True, text=True, cwd=REPO)
