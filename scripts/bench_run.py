@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -77,12 +78,16 @@ def stopping_columns(d: Path, contract: str | None, budget: str, total_s: float)
     ev_path = d / "evidence.json"
     ev = json.loads(ev_path.read_text()) if ev_path.is_file() else {"status": {}, "steps": []}
     st = ev["status"].get("stopping") or {}
+    walls = [r["wall_ms"] for r in ev["steps"] if r["kind"] in ("observed", "bare")
+             and r["wall_ms"] is not None]
     est = st.get("estimate_s")
     b = parse_budget_s(budget)
     return {"contract": contract, "budget_s": b,
             "stopped": st.get("stopped") or ("fixed" if contract == "fixed" else "none"),
             "lacking": "; ".join(st.get("lacking", [])) if st.get("stopped") == "budget" else "",
-            "timed_steps": sum(1 for r in ev["steps"] if r["kind"] in ("observed", "bare")),
+            "timed_steps": len(walls),
+            # the machine's load shows here first: compare the two contracts' step times
+            "step_ms_median": round(statistics.median(walls), 3) if walls else None,
             "estimate_s": round(est, 1) if est else None,
             "estimate_err_pct": round(100 * (est - total_s) / total_s) if est else None,
             "within_budget": (total_s <= b) if contract == "adaptive" else None}
