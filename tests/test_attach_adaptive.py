@@ -138,7 +138,7 @@ def test_between_pairs_the_child_runs_on_without_looking():
     assert stopping.step_end(obs) == ""
 
 
-def test_the_looks_time_is_the_observers_not_the_next_steps(monkeypatch):
+def test_the_looks_time_is_the_observers_not_the_next_steps():
     """A look costs the observers' time (seconds of imports on a loaded CPU at the first):
     charged to the next step, it diluted optimizer_bound's optimizer share below its
     threshold. A look that takes 50 ms leaves 1 ms steps at well under 50 ms."""
@@ -150,9 +150,8 @@ def test_the_looks_time_is_the_observers_not_the_next_steps(monkeypatch):
         time.sleep(0.05)
         looked.append(len(obs.steps))
         return ""
-    monkeypatch.setattr(stopping, "step_end", slow_look)
-    monkeypatch.setattr(stopping, "prepare", lambda: None)
     obs = observers.Observer({"warmup": 0, "no_profile": True, "budget_s": 60.0}, "/dev/null")
+    obs.stop_rule = SimpleNamespace(step_end=slow_look, prepare=lambda: None)
     obs.steady_t0, obs._kind = 0.0, "observed"
     obs.steps = [{"index": i, "kind": "profiled", "wall_ms": 1.0, "phases_ms": {},
                   "dynamo": {}, "memory": {}} for i in range(7)]  # past the instrument windows

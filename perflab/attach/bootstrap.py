@@ -55,6 +55,9 @@ def main(argv: list[str]) -> int:
     settings = json.loads(os.environ.get(SETTINGS_ENV, "{}"))
     out = os.environ[EVIDENCE_ENV]
     obs = Observer(settings, out)
+    if settings.get("budget_s"):
+        from perflab.attach import stopping
+        obs.stop_rule = stopping
     obs.install()
     _no_step_alarm(obs, settings.get("no_step_s", 0))
     code, status = 0, obs.status

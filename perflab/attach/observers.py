@@ -125,6 +125,11 @@ def _short(p: Path, roots: list[Path]) -> str:
 class Observer:
     """Everything observed in one run of the script; :meth:`evidence` is what is written."""
 
+    #: the stopping rule under a total budget (``settings["budget_s"]``): an object with
+    #: ``prepare()`` and ``step_end(observer) -> reason or ""`` (perflab.attach.stopping, set
+    #: by the bootstrap: the rule reads this module, so this module does not import it)
+    stop_rule = None
+
     def __init__(self, settings: dict, out: str):
         self.s = settings
         self.out = Path(out)
@@ -477,18 +482,17 @@ class Observer:
             self._phase_hooks(on=self._kind != "bare")
 
     def _check_budget(self) -> None:
-        if self.s.get("budget_s") and len(self.steps) == 1:
-            from perflab.attach import stopping
-            stopping.prepare()  # the looks' imports, in the untimed first warm-up step
+        rule = self.stop_rule if self.s.get("budget_s") else None
+        if rule is not None and len(self.steps) == 1:
+            rule.prepare()  # the looks' imports, in the untimed first warm-up step
         if self.s.get("follow") or self.steady_t0 is None:
             return
         timed = sum(1 for r in self.steps if r["kind"] in ("observed", "bare"))
         steps, seconds = self.s.get("steps"), self.s.get("seconds")
         if steps and timed >= steps:
             self.status["stopped_by"] = f"--steps {steps}: {timed} timed steps observed"
-        elif self.s.get("budget_s") and not steps:
-            from perflab.attach import stopping
-            reason = stopping.step_end(self)  # the adaptive contract: stop on the decision
+        elif rule is not None and not steps:
+            reason = rule.step_end(self)  # the adaptive contract: stop on the decision
             if not reason:
                 return
             self.status["stopped_by"] = reason
