@@ -90,6 +90,9 @@ def main(argv: list[str]) -> int:
     settings = json.loads(os.environ.get(SETTINGS_ENV, "{}"))
     out = os.environ[EVIDENCE_ENV]
     obs = Observer(settings, out)
+    if settings.get("budget_s"):
+        from perflab.attach import stopping
+        obs.stop_rule = stopping
     obs.install()
     if settings.get("seed") is not None:
         seed_everything(int(settings["seed"]))

@@ -127,6 +127,11 @@ def _short(p: Path, roots: list[Path]) -> str:
 class Observer:
     """Everything observed in one run of the script; :meth:`evidence` is what is written."""
 
+    #: the stopping rule under a total budget (``settings["budget_s"]``): an object with
+    #: ``prepare()`` and ``step_end(observer) -> reason or ""`` (perflab.attach.stopping, set
+    #: by the bootstrap: the rule reads this module, so this module does not import it)
+    stop_rule = None
+
     def __init__(self, settings: dict, out: str):
         self.s = settings
         self.out = Path(out)
@@ -542,10 +547,10 @@ class Observer:
         self._advance(now)
         if now - self._last_flush > FLUSH_S:
             self.flush()
+        self._check_budget()  # the stop rule's look too is the observers' work, not a step's
         self._last_end = _clock()  # the observers' own step-end work (the plan's next
-        # instrument, the evidence file) is not the next step's: its wall starts here
+        # instrument, the evidence file, the look) is not the next step's: its wall starts here
         self.enter("logging")
-        self._check_budget()
 
     def _energy_j(self) -> float | None:
         """The device's cumulative energy counter now (J), opened at the first step end."""
@@ -584,12 +589,20 @@ class Observer:
             self._phase_hooks(on=self._kind != "bare")
 
     def _check_budget(self) -> None:
+        rule = self.stop_rule if self.s.get("budget_s") else None
+        if rule is not None and len(self.steps) == 1:
+            rule.prepare()  # the looks' imports, in the untimed first warm-up step
         if self.s.get("follow") or self.steady_t0 is None:
             return
         timed = sum(1 for r in self.steps if r["kind"] in ("observed", "bare"))
         steps, seconds = self.s.get("steps"), self.s.get("seconds")
         if steps and timed >= steps:
             self.status["stopped_by"] = f"--steps {steps}: {timed} timed steps observed"
+        elif rule is not None and not steps:
+            reason = rule.step_end(self)  # the adaptive contract: stop on the decision
+            if not reason:
+                return
+            self.status["stopped_by"] = reason
         elif seconds and _clock() - self.steady_t0 >= seconds and timed >= 2:
             self.status["stopped_by"] = f"--seconds {seconds:g}: the budget of steady state"
         else:
