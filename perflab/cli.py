@@ -444,7 +444,9 @@ SUBCOMMANDS = {
                "Measure every intervention that applies to the workload (fused optimizer, "
                "autocast, torch.compile, loader workers, pinned memory, ...), each in a fresh "
                "process against the baseline, and print them ranked by measured gain with "
-               "their 95% intervals. Arguments after -- go to Snakemake.",
+               "their 95% intervals. Arguments after -- go to Snakemake. Of an unmodified "
+               "script instead: perflab whatif [options] -- python train.py ARGS "
+               "(python -m perflab.attach.whatif --help; docs/whatif-script.md).",
                lambda s: _workload_args(s, "whatif")),
     "run": (lambda args, extra: run(args, extra),
             "run an unmodified training script, observed: what the machine is waiting for",
