@@ -495,3 +495,87 @@ def test_loader_pinned_applies_on_a_cuda_run(tmp_path):
     ev = observe(tmp_path, [str(script), "--epochs", "1", "--delay-ms", "0", "--device", "cuda"],
                  patch={"name": "loader_pinned"})
     assert ev["cuda"] and ev["patch"]["applied"] and ev["loaders"][0]["pin_memory"], ev["patch"]
+
+
+#: the user's own subclasses: each constructor's super().__init__() is inside the user's
+#: files, and the site must still be the line that built the object
+SUBCLASSES = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.body = nn.Linear(dim, 1)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class Loader(DataLoader):
+    def __init__(self, ds):
+        super().__init__(ds, batch_size=4)
+
+
+class MyAdam(torch.optim.Adam):
+    def __init__(self, params):
+        super().__init__(params, lr=1e-3)
+
+
+def build():
+    return Net(8)
+
+
+model = build()
+loader = Loader(TensorDataset(torch.randn(400, 8), torch.randn(400, 1)))
+opt = MyAdam(model.parameters())
+for x, y in loader:
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_construction_sites_are_the_outermost_user_line(tmp_path):
+    """A model, loader and optimizer of the user's own classes: the site is the line that
+    built each one (a helper's ``return Net(8)`` included), never the ``super().__init__()``
+    inside its class; the patches act and their diffs go on those lines."""
+    script = tmp_path / "subclassed.py"
+    script.write_text(SUBCLASSES)
+    base = observe(tmp_path, [str(script)])
+
+    def at(text):
+        n = line_of(script, text)
+        return f"subclassed.py:{n}: {script.read_text().splitlines()[n - 1].strip()}"
+    assert base["sites"]["model"] == [at("return Net(8)")]
+    assert base["sites"]["loader"] == [at("loader = Loader(")]
+    assert base["sites"]["optimizer"] == [at("opt = MyAdam(")]
+    assert patches.edit_for("compile_default", base) == (  # not an assignment: in words
+        f"wrap the model constructed at subclassed.py:{line_of(script, 'return Net(8)')} in "
+        "torch.compile(model)")
+    workers = observe(tmp_path, [str(script)], patch={"name": "loader_workers",
+                                                      "num_workers": 1})
+    assert workers["patch"]["where"] == [at("loader = Loader(")], workers["patch"]
+    assert workers["patch"]["edit"].startswith("- loader = Loader(")
+    assert workers["patch"]["edit"].endswith("# Loader must pass num_workers, persistent_workers "
+                                            "on to DataLoader")
+    fused = observe(tmp_path, [str(script)], patch={"name": "foreach_optimizer"})
+    assert fused["patch"]["where"] == [at("opt = MyAdam(")], fused["patch"]
+    assert fused["patch"]["edit"] == ("- opt = MyAdam(model.parameters())\n"
+                                      "+ opt = MyAdam(model.parameters(), foreach=True)  "
+                                      "# MyAdam must pass foreach on to torch.optim")
+
+
+def test_optimizer_bound_model_site_is_its_construction_line(tmp_path):
+    script = SCRIPTS / "optimizer_bound.py"
+    ev = observe(tmp_path, [str(script), "--params", "20"])
+    n = line_of(script, "model = Adapters(")
+    assert ev["sites"]["model"] == [f"optimizer_bound.py:{n}: model = Adapters(args.params, "
+                                    "8).to(args.device)"]
+    assert patches.edit_for("compile_default", ev) == (
+        "- model = Adapters(args.params, 8).to(args.device)\n"
+        "+ model = torch.compile(Adapters(args.params, 8).to(args.device))")
+

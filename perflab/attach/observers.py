@@ -115,6 +115,24 @@ def user_site(stack: list[traceback.FrameSummary], roots: list[Path]) -> str:
     return ""
 
 
+def construction_stack(obj) -> list[traceback.FrameSummary]:
+    """The stack of the call that constructs ``obj``, from this function's caller out,
+    without the frames of ``obj``'s own constructors (every ``__init__`` whose ``self`` is
+    ``obj``: a user subclass's ``super().__init__()``, torch's chain above it). Its innermost
+    user frame is the line that built the object (``model = Adapters(...)``), not the
+    ``super().__init__()`` inside its class."""
+    frames = []
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if not (code.co_name == "__init__" and code.co_argcount
+                and f.f_locals.get(code.co_varnames[0]) is obj):
+            frames.append((f, f.f_lineno))
+        f = f.f_back
+    frames.reverse()
+    return list(traceback.StackSummary.extract(frames))
+
+
 def _short(p: Path, roots: list[Path]) -> str:
     for r in roots:
         if r in p.parents:
@@ -352,7 +370,7 @@ class Observer:
         @functools.wraps(original)  # its signature stays the constructor's (patches.py)
         def __init__(opt, *args, **kwargs):
             original(opt, *args, **kwargs)
-            obs._opt_built.append((opt, user_site(traceback.extract_stack()[:-1], obs.roots)))
+            obs._opt_built.append((opt, user_site(construction_stack(opt), obs.roots)))
         return __init__
 
     def _module_init_wrap(self, original):
@@ -364,8 +382,7 @@ class Observer:
             # stack: the outermost model is one of these, a submodule never is
             if obs._module_init_depth == 0:
                 try:
-                    obs._module_sites[mod] = user_site(traceback.extract_stack()[:-1],
-                                                       obs.roots)
+                    obs._module_sites[mod] = user_site(construction_stack(mod), obs.roots)
                 except TypeError:  # a module that cannot be weakly referenced
                     pass
             obs._module_init_depth += 1
@@ -416,7 +433,7 @@ class Observer:
         def __init__(loader, *args, **kwargs):
             original(loader, *args, **kwargs)
             obs.loaders.append({
-                "site": user_site(traceback.extract_stack()[:-1], obs.roots),
+                "site": user_site(construction_stack(loader), obs.roots),
                 "num_workers": int(getattr(loader, "num_workers", 0)),
                 "pin_memory": bool(getattr(loader, "pin_memory", False)),
                 "persistent_workers": bool(getattr(loader, "persistent_workers", False)),

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perflab.attach.observers import user_site
+from perflab.attach.observers import construction_stack, user_site
 
 # ------------------------------------------------------------------ the record
 
@@ -53,7 +53,11 @@ def _done(rec: dict, where: str, detail: str) -> None:
         rec["detail"] = f"{rec['detail']}; {detail}" if rec["detail"] else detail
 
 
-def _caller(obs) -> str:
+def _caller(obs, built=None) -> str:
+    """The user's line calling the patched function; for a constructor (``built``: the
+    object), the line that built it, past its class's own ``super().__init__()``."""
+    if built is not None:
+        return user_site(construction_stack(built), obs.roots)
     return user_site(traceback.extract_stack()[:-2], obs.roots)
 
 
@@ -230,10 +234,11 @@ def _patch_loader(kind: str, missing: str):
             bound.arguments.update(new)
             original(*bound.args, **bound.kwargs)
             if old != new:
-                _done(rec, _caller(obs), "DataLoader(" + ", ".join(
+                _done(rec, _caller(obs, loader), "DataLoader(" + ", ".join(
                     f"{k}={old[k]!r} -> {v!r}" for k, v in new.items()) + ")")
             elif not rec["applied"]:
-                rec["error"] = (f"the DataLoader at {_caller(obs).partition(': ')[0]} already has "
+                rec["error"] = (f"the DataLoader at {_caller(obs, loader).partition(': ')[0]} "
+                                "already has "
                                 + ", ".join(f"{k}={v!r}" for k, v in new.items()))
         dataloader.DataLoader.__init__ = __init__
         if kind == "pinned":
@@ -258,14 +263,15 @@ register(Patch(
     "loader_workers", "DataLoader worker processes (num_workers, persistent_workers)",
     ("input_wait",), _first(_needs_loader, _already_workers),
     _patch_loader("workers", "no DataLoader was constructed"),
-    lambda site, params: edit_call(site, "DataLoader", {
+    lambda site, params: _subclass_edit(site, "DataLoader", {
         k: repr(v) for k, v in _loader_kwargs(params, "workers").items()}), site="loader"))
 
 register(Patch(
     "loader_pinned", "pinned host memory for the DataLoader's batches (pin_memory=True)",
     ("input_wait", "host_to_device"), _first(_needs_cuda, _needs_loader, _already_pinned),
     _patch_loader("pinned", "no DataLoader was constructed"),
-    lambda site, params: edit_call(site, "DataLoader", {"pin_memory": "True"}), site="loader"))
+    lambda site, params: _subclass_edit(site, "DataLoader", {"pin_memory": "True"}),
+    site="loader"))
 
 
 # ------------------------------------------------------------------ the optimizer
@@ -304,9 +310,10 @@ def _patch_optimizer(flag: str):
                 finally:
                     depth[0] -= 1
                 if depth[0] == 0 and old is True and not rec["applied"]:
-                    rec["error"] = f"the optimizer at {_caller(obs).partition(': ')[0]} is already {flag}"
+                    at = _caller(obs, opt).partition(": ")[0]
+                    rec["error"] = f"the optimizer at {at} is already {flag}"
                 elif depth[0] == 0:  # the outermost class's constructor (AdamW over Adam)
-                    _done(rec, _caller(obs), f"{type(opt).__name__}({flag}={old!r} -> True)")
+                    _done(rec, _caller(obs, opt), f"{type(opt).__name__}({flag}={old!r} -> True)")
             functools.update_wrapper(__init__, original)
             cls.__init__ = __init__
     return apply_
@@ -331,15 +338,28 @@ def _optimizer_refuses(flag: str):
 register(Patch(
     "fused_optimizer", "the fused optimizer update (one kernel for all parameters)",
     ("optimizer",), _optimizer_refuses("fused"), _patch_optimizer("fused"),
-    lambda site, params: edit_call(site, _call_name(site), {"fused": "True"},
-                                   drop=("foreach",)),  # fused with foreach=True raises
+    lambda site, params: _subclass_edit(site, "torch.optim", {"fused": "True"},
+                                        drop=("foreach",)),  # fused with foreach=True raises
     site="optimizer"))
 
 register(Patch(
     "foreach_optimizer", "the foreach optimizer update (multi-tensor kernels)",
     ("optimizer",), _optimizer_refuses("foreach"), _patch_optimizer("foreach"),
-    lambda site, params: edit_call(site, _call_name(site), {"foreach": "True"}),
+    lambda site, params: _subclass_edit(site, "torch.optim", {"foreach": "True"}),
     site="optimizer"))
+
+
+def _subclass_edit(site: str, base: str, add: dict, drop: tuple[str, ...] = ()) -> str:
+    """:func:`edit_call` on the line's own call: ``base``'s (``DataLoader``, a
+    ``torch.optim`` class) or a user subclass's, which must hand the keywords on to
+    ``base`` (said beside its diff)."""
+    name = _call_name(site)
+    own = name == base or base == "torch.optim" and isinstance(
+        getattr(torch.optim, name, None), type)
+    diff = edit_call(site, name if name != "the" else base.split(".")[-1], add, drop)
+    if own or not diff.startswith("- "):
+        return diff
+    return f"{diff}  # {name} must pass {', '.join(add)} on to {base}"
 
 
 def _call_name(site_line: str) -> str:
