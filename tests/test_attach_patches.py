@@ -579,3 +579,18 @@ def test_optimizer_bound_model_site_is_its_construction_line(tmp_path):
         "- model = Adapters(args.params, 8).to(args.device)\n"
         "+ model = torch.compile(Adapters(args.params, 8).to(args.device))")
 
+
+def test_compile_default_on_the_input_bound_script_compiles_once(tmp_path):
+    """input_bound.py's nn.Sequential, fed by a DataLoader: a graph is captured (the row is
+    no 'does not apply'), and the observers' hooks move off the global ones before the
+    first compiled call, so Dynamo (which guards on them) does not recompile at the first
+    timed step."""
+    script = SCRIPTS / "input_bound.py"
+    ev = observe(tmp_path, [str(script), "--epochs", "1", "--delay-ms", "0.1"], steps=8,
+                 patch={"name": "compile_default", "backend": "eager"})
+    assert ev["patch"]["applied"], ev["patch"]
+    assert ev["dynamo_final"].get("stats.unique_graphs") == 1, ev["dynamo_final"]
+    assert ev["recompiles"] == []
+    # the phases are still read, from the model's own hooks
+    timed = [r for r in ev["steps"] if r["kind"] == "observed"]
+    assert timed and all(r["phases_ms"].get("forward", 0) > 0 for r in timed)

@@ -488,6 +488,15 @@ class Observer:
         self._patch(torch.autograd, "backward", self._backward_wrap)
         self._patch(dataloader._BaseDataLoaderIter, "__next__", self._next_wrap)
 
+    def narrow_hooks(self) -> None:
+        """Move the phase hooks from global to the outermost models found so far now, not at
+        warm-up's end: a compile patch does so before its first compiled call, because
+        Dynamo guards on the global hooks and a change after it recompiled the model in the
+        first timed step. Safe inside a forward pre-hook: the model's own hooks, added here,
+        are not in the call already running; its post-hook runs once, as the model's."""
+        if self._phase_on and self.models:
+            self._phase_hooks(on=True)
+
     def _compiler_logs(self) -> None:
         """Keep Dynamo's recompile reasons and cache-limit warnings (without printing the
         reasons: the script's own output is the user's)."""

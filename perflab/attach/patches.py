@@ -424,6 +424,7 @@ def _patch_compile(mode: str | None):
             def compiled_forward(*args, **kw):
                 return forward(*args, **kw)
             module.forward = torch.compile(compiled_forward, **kwargs)
+            obs.narrow_hooks()  # the global hooks Dynamo guards on, final before it compiles
             return (f"torch.compile({type(module).__name__}.forward"
                     f"{''.join(f', {k}={v!r}' for k, v in kwargs.items())}) from its second "
                     "forward on")
