@@ -101,9 +101,18 @@ def test_loader_workers_applied_at_the_loader_line(tmp_path):
     assert p["applied"] and p["error"] is None, p
     assert ev["loaders"][0]["num_workers"] == 2 and ev["loaders"][0]["persistent_workers"]
     assert "num_workers=0 -> 2" in p["detail"]
+    # 2 workers beside the step's own threads: said where they outnumber the cores
+    over = patches.oversubscribed(2, torch.get_num_threads(), patches.usable_cores())
+    assert (over in p["detail"]) if over else "oversubscribed" not in p["detail"]
     loader_line = line_of(script, "loader = DataLoader(")
     assert p["where"] == [f"input_bound.py:{loader_line}: " + script.read_text().splitlines()[
         loader_line - 1].strip()]
+
+
+def test_workers_and_threads_beyond_the_cores_are_said_oversubscribed():
+    assert patches.oversubscribed(4, 2, 2).startswith(
+        "oversubscribed: 4 workers + 2 intra-op threads on 2 cores")
+    assert patches.oversubscribed(3, 1, 4) == ""
 
 
 def test_loader_workers_not_applied_without_a_loader(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perflab.attach import patches as patches_mod
 from perflab.attach import run as runmod
 from perflab.attach import whatif as wf
 
@@ -33,7 +34,7 @@ def real_ev(tmp_path_factory):
     return ev
 
 
-def _variant(ev, scale, rng, losses=None, raised=False, noise=0.01):
+def _variant(ev, scale, rng, losses=None, raised=False, noise=0.01, detail=None):
     """The real evidence's structure with synthetic step walls: 10 ms times ``scale``, with
     ``noise`` relative jitter (the real walls of a shared machine are too heavy-tailed to
     test the statistics with)."""
@@ -42,6 +43,9 @@ def _variant(ev, scale, rng, losses=None, raised=False, noise=0.01):
         if r["wall_ms"] is not None:
             r["wall_ms"] = 10.0 * scale * (1 + noise * rng.standard_normal())
     e["losses"] = list(losses if losses is not None else [2.0, 1.9, 1.8, 1.7, 1.6])
+    if detail is not None:  # what the child's patch record said it did
+        e["patch"] = {"name": "loader_workers", "applied": True, "where": [], "error": None,
+                      "detail": detail}
     if raised:
         e["status"] = {"exit": "raised", "exception": "RuntimeError",
                        "traceback": "Traceback (most recent call last):\n  File \"train.py\", "
@@ -318,3 +322,14 @@ def test_a_later_round_that_raises_keeps_the_measured_runs(tmp_path, monkeypatch
     row = _row((tmp_path / "whatif.md").read_text(), "loader_pinned")
     assert rc == 0 and seen.count("loader_pinned") == 2  # no third run after it raised
     assert "[1]" in row and "a later run of it raised" in row and "patched run broke" in row
+
+
+def test_oversubscribed_workers_are_said_in_their_row(tmp_path, monkeypatch, real_ev):
+    over = patches_mod.oversubscribed(4, 2, 2)
+    plan = {"loader_workers": (0.5, {"detail": f"DataLoader(num_workers=0 -> 4); {over}"}),
+            "loader_pinned": (1.0, {})}
+    reg = {"loader_workers": _Entry(), "loader_pinned": _Entry()}
+    rc, md, _ = _go(tmp_path, monkeypatch, real_ev, plan, reg, max_runs=1)
+    assert rc == 0
+    assert over in _row(md, "loader_workers"), _row(md, "loader_workers")
+    assert "oversubscribed" not in _row(md, "loader_pinned")

@@ -201,11 +201,28 @@ def _first(*checks):
 # ------------------------------------------------------------------ the DataLoader
 
 
-def default_workers() -> int:
-    """min(4, usable cores - 1), at least 1: the cores this process may run on."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
-    return max(1, min(4, cores - 1))
+
+
+def default_workers() -> int:
+    """min(4, usable cores - 1), at least 1."""
+    return max(1, min(4, usable_cores() - 1))
+
+
+def oversubscribed(workers: int, threads: int, cores: int) -> str:
+    """What the patched run's workers do to the training process's own threads, when
+    ``workers`` processes and its ``threads`` intra-op threads outnumber ``cores``: a
+    parallel operator of the step waits for whichever of its threads the scheduler put
+    off, a tick at a time, and spin-waits meanwhile (the steps' time then varies run to
+    run, in plain python as under perflab). "" when they fit."""
+    if workers + threads <= cores:
+        return ""
+    return (f"oversubscribed: {workers} workers + {threads} intra-op threads on {cores} "
+            "cores (the step's parallel operators wait for descheduled threads: fewer "
+            "workers or torch.set_num_threads lower it)")
 
 
 def _loader_kwargs(params: dict, kind: str) -> dict:
@@ -236,6 +253,9 @@ def _patch_loader(kind: str, missing: str):
             if old != new:
                 _done(rec, _caller(obs, loader), "DataLoader(" + ", ".join(
                     f"{k}={old[k]!r} -> {v!r}" for k, v in new.items()) + ")")
+                if kind == "workers":  # said beside the change: it reads in the step time
+                    _done(rec, "", oversubscribed(new["num_workers"], torch.get_num_threads(),
+                                                  usable_cores()))
             elif not rec["applied"]:
                 rec["error"] = (f"the DataLoader at {_caller(obs, loader).partition(': ')[0]} "
                                 "already has "

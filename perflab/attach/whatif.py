@@ -670,6 +670,9 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
     for p, prs in plan.pairs.items():
         row = measured_row(p, registry[p], plan.bases, prs, floor, max_n, size,
                            s.phase_share_pct, plan.params.get(p))
+        over = [d for d in ((prs[0][0].get("patch") or {}).get("detail") or "").split("; ")
+                if d.startswith("oversubscribed:")]  # the patch's own word on its runs' times
+        row.reason = "; ".join(filter(None, [row.reason, *over]))
         if p in plan.failed:  # a later round's run raised where the first ran: said, kept
             row.reason = "; ".join(filter(None, [row.reason, "a later run of it raised: "
                                                  + traceback_tail(plan.failed[p])]))
