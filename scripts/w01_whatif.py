@@ -42,16 +42,22 @@ from pathlib import Path
 import torch
 
 from perflab.core import io
+from perflab.core.names import SAMPLING_DECISION
 from perflab.experiments import w01_whatif as names
 from perflab.experiments.e08_batch_sweep import sweep
 from perflab.experiments.w01_whatif import transforms, whatif
 from perflab.instruments import ab, interventions, profiling, timing, workloads
 from perflab.instruments.compiler_watch import CompilerWatch
+from perflab.kit import sampling
 from perflab.pipeline import config as cfgmod
 from perflab.pipeline.runner import base_parser, config_from_args, execute, log_to
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
 STRETCH = 10
+#: the adaptive A/B's most blocks, times the configured ``blocks`` (the fixed count): with
+#: twice the fixed count the stopping rule keeps >= 80 % power at twice the floor
+#: (tests/test_sequential_ab.py), and a clear change stops far sooner
+MAX_BLOCKS_FACTOR = 2
 CONTRACT_COLUMNS = ("workload", "model", "input_shape", "dtype", "device", "device_name",
                     "mode", "execution")
 
@@ -304,17 +310,21 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
             _compiler_rows(ctx, iv, side, watch.report, t["warmup"], kw_of[side])
     k = min(STRETCH, p["inner"])
     calls = max(1, p["inner"] // k)
-    res = timing.interleaved_ab(profiling.free_running(base.step, k),
-                                profiling.free_running(inter.step, k), blocks=p["blocks"],
-                                inner=calls, warmup=1, sync=ctx.sync)
     per_example = iv.judged == whatif.LATENCY_PER_EXAMPLE
     div = {names.BASELINE: k * (base.examples if per_example else 1),
            names.INTERVENED: k * (inter.examples if per_example else 1)}
-    block_of = [i for i in range(p["blocks"]) for _ in range(calls)]
+    fa, fb = profiling.free_running(base.step, k), profiling.free_running(inter.step, k)
+    if sampling.rule(ctx.contract) == sampling.FIXED:
+        res = timing.interleaved_ab(fa, fb, blocks=p["blocks"], inner=calls, warmup=1,
+                                    sync=ctx.sync)
+    else:
+        res = _sequential_pair(ctx, iv, fa, fb, calls, div)
+    n_blocks = len(res.a_blocks)
+    block_of = [i for i in range(n_blocks) for _ in range(calls)]
     stretch = (f"{ctx.sync_name} at both ends of each {k}-step stretch only (the loop's host "
                "read of the loss, when it has one, inside)")
     unit = "per example" if per_example else "per step"
-    window = (f"{p['blocks']} blocks per side, alternating AB/BA, each {calls} stretch(es) of "
+    window = (f"{n_blocks} blocks per side, alternating AB/BA, each {calls} stretch(es) of "
               f"{k} free-running steps (ms {unit} = stretch time / {div[names.BASELINE]}"
               + (f" and / {div[names.INTERVENED]}" if per_example else "")
               + f"); after each side's first call and {t['warmup']} warmup steps")
@@ -331,13 +341,48 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
                 unit="examples/s", statistic="median", n=len(res.a_samples), window=window,
                 sync_boundary=stretch, **kw_of[side])
     ctx.row(variant=names.variant(iv.name, names.CHANGE), metric=names.THROUGHPUT_REL,
-            value=names.throughput_change(pc.judgement.relative_pct), unit="%", n=p["blocks"],
+            value=names.throughput_change(pc.judgement.relative_pct), unit="%", n=n_blocks,
             window=window, sync_boundary="from the judged change of the time (perflab.instruments.stats."
             "judge's effect): 1 / (1 + change) - 1")
     ctx.log(f"{iv.name}: baseline {pc.a_median:.4g} ms {unit}, intervened {pc.b_median:.4g} "
             f"(judged change {pc.judgement.relative_pct:+.1f}%, Wilcoxon p {pc.judgement.p:.3g}, "
             f"{'resolved' if pc.resolved else 'not resolved'})")
     return pc
+
+
+def _sequential_pair(ctx, iv, fa, fb, calls: int, div: dict) -> timing.ABResult:
+    """The adaptive A/B (issue 40): rounds of block pairs until the per-block change is
+    decided against C00's A/A floor (0 without one), at most twice the configured blocks or
+    this intervention's share of W01's job budget; a ``sampling_decision`` row says which."""
+    p = ctx.params
+    floor = ctx.noise_floor_pct
+    share = _budget_share_s(ctx)
+    res, d = timing.sequential_ab(fa, fb, max_blocks=MAX_BLOCKS_FACTOR * p["blocks"],
+                                  inner=calls, warmup=1, sync=ctx.sync, floor_pct=floor,
+                                  deadline_s=share)
+    line = d.line(unit="%", what="blocks")
+    basis = (f"against C00's A/A floor of {floor:.3g}%" if floor is not None
+             else "against a floor of 0 (no A/A floor in this job: only the exclusion of 0 "
+             "decides)")
+    ctx.row(variant=names.variant(iv.name, names.CHANGE), metric=SAMPLING_DECISION,
+            value=float(d.n), unit="blocks", n=d.n,
+            window=f"{line}; per-block change of the judged time {basis}; at most "
+                   f"{MAX_BLOCKS_FACTOR * p['blocks']} blocks"
+                   + (f" or {share:.0f} s" if share is not None else ""),
+            sync_boundary="perflab.instruments.sequential.compare on the per-block relative "
+                          "differences of the interleaved block medians")
+    ctx.log(f"{iv.name}: {line}")
+    return res
+
+
+def _budget_share_s(ctx) -> float | None:
+    """This intervention's seconds for its A/B: W01's job budget split evenly among the
+    interventions asked for (None: no budget was split)."""
+    total = sampling.job_budget_s(ctx.contract, whatif.EID)
+    if total is None:
+        return None
+    asked = ctx.params.get("interventions", "all")
+    return total / max(1, len(whatif.selected(asked)))
 
 
 def _break_even(ctx, iv, pc, first_ms, examples, kw) -> None:

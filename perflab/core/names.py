@@ -29,6 +29,9 @@ ROOFLINE_FRACTION = "roofline_fraction"
 #: the one name of each quantity most experiments write (one owner: import it from here)
 STEP_LATENCY = "step_latency"  # ms per training step (the row's statistic says which)
 THROUGHPUT = "throughput"  # examples per second
+#: the blocks (or observations) a sequential measurement ran; its window says "decided: ..." or
+#: "undecided within budget (...)" (perflab.instruments.sequential.Decision.line)
+SAMPLING_DECISION = "sampling_decision"
 PHASE_SHARE = "phase_share"  # a phase's share of the step (%)
 #: the sync boundaries a timed row names (its ``sync_boundary`` column)
 SYNCED_CALL = "synchronized at both ends of each call"
