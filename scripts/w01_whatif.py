@@ -318,7 +318,8 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
         res = timing.interleaved_ab(fa, fb, blocks=p["blocks"], inner=calls, warmup=1,
                                     sync=ctx.sync)
     else:
-        res = _sequential_pair(ctx, iv, fa, fb, calls, div)
+        res = _sequential_pair(ctx, iv, fa, fb, p["blocks"] * calls)
+        calls = 1
     n_blocks = len(res.a_blocks)
     block_of = [i for i in range(n_blocks) for _ in range(calls)]
     stretch = (f"{ctx.sync_name} at both ends of each {k}-step stretch only (the loop's host "
@@ -350,16 +351,18 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
     return pc
 
 
-def _sequential_pair(ctx, iv, fa, fb, calls: int, div: dict) -> timing.ABResult:
-    """The adaptive A/B (issue 40): rounds of block pairs until the per-block change is
-    decided against C00's A/A floor (0 without one), at most twice the configured blocks or
-    this intervention's share of W01's job budget; a ``sampling_decision`` row says which."""
-    p = ctx.params
+def _sequential_pair(ctx, iv, fa, fb, fixed_stretches: int) -> timing.ABResult:
+    """The adaptive A/B (issue 40): rounds of one-stretch block pairs until the per-block
+    change is decided against C00's A/A floor (0 without one), at most twice the stretches
+    the fixed contract times or this intervention's share of W01's job budget; a
+    ``sampling_decision`` row says which. One stretch a block: the rule's sequence needs
+    about ten blocks to decide even a clear change, so small blocks are where time is saved
+    (scripts/bench_sequential.py)."""
     floor = ctx.noise_floor_pct
     share = _budget_share_s(ctx)
-    res, d = timing.sequential_ab(fa, fb, max_blocks=MAX_BLOCKS_FACTOR * p["blocks"],
-                                  inner=calls, warmup=1, sync=ctx.sync, floor_pct=floor,
-                                  deadline_s=share)
+    most = MAX_BLOCKS_FACTOR * fixed_stretches
+    res, d = timing.sequential_ab(fa, fb, max_blocks=most, inner=1, warmup=1, sync=ctx.sync,
+                                  floor_pct=floor, deadline_s=share)
     line = d.line(unit="%", what="blocks")
     basis = (f"against C00's A/A floor of {floor:.3g}%" if floor is not None
              else "against a floor of 0 (no A/A floor in this job: only the exclusion of 0 "
@@ -367,7 +370,7 @@ def _sequential_pair(ctx, iv, fa, fb, calls: int, div: dict) -> timing.ABResult:
     ctx.row(variant=names.variant(iv.name, names.CHANGE), metric=SAMPLING_DECISION,
             value=float(d.n), unit="blocks", n=d.n,
             window=f"{line}; per-block change of the judged time {basis}; at most "
-                   f"{MAX_BLOCKS_FACTOR * p['blocks']} blocks"
+                   f"{most} blocks"
                    + (f" or {share:.0f} s" if share is not None else ""),
             sync_boundary="perflab.instruments.sequential.compare on the per-block relative "
                           "differences of the interleaved block medians")
@@ -488,6 +491,24 @@ def measure_one(ctx):
     measure_intervention(ctx, whatif.REGISTRY[ctx.params["intervention"]])
 
 
+def measure_one_in(result_dir: Path):
+    """measure_one, its adaptive A/B held to C00's A/A floor where this run's results hold
+    one (the floor only decides when to stop sampling; the verdict reads it again when
+    aggregating)."""
+    floor = None
+    if files := context_csvs(Path(result_dir)):
+        import pandas as pd
+
+        from perflab.experiments import floors
+
+        floor = floors.noise_floor_pct(pd.concat(pd.read_csv(f) for f in files))
+
+    def measure(ctx):
+        ctx.noise_floor_pct = floor
+        measure_one(ctx)
+    return measure
+
+
 # ------------------------------------------------------------------ the aggregation
 
 
@@ -593,7 +614,7 @@ def main(argv=None) -> None:
         return
     if args.intervention:
         name = whatif.selected([args.intervention])[0]
-        execute(whatif.EID, measure_one, whatif.intervention_contract(contract, name),
+        execute(whatif.EID, measure_one_in(rdir), whatif.intervention_contract(contract, name),
                 whatif.job_outputs(rdir, name), args.log)
         return
     passed = [a for f in args.configfile for a in ("--configfile", f)]
@@ -622,8 +643,8 @@ if __name__ == "__main__":
         execute(whatif.EID, measure_plan, smk.params.contract, dict(smk.output.items()),
                 smk.log[0])
     elif hasattr(smk.wildcards, "intervention"):
-        execute(whatif.EID, measure_one, smk.params.contract, dict(smk.output.items()),
-                smk.log[0])
+        execute(whatif.EID, measure_one_in(Path(smk.output.csv).parent.parent),
+                smk.params.contract, dict(smk.output.items()), smk.log[0])
     else:
         with log_to(smk.log[0]):
             jobs = [{"csv": c, "samples": s, "provenance": j}
