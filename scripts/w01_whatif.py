@@ -42,7 +42,6 @@ from pathlib import Path
 import torch
 
 from perflab.core import io
-from perflab.core.names import SAMPLING_DECISION
 from perflab.experiments import w01_whatif as names
 from perflab.experiments.e08_batch_sweep import sweep
 from perflab.experiments.w01_whatif import transforms, whatif
@@ -363,17 +362,8 @@ def _sequential_pair(ctx, iv, fa, fb, fixed_stretches: int) -> timing.ABResult:
     most = MAX_BLOCKS_FACTOR * fixed_stretches
     res, d = timing.sequential_ab(fa, fb, max_blocks=most, inner=1, warmup=1, sync=ctx.sync,
                                   floor_pct=floor, deadline_s=share)
-    line = d.line(unit="%", what="blocks")
-    basis = (f"against C00's A/A floor of {floor:.3g}%" if floor is not None
-             else "against a floor of 0 (no A/A floor in this job: only the exclusion of 0 "
-             "decides)")
-    ctx.row(variant=names.variant(iv.name, names.CHANGE), metric=SAMPLING_DECISION,
-            value=float(d.n), unit="blocks", n=d.n,
-            window=f"{line}; per-block change of the judged time {basis}; at most "
-                   f"{most} blocks"
-                   + (f" or {share:.0f} s" if share is not None else ""),
-            sync_boundary="perflab.instruments.sequential.compare on the per-block relative "
-                          "differences of the interleaved block medians")
+    line = ab.decision_row(ctx, names.variant(iv.name, names.CHANGE), d, floor, most,
+                           f" or {share:.0f} s" if share is not None else "")
     ctx.log(f"{iv.name}: {line}")
     return res
 

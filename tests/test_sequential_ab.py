@@ -101,3 +101,74 @@ def test_the_fixed_rule_is_interleaved_ab_unchanged():
     assert calls == ["A", "B"] + ["A"] * 2 + ["B"] * 2 + ["B"] * 2 + ["A"] * 2 \
         + ["A"] * 2 + ["B"] * 2 + ["B"] * 2 + ["A"] * 2
     assert len(res.a_blocks) == 4 and len(res.a_samples) == 8
+
+
+# ------------------------------------------------------------------ the chapter's A/Bs
+
+
+def test_adaptive_blocks_are_shorter_and_at_most_twice_the_fixed_calls():
+    for blocks, inner in ((12, 30), (8, 3), (24, 30), (2, 5), (6, 1)):
+        most, small = timing.adaptive_sizes(blocks, inner)
+        assert small < inner or inner == 1
+        assert most * small <= timing.MAX_CALLS_FACTOR * blocks * inner
+        assert most >= timing.ROUND_BLOCKS
+
+
+def _ctx(tiny_contract, **sampling):
+    from perflab.pipeline import runner
+
+    contract = {**tiny_contract("E07"), **({"sampling": sampling} if sampling else {})}
+    return runner.Context("E07", contract, log=lambda m: None)
+
+
+def _decisions(ctx) -> list[dict]:
+    from perflab.core.names import SAMPLING_DECISION
+
+    return [r for r in ctx.rows if r["metric"] == SAMPLING_DECISION]
+
+
+def test_context_interleaved_under_the_fixed_rule_runs_the_configured_blocks(tiny_contract):
+    ctx = _ctx(tiny_contract, rule="fixed")
+    ctx.stop_floor_pct = 5.0
+    res = ctx.interleaved(_sleeper(1), _sleeper(4), blocks=3, inner=2, warmup=0,
+                          variant="b_minus_a")
+    assert len(res.a_blocks) == 3 and len(res.a_samples) == 6
+    assert _decisions(ctx) == []
+
+
+def test_context_interleaved_adaptive_stops_a_clear_change_and_says_so(tiny_contract):
+    from perflab.instruments import ab
+
+    ctx = _ctx(tiny_contract)  # no sampling section: the default rule, adaptive
+    ctx.stop_floor_pct = 5.0
+    res = ctx.interleaved(_sleeper(1), _sleeper(4), blocks=12, inner=3, warmup=1,
+                          variant="b_minus_a")
+    most, small = timing.adaptive_sizes(12, 3)
+    assert len(res.a_samples) == small * len(res.a_blocks)
+    assert len(res.a_samples) < 12 * 3 and len(res.a_blocks) < most  # fewer than fixed
+    (row,) = _decisions(ctx)
+    assert row["variant"] == "b_minus_a" and row["value"] == len(res.a_blocks)
+    assert ab.decision_line(row["window"]).startswith("decided: higher")
+    assert not ab.undecided(row["window"])
+
+
+def test_an_undecided_adaptive_ab_says_undecided_within_budget(tiny_contract):
+    from perflab.instruments import ab
+
+    ctx = _ctx(tiny_contract)
+    ctx.stop_floor_pct = None  # no floor: only excluding 0 decides, and A is B
+    ctx.interleaved(_sleeper(1), _sleeper(1), blocks=2, inner=1, warmup=0, variant="b_minus_a")
+    (row,) = _decisions(ctx)
+    assert ab.undecided(row["window"]), row["window"]
+
+
+def test_the_stop_floor_is_read_from_c00_beside_the_job(tmp_path):
+    from claims_rows import floor, rows
+
+    from perflab.core import io
+    from perflab.pipeline import runner
+
+    job = tmp_path / "e07_optimizers.csv"
+    assert runner._run_floor(str(job)) is None  # no C00 results: no floor
+    io.atomic_write_csv(tmp_path / "c00_calibration.csv", rows(*floor(3.5)))
+    assert runner._run_floor(str(job)) == pytest.approx(3.5)

@@ -388,6 +388,12 @@ def _ab_blocks(res: ABResult, fa: Step, fb: Step, count: int, inner: int, sync: 
 ROUND_BLOCKS = 4
 
 
+def ab_window(res: ABResult, warmup: int) -> str:
+    """The window of an interleaved A/B as it ran (an adaptive one's blocks are its own)."""
+    n = len(res.a_blocks)
+    return f"{n} interleaved blocks of {len(res.a_samples) // max(1, n)} after warmup {warmup}"
+
+
 def block_diffs_pct(a_blocks: list[float], b_blocks: list[float]) -> list[float]:
     """Per-block relative differences B vs A in % (the sequential rule's observations)."""
     return [100.0 * (b - a) / a for a, b in zip(a_blocks, b_blocks)]
@@ -417,6 +423,23 @@ def rounds_until_decided(run_round: Callable[[int], tuple[list[float], list[floa
         if expired():
             break
     return r.decision
+
+
+#: an adaptive A/B's blocks are this many times shorter than the fixed contract's (at least
+#: one call): the rule needs about ten block pairs to decide even a clear change, so short
+#: blocks are where the time is saved (scripts/bench_sequential.py: W01's one stretch a block)
+ADAPTIVE_SPLIT = 3
+#: an adaptive A/B times at most this many times the fixed contract's calls (the simulations'
+#: power at twice the floor is for twice the fixed count)
+MAX_CALLS_FACTOR = 2
+
+
+def adaptive_sizes(blocks: int, inner: int) -> tuple[int, int]:
+    """(at most this many block pairs, calls per block) of the adaptive twin of a fixed A/B of
+    ``blocks`` pairs of ``inner`` calls: blocks :data:`ADAPTIVE_SPLIT` x shorter, at most
+    :data:`MAX_CALLS_FACTOR` x the fixed calls."""
+    small = max(1, -(-inner // ADAPTIVE_SPLIT))
+    return max(ROUND_BLOCKS, MAX_CALLS_FACTOR * blocks * inner // small), small
 
 
 def sequential_ab(fa: Step, fb: Step, *, max_blocks: int, inner: int, warmup: int, sync: Sync,

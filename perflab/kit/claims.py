@@ -152,6 +152,8 @@ def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | 
     p = next((x for x in (ev.maybe(eid, variant, m, "value") for m in (ab.WILCOXON_P, "ab_p"))
               if x is not None), None)
     alone = f"the A/B alone: p={p:.3g}" if p is not None else "the A/B's own flag"
+    if (stopped := sampling_undecided(ev, eid, variant)) is not None:
+        return False, f"not resolved: {stopped}; {alone}"
     floor = _floor(ev, eid, variant)
     if floor is None:
         return False, f"{no_floor(ev)}; {alone}"
@@ -166,6 +168,18 @@ def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | 
 
 
 NOISE_SOURCES.append(aa_floor)
+
+
+def sampling_undecided(ev: Evidence, eid: str, variant: str) -> str | None:
+    """The stopping rule's line where an adaptive A/B ran out of budget undecided (its
+    ``sampling_decision`` row, perflab.instruments.ab.decision_row), else None: an
+    undecided comparison supports nothing, whatever its medians say."""
+    from perflab.core.names import SAMPLING_DECISION
+
+    if ev.maybe(eid, variant, SAMPLING_DECISION, "value") is None:
+        return None
+    window = str(ev.row(eid, variant, SAMPLING_DECISION, "value")["window"])
+    return ab.decision_line(window) if ab.undecided(window) else None
 
 
 def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,

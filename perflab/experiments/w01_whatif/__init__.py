@@ -156,8 +156,6 @@ def judged_metric(name: str) -> str:
 FASTER, SLOWER, UNRESOLVED, NOT_APPLICABLE, FAILED = (
     "faster", "slower", "not resolved", "does not apply", "failed")
 #: why a measured change is not resolved in a run without C00
-#: how an adaptive A/B's decision row starts when its budget ran out (sequential.Decision.line)
-UNDECIDED_PREFIX = "undecided"
 NO_FLOOR = ("no A/A floor (C00 did not run): a change is resolved only beyond what two "
             "copies of the same step differ by")
 
@@ -226,8 +224,9 @@ def outcome(frame: pd.DataFrame, name: str) -> Outcome | None:
     verdict = UNRESOLVED if judged != "resolved" else FASTER if change < 0 else SLOWER
     sampled = pick(r, ch, SAMPLING_DECISION, "value")
     sampling = "" if isinstance(sampled, Missing) else str(
-        r[(r.variant == ch) & (r.metric == SAMPLING_DECISION)].window.iloc[0]).split("; per-block")[0]
-    if sampling.startswith(UNDECIDED_PREFIX):
+        r[(r.variant == ch) & (r.metric == SAMPLING_DECISION)].window.iloc[0])
+    sampling = ab.decision_line(sampling)
+    if ab.undecided(sampling):
         # the stopping rule ran out of budget before deciding: no change is called either way
         verdict = UNRESOLVED
     o = Outcome(name, verdict, reason="" if floor is not None else NO_FLOOR, sampling=sampling,
