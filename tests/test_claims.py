@@ -20,8 +20,9 @@ from claims_rows import (
 
 from perflab import experiments
 from perflab.core import io
-from perflab.core.names import SAMPLING_DECISION
+from perflab.core.names import SAMPLING_DECISION, SAMPLING_FIXED_PAIRS
 from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments.c00_calibration import AA_FLOOR, FLOOR_PAIRS_VARIANT
 from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.instruments import ab
 from perflab.kit import claims
@@ -115,6 +116,18 @@ def test_an_ab_the_stopping_rule_left_undecided_supports_nothing():
         assert v.verdict == want, v
         if want == claims.INCONCLUSIVE:
             assert "undecided within budget (24 blocks" in v.measured
+
+
+def test_an_adaptive_abs_short_blocks_are_held_to_the_floor_of_the_pairs_they_fill():
+    """An adaptive A/B of 10 short block pairs that fill 4 of the fixed contract's: C00's
+    floor for 4 pairs (wider) judges it, not the floor for 10."""
+    c00 = [("C00", FLOOR_PAIRS_VARIANT.format(m), AA_FLOOR[1], "value", pct)
+           for m, pct in ((4, 4.0), (8, 1.0))]
+    base = [*ab_rows("E13", "controlled/tax", 2.7, metric="tax", base_ms=16), *c00]
+    assert verdict("C30", with_floor(1.0, *base)).verdict == claims.REPRODUCED
+    filled = ("E13", "controlled/tax", SAMPLING_FIXED_PAIRS, "value", 4.0)
+    v = verdict("C30", with_floor(1.0, *base, filled))
+    assert v.verdict == claims.INCONCLUSIVE and "A/A floor 4%" in v.measured, v
 
 
 def optimizer_steps(foreach: float, fused: float, iqr: float):

@@ -150,6 +150,10 @@ def test_context_interleaved_adaptive_stops_a_clear_change_and_says_so(tiny_cont
     assert row["variant"] == "b_minus_a" and row["value"] == len(res.a_blocks)
     assert ab.decision_line(row["window"]).startswith("decided: higher")
     assert not ab.undecided(row["window"])
+    from perflab.core.names import SAMPLING_FIXED_PAIRS
+
+    (filled,) = [r for r in ctx.rows if r["metric"] == SAMPLING_FIXED_PAIRS]
+    assert filled["value"] == pytest.approx(len(res.a_blocks) * small / 3)
 
 
 def test_an_undecided_adaptive_ab_says_undecided_within_budget(tiny_contract):

@@ -34,7 +34,7 @@ import torch
 
 from perflab.core import affinity, devicelock, env, forkserver, integrity, io
 from perflab.core.io import log_to  # noqa: F401  (scripts import it from here too)
-from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SAMPLING_FIXED_PAIRS, STEP_LATENCY
 from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.instruments import ab, compiler_watch, stats, steps, timing, workloads
 from perflab.pipeline import config as cfgmod
@@ -284,6 +284,9 @@ class Context:
         line = ab.decision_row(self, variant, d, self.stop_floor_pct, most,
                                f" of {small} calls (the fixed contract: {blocks} of {inner})",
                                **kw)
+        self.row(variant=variant, metric=SAMPLING_FIXED_PAIRS, value=d.n * small / inner,
+                 unit="block pairs", n=d.n, window=f"{d.n} pairs of {small} calls in pairs of "
+                 f"the fixed contract's {inner} calls", sync_boundary="counted", **kw)
         self.log(f"{variant}: {line}")
         return res
 
