@@ -176,3 +176,6 @@ def test_the_stop_floor_is_read_from_c00_beside_the_job(tmp_path):
     assert runner._run_floor(str(job)) is None  # no C00 results: no floor
     io.atomic_write_csv(tmp_path / "c00_calibration.csv", rows(*floor(3.5)))
     assert runner._run_floor(str(job)) == pytest.approx(3.5)
+    # a job that writes into its experiment's own folder (E20's cold job) finds it one up
+    assert runner._run_floor(str(tmp_path / "e20_compile_cache" / "cold.csv")) == \
+        pytest.approx(3.5)

@@ -386,12 +386,19 @@ def _private_compile_cache(contract: Mapping[str, Any]):
 
 
 def _run_floor(csv: str | None) -> float | None:
-    """The run's A/A floor (%) where C00's results lie beside this job's (the pipeline runs
-    C00 first); None without them (the adaptive A/B then stops only when 0 is excluded)."""
+    """The run's A/A floor (%) where C00's results lie beside this job's, or one folder up
+    (a job of several, such as E20's cold one, writes into its experiment's own folder; the
+    pipeline runs C00 first); None without them (the adaptive A/B then stops only when 0 is
+    excluded)."""
     from perflab.experiments import floors
 
-    c00 = None if csv is None else Path(csv).with_name(f"{EXPERIMENTS[floors.EID].slug}.csv")
-    if c00 is None or not c00.is_file() or Path(csv) == c00:
+    if csv is None:
+        return None
+    name = f"{EXPERIMENTS[floors.EID].slug}.csv"
+    here = Path(csv)
+    c00 = next((d / name for d in (here.parent, here.parent.parent) if (d / name).is_file()),
+               None)
+    if c00 is None or c00 == here:
         return None
     import pandas as pd
 
