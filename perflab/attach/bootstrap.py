@@ -49,15 +49,59 @@ def _no_step_alarm(obs, seconds: float) -> None:
         signal.setitimer(signal.ITIMER_REAL, seconds)
 
 
+def seed_everything(seed: int) -> None:
+    """Every run's RNG starts alike: python's, numpy's (if importable) and torch's (a script
+    that seeds itself overrides this)."""
+    import random
+
+    import torch
+    random.seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def _apply_patch(spec: dict, obs) -> bool:
+    """Apply the intervention (perflab/attach/patches.py) before the script runs; one that
+    raises here is the intervention's failure, in the evidence with its traceback."""
+    from perflab.attach import patches
+    try:
+        patches.apply(spec, obs)
+        return True
+    except Exception as exc:
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        obs.patch = {"name": spec.get("name"), "applied": False, "where": [], "detail": "",
+                     "error": f"the patch raised before the script ran: {type(exc).__name__}: "
+                              f"{exc}", "traceback": text[-4000:]}
+        obs.status.update(exit="raised", code=1, traceback=text[-4000:],
+                          exception=traceback.format_exception_only(type(exc), exc)[-1].strip())
+        return False
+
+
 def main(argv: list[str]) -> int:
     from perflab.attach.observers import Observer, StopObserved
 
     settings = json.loads(os.environ.get(SETTINGS_ENV, "{}"))
     out = os.environ[EVIDENCE_ENV]
     obs = Observer(settings, out)
+    if settings.get("budget_s"):
+        from perflab.attach import stopping
+        obs.stop_rule = stopping
     obs.install()
-    _no_step_alarm(obs, settings.get("no_step_s", 0))
+    if settings.get("seed") is not None:
+        seed_everything(int(settings["seed"]))
     code, status = 0, obs.status
+    if settings.get("patch") and not _apply_patch(settings["patch"], obs):
+        obs.close()  # the script is not run unpatched under the patch's name
+        obs.flush()
+        return 1
+    _no_step_alarm(obs, settings.get("no_step_s", 0))
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
@@ -83,6 +127,8 @@ def main(argv: list[str]) -> int:
         status["exit"], status["code"] = "raised", 1
         status["exception"] = traceback.format_exception_only(type(exc), exc)[-1].strip()
         status["traceback"] = text[-4000:]
+        if obs.patch is not None:  # the parent reports it as this intervention's failure
+            obs.patch["raised"] = status["exception"]
         code = 1
     finally:
         if hasattr(signal, "SIGALRM"):

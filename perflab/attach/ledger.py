@@ -41,6 +41,7 @@ def build(command: list[str], ev: dict | None, outcome: str, s: evmod.Summary | 
         _phases(s, add)
         _observers(s, add)
         _observed(ev, add)
+        _stopping(ev, add)
     if timings:
         for key in ("startup_s", "observed_s", "verdict_s"):
             if timings.get(key) is not None:
@@ -183,6 +184,26 @@ def _observed(ev, add) -> None:
             add("roofline", k, f[k], unit, "one step's forward + backward counted (R01's "
                 f"counters) over the steady time, against the {ceil.get('dtype', '')} "
                 "ceilings measured after the script")
+
+
+def _stopping(ev, add) -> None:
+    """How the run stopped (perflab.attach.stopping): the contract, decided or cut short by
+    the budget and what it lacked, the pre-flight estimate."""
+    st = ev["status"].get("stopping")
+    src = f"{EVIDENCE} status.stopping (perflab.attach.stopping)"
+    if not st:
+        add("stopping", "contract", "fixed", "", f"{EVIDENCE} status: no stopping rule ("
+            f"stopped by {ev['status'].get('stopped_by') or ev['status'].get('exit')})")
+        return
+    add("stopping", "contract", st["contract"], "", src)
+    add("stopping", "stopped", st.get("stopped") or "not by the rule", "", src)
+    if st.get("stopped") == "budget":
+        add("stopping", "lacked", "; ".join(st.get("lacking", [])), "",
+            f"{src}: the tests undecided when the budget was spent")
+    add("stopping", "budget", st["budget_s"], "s", "--budget")
+    add("stopping", "estimate", st.get("estimate_s"), "s",
+        f"{src}: the pre-flight estimate at the first stretch pair" if st.get("estimate_s")
+        else "no estimate: no stretch pair was seen")
 
 
 def _cell(v, unit: str) -> str:

@@ -25,6 +25,7 @@ hook (the bootstrap catches it); ``follow`` lets it run on.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -32,6 +33,7 @@ import threading
 import time
 import traceback
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,11 @@ def _short(p: Path, roots: list[Path]) -> str:
 class Observer:
     """Everything observed in one run of the script; :meth:`evidence` is what is written."""
 
+    #: the stopping rule under a total budget (``settings["budget_s"]``): an object with
+    #: ``prepare()`` and ``step_end(observer) -> reason or ""`` (perflab.attach.stopping, set
+    #: by the bootstrap: the rule reads this module, so this module does not import it)
+    stop_rule = None
+
     def __init__(self, settings: dict, out: str):
         self.s = settings
         self.out = Path(out)
@@ -178,6 +185,28 @@ class Observer:
         self._marks: list[tuple[int, str | None, Any]] = []
         self._counted = 0
         self._device: dict[int, dict[str, float]] = {}
+        #: the loss of the first ``loss_steps`` steps: detached tensors (summed over a step's
+        #: backward calls), made floats only at close() so no timed step waits for a read
+        self._loss_steps = int(settings.get("loss_steps") or 0)
+        self._losses: list[Any] = []
+        self._loss_acc: Any = None
+        self.losses: list[float] = []
+        #: construction sites: each optimizer (in construction order) and every module built
+        #: while no other module's constructor ran (the outermost model is among them)
+        self._opt_built: list[tuple[Any, str]] = []
+        self._module_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._module_init_depth = 0
+        #: the user's line calling each outermost model (where an autocast edit goes), and
+        #: the script's own mixed precision: autocast in force at that first forward
+        #: ({device type: dtype}), each GradScaler constructed (its site)
+        self._forward_sites: dict[int, str] = {}
+        self.amp: dict = {"autocast": {}, "grad_scaler": []}
+        self._making_scaler = False  # a patch's own GradScaler (patches.py) is not the script's
+        #: a cumulative energy counter read at each step end (perflab.instruments.energy)
+        self._energy = None
+        #: what a patch (perflab.attach.patches) did: set by patches.apply
+        self.patch: dict | None = None
+        self.patch_finish = None
 
     # ------------------------------------------------------------ phase boundaries
     def enter(self, phase: str | None) -> None:
@@ -250,6 +279,8 @@ class Observer:
                 return
             if self.unit == "forward":  # inference: a step from one forward to the next
                 self._step_end()
+            if id(module) not in self.models:
+                self._first_forward(module)
             self.models.setdefault(id(module), module)
             self.model_names.setdefault(id(module), type(module).__name__)
             self.enter("forward")
@@ -294,6 +325,8 @@ class Observer:
             self._bwd_depth += 1
             if self._bwd_depth == 1:
                 self._backwards += 1
+                if len(self._losses) < self._loss_steps:
+                    self._keep_loss(args[0] if args else kwargs.get("tensors"))
                 self.enter("backward")
             try:
                 return original(*args, **kwargs)
@@ -304,6 +337,43 @@ class Observer:
                     if self._work_modes:
                         self._stop_work()
         return backward
+
+    def _keep_loss(self, t) -> None:
+        """Add this backward's loss to the step's (a reference: no host read here)."""
+        if isinstance(t, (tuple, list)):
+            t = t[0] if len(t) == 1 else None
+        if isinstance(t, torch.Tensor) and t.numel() == 1:
+            t = t.detach()
+            self._loss_acc = t if self._loss_acc is None else self._loss_acc + t
+
+    def _optimizer_init_wrap(self, original):
+        obs = self
+
+        @functools.wraps(original)  # its signature stays the constructor's (patches.py)
+        def __init__(opt, *args, **kwargs):
+            original(opt, *args, **kwargs)
+            obs._opt_built.append((opt, user_site(traceback.extract_stack()[:-1], obs.roots)))
+        return __init__
+
+    def _module_init_wrap(self, original):
+        obs = self
+
+        @functools.wraps(original)  # its signature stays the constructor's (patches.py)
+        def __init__(mod, *args, **kwargs):
+            # only a construction with no other module's constructor running pays for the
+            # stack: the outermost model is one of these, a submodule never is
+            if obs._module_init_depth == 0:
+                try:
+                    obs._module_sites[mod] = user_site(traceback.extract_stack()[:-1],
+                                                       obs.roots)
+                except TypeError:  # a module that cannot be weakly referenced
+                    pass
+            obs._module_init_depth += 1
+            try:
+                original(mod, *args, **kwargs)
+            finally:
+                obs._module_init_depth -= 1
+        return __init__
 
     def _next_wrap(self, original):
         obs = self
@@ -316,15 +386,40 @@ class Observer:
                 obs.enter("host_to_device")
         return __next__
 
+    def _first_forward(self, module) -> None:
+        """An outermost model's first forward: the line calling it, the autocast in force."""
+        self._forward_sites[id(module)] = user_site(traceback.extract_stack()[:-2], self.roots)
+        for dev in ("cuda", "cpu"):
+            try:
+                if torch.is_autocast_enabled(dev):
+                    self.amp["autocast"][dev] = str(torch.get_autocast_dtype(dev)).split(".")[-1]
+            except (RuntimeError, TypeError, AttributeError):  # an older torch: not known
+                pass
+
+    def _scaler_init_wrap(self, original):
+        obs = self
+
+        @functools.wraps(original)
+        def __init__(scaler, *args, **kwargs):
+            original(scaler, *args, **kwargs)
+            if obs._making_scaler:
+                return
+            site = user_site(traceback.extract_stack()[:-1], obs.roots)
+            if site not in obs.amp["grad_scaler"]:  # torch.cuda.amp's subclass calls super()
+                obs.amp["grad_scaler"].append(site)
+        return __init__
+
     def _loader_init_wrap(self, original):
         obs = self
 
+        @functools.wraps(original)  # its signature stays the constructor's (patches.py)
         def __init__(loader, *args, **kwargs):
             original(loader, *args, **kwargs)
             obs.loaders.append({
                 "site": user_site(traceback.extract_stack()[:-1], obs.roots),
                 "num_workers": int(getattr(loader, "num_workers", 0)),
                 "pin_memory": bool(getattr(loader, "pin_memory", False)),
+                "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
                 "batch_size": getattr(loader, "batch_size", None),
                 "dataset": type(getattr(loader, "dataset", None)).__name__})
         return __init__
@@ -345,6 +440,9 @@ class Observer:
         register_optimizer_step_pre_hook(self._optimizer_pre)
         register_optimizer_step_post_hook(self._optimizer_post)
         self._patch(dataloader.DataLoader, "__init__", self._loader_init_wrap)
+        self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init_wrap)
+        self._patch(torch.nn.Module, "__init__", self._module_init_wrap)
+        self._patch(torch.amp.GradScaler, "__init__", self._scaler_init_wrap)
         self._phase_hooks(on=True, global_modules=True)
         self._compiler_logs()
         self.enter("logging")
@@ -431,11 +529,17 @@ class Observer:
         self.enter(None)
         phase_ms = dict(self.clock.ms) if self._phase_on else {}
         last = getattr(self, "_last_end", None)
+        if len(self._losses) < self._loss_steps:
+            self._losses.append(self._loss_acc)
+        self._loss_acc = None
         row = {"index": len(self.steps), "kind": kind, "t_end_s": now - self.t0,
                "wall_ms": (now - last) * 1e3 if last is not None else None,
                "phases_ms": phase_ms, "micro_batches": self._backwards,
                "forwards": self._forwards_since_step, "memory": self._memory(),
                "dynamo": self._dynamo_counters()}
+        energy = self._energy_j()
+        if energy is not None:
+            row["energy_j"] = energy
         self.steps.append(row)
         self._backwards = self._forwards_since_step = 0
         if self.first_step_s is None:
@@ -443,10 +547,18 @@ class Observer:
         self._advance(now)
         if now - self._last_flush > FLUSH_S:
             self.flush()
+        self._check_budget()  # the stop rule's look too is the observers' work, not a step's
         self._last_end = _clock()  # the observers' own step-end work (the plan's next
-        # instrument, the evidence file) is not the next step's: its wall starts here
+        # instrument, the evidence file, the look) is not the next step's: its wall starts here
         self.enter("logging")
-        self._check_budget()
+
+    def _energy_j(self) -> float | None:
+        """The device's cumulative energy counter now (J), opened at the first step end."""
+        if self._energy is None:
+            from perflab.instruments.energy import EnergyMeter
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            self._energy = EnergyMeter.open(cuda)
+        return self._energy.read_j()
 
     def _advance(self, now: float) -> None:
         """Move to the next step's kind: warm-up, then the plan."""
@@ -477,12 +589,20 @@ class Observer:
             self._phase_hooks(on=self._kind != "bare")
 
     def _check_budget(self) -> None:
+        rule = self.stop_rule if self.s.get("budget_s") else None
+        if rule is not None and len(self.steps) == 1:
+            rule.prepare()  # the looks' imports, in the untimed first warm-up step
         if self.s.get("follow") or self.steady_t0 is None:
             return
         timed = sum(1 for r in self.steps if r["kind"] in ("observed", "bare"))
         steps, seconds = self.s.get("steps"), self.s.get("seconds")
         if steps and timed >= steps:
             self.status["stopped_by"] = f"--steps {steps}: {timed} timed steps observed"
+        elif rule is not None and not steps:
+            reason = rule.step_end(self)  # the adaptive contract: stop on the decision
+            if not reason:
+                return
+            self.status["stopped_by"] = reason
         elif seconds and _clock() - self.steady_t0 >= seconds and timed >= 2:
             self.status["stopped_by"] = f"--seconds {seconds:g}: the budget of steady state"
         else:
@@ -597,6 +717,13 @@ class Observer:
         if self._prof is not None:
             self._stop_profile()
         self._kind = "closed"
+        if self.patch_finish is not None:  # the patch checks what it did (patches.py)
+            try:
+                self.patch_finish()
+            except Exception as exc:  # said in the evidence; the rest is still written
+                if self.patch is not None:
+                    self.patch["finish_error"] = f"{type(exc).__name__}: {exc}"
+        self.losses = [float(t) if t is not None else float("nan") for t in self._losses]
         if self.cuda:
             self._resolve(block=True)
             self._device_times()
@@ -630,9 +757,48 @@ class Observer:
             "compile_time_s": metrics, "dynamo_final": d,
             "profile": self.profile, "work": self.work, "ceilings": self.ceilings, "roofline": self.roofline,
             "owners": self.owners, "status": self.status,
+            "sites": self.sites(), "optimizers_built": self.optimizers_built(), "amp": self.amp,
+            "losses": self.losses, "model_info": self.model_info(),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "allocator_conf": os.environ.get("PYTORCH_ALLOC_CONF")
+            or os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+            "energy": (self._energy.describe() if self._energy is not None else
+                       {"instrument": None, "unit": "J", "reason": "no step ended"}),
+            **({"patch": self.patch} if self.patch is not None else {}),
             "process_s": _clock() - self.t0, "unix0": self.unix0,
             "last_step_s": self.steps[-1]["t_end_s"] if self.steps else None,
         }
+
+    def sites(self) -> dict[str, list[str]]:
+        """Where each DataLoader, optimizer and outermost model was constructed, and the
+        line that first called each outermost model (``forward``)."""
+        models = [self._module_sites.get(m, "") for m in self.models.values()]
+        return {"loader": [lo["site"] for lo in self.loaders],
+                "optimizer": [site for _, site in self._opt_built],
+                "model": [m for m in models if m],
+                "forward": [s for s in (self._forward_sites.get(k) for k in self.models) if s]}
+
+    def model_info(self) -> list[dict]:
+        """Each outermost model: class, parameters, 2-D convolutions (what a patch needs)."""
+        return [{"class": type(m).__name__, "site": self._module_sites.get(m, ""),
+                 "parameters": sum(p.numel() for p in m.parameters()),
+                 "conv2d": sum(isinstance(x, torch.nn.Conv2d) for x in m.modules())}
+                for m in self.models.values()]
+
+    def optimizers_built(self) -> list[dict]:
+        """Each optimizer constructed: class, its update's resolved impl, lr, site."""
+        from perflab.instruments.optim import resolved_impl
+        out = []
+        for opt, site in self._opt_built:
+            try:
+                impl = resolved_impl(opt)
+            except Exception:  # an optimizer without torch's defaults: said, not guessed
+                impl = "unknown"
+            lr = opt.param_groups[0].get("lr") if opt.param_groups else None
+            out.append({"class": type(opt).__name__, "impl": impl, "site": site,
+                        "lr": float(lr) if isinstance(lr, (int, float)) else None})
+        return out
 
     def flush(self) -> None:
         from perflab.core import io

@@ -72,6 +72,10 @@ def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, d
     env[EVIDENCE_ENV] = str(evidence)
     env[SETTINGS_ENV] = json.dumps(settings)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    if settings.get("seed") is not None:  # set/dict iteration orders alike run to run
+        env["PYTHONHASHSEED"] = str(settings["seed"])
+    from perflab.attach import patches  # what must be in place before python starts
+    env.update(patches.child_env(settings.get("patch"), env))
     started = time.perf_counter()
     settings["popen_unix"] = time.time()
     child = subprocess.Popen([sys.executable, "-m", "perflab.attach.bootstrap", *command],
@@ -106,16 +110,23 @@ def outcome_line(rc: int, ev: dict | None, command: list[str]) -> str:
 
 
 def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, warmup: int,
-        out: str | None, report: bool = False) -> int:
+        out: str | None, report: bool = False, patch: str | None = None,
+        seed: int | None = None, contract: str = "adaptive") -> int:
+    """``seconds``: the budget. Under the ``adaptive`` contract the total wall from this
+    command to the verdict, the script stopped as soon as the verdict's tests are decided
+    (perflab.attach.stopping); under ``fixed``, seconds of steady state (the contract before
+    issue 40). ``steps`` fixes the count under either. ``patch``: one intervention applied
+    from outside the script (perflab.attach.patches); ``seed``: every RNG of the script's."""
     from perflab.attach import ledger as lmod
+    from perflab.attach import patches
     from perflab.attach import report as rmod
     from perflab.core import io
     from perflab.views import diagnose as dg
-
     try:
         command = command_of(argv)
         check_script(command)
-    except RunError as exc:
+        spec = patches.parse_spec(patch) if patch else None
+    except (RunError, ValueError) as exc:
         print(f"perflab run: {exc}", file=sys.stderr)
         return 2
     name = Path(command[1] if command[0] == "-m" else command[0]).stem
@@ -123,13 +134,21 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
     script_dir = Path(command[0]).resolve().parent if command[0] != "-m" else Path.cwd()
     settings = {"steps": steps, "seconds": None if steps else seconds, "follow": follow,
                 "warmup": warmup, "roots": [str(script_dir), os.getcwd()],
-                "no_step_s": 0 if follow else max(2 * seconds, 6.0)}
+                "no_step_s": 0 if follow else max(2 * seconds, 6.0),
+                **({"patch": spec} if spec else {}), **({"seed": seed} if seed is not None else {})}
+    if contract == "adaptive" and not steps:
+        settings.update(budget_s=seconds, seconds=None, command_unix=COMMAND_UNIX[0])
     print(f"perflab run: observing {' '.join(command)} (evidence in {out_dir})",
           file=sys.stderr)
     rc, ev, wall = run_child(command, settings, out_dir)
     t_verdict = time.perf_counter()
     outcome = outcome_line(rc, ev, command)
     print(f"\nperflab run: {outcome}", file=sys.stderr)
+    if ev is not None and ev.get("patch"):
+        print(f"perflab run: {patches.line(ev)}", file=sys.stderr)
+        if ev["patch"].get("edit"):
+            print("perflab run: the edit:\n    " + ev["patch"]["edit"].replace("\n", "\n    "),
+                  file=sys.stderr)
     if ev is None or not ev["steps"]:
         # nothing to judge; the ledger and the report still say what was run and how it ended
         write_ledger(out_dir, lmod.build(command, ev, outcome))
@@ -150,6 +169,8 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
         "observed_s": ev["last_step_s"] - ev["first_step_s"],
         "child_end_s": wall - (ev["unix0"] + ev["last_step_s"] - settings["popen_unix"]),
         "verdict_s": verdict_s, "child_wall_s": wall, "verdict": d.verdict,
+        "command_s": time.time() - COMMAND_UNIX[0],
+        "estimate_s": (ev["status"].get("stopping") or {}).get("estimate_s"),
         "memory_grows": extra["memory"].outcome == dg.FITS,
         "observers_cost_pct": s.cost["relative_pct"] if s.cost else None,
         "observers_cost_resolved": s.cost["resolved"] if s.cost else None}
@@ -199,6 +220,11 @@ def render(ev, s, d, extra, command, wall) -> str:
     from perflab.views import diagnose as dg
 
     lines = [f"# perflab run: {' '.join(command)}", ""]
+    if ev.get("patch"):  # a run under one intervention (perflab/attach/patches.py)
+        from perflab.attach import patches
+        lines.append(f"- **Patch**: {patches.line(ev)}")
+        if ev["patch"].get("edit"):
+            lines += ["", "```diff", ev["patch"]["edit"], "```", ""]
     first = ev.get("first_step_s")
     lines.append(f"- **Steps**: per {s.unit}" + ("" if s.unit == "optimizer step" else
                  " (no optimizer step was observed: measured per outermost forward)")
@@ -261,6 +287,11 @@ def render(ev, s, d, extra, command, wall) -> str:
                      + (f"; step peak allocated {max(peak):.1f} MiB, of which activations "
                         f"and temporaries {max(peak) - held:.1f} MiB (the rest)" if peak
                         else ""))
+    from perflab.attach import stopping
+    note = stopping.verdict_note(ev)
+    lines.append(f"- **Stopped**: {note}" if note else
+                 f"- **Stopped**: {ev['status'].get('stopped_by') or ev['status'].get('exit')}"
+                 " (fixed contract: no stopping rule)")
     mem = extra["memory"]
     lines.append(f"- **Memory**: {mem.because}" + (" — **memory grows every step**"
                                                      if mem.outcome == dg.FITS else ""))
@@ -281,13 +312,30 @@ def vmod_host_reads(ev):
 # second needs none of the pipeline's packages (Snakemake, jsonschema, yaml), for a machine
 # that has only torch and the scientific stack
 
-_VALUED = ("--steps", "--seconds", "--warmup", "--out")
+_VALUED = ("--steps", "--seconds", "--budget", "--contract", "--warmup", "--out", "--patch",
+           "--seed")
 
 
 def add_arguments(p) -> None:
+    import argparse
+
     p.add_argument("--steps", type=int, help="stop after N timed steady steps")
-    p.add_argument("--seconds", type=float, default=60.0,
-                   help="stop after S seconds of steady state (default 60)")
+    from perflab.kit.sampling import parse_budget_s
+
+    def budget(text):
+        try:
+            return parse_budget_s(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    p.add_argument("--budget", "--seconds", dest="seconds", type=budget, default=60.0,
+                   help="the most wall time from the command to the verdict: 60, 60s, 2m "
+                   "(default 60s); the script stops sooner once the verdict is decided "
+                   "(--seconds: the same, kept for compatibility)")
+    p.add_argument("--contract", choices=("adaptive", "fixed"), default="adaptive",
+                   help="adaptive (default): stop when the verdict's tests are decided, the "
+                   "budget the maximum; fixed: the budget in seconds of steady state, as "
+                   "before (for before/after comparisons)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps left out (default 3)")
     p.add_argument("--follow", action="store_true",
                    help="let the script run on to its end, observing all of it")
@@ -296,6 +344,10 @@ def add_arguments(p) -> None:
     p.add_argument("--report", action="store_true",
                    help="also write report.html: this run's verdict on its first screen, "
                    "the phases, the ledger, the evidence (self-contained, offline)")
+    p.add_argument("--patch", metavar="NAME[:k=v,...]",
+                   help="apply one intervention from outside the script (perflab whatif's: "
+                        "loader_workers, fused_optimizer, compile_default, autocast_bf16, ...)")
+    p.add_argument("--seed", type=int, help="seed python's, numpy's and torch's RNG first")
     p.add_argument("script", nargs="*", help="the script and its arguments (or after --)")
 
 
@@ -312,7 +364,9 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def run_args(args, extra: list[str]) -> int:
     return run([*args.script, *extra], steps=args.steps, seconds=args.seconds,
-               follow=args.follow, warmup=args.warmup, out=args.out, report=args.report)
+               follow=args.follow, warmup=args.warmup, out=args.out, report=args.report,
+               patch=getattr(args, "patch", None), seed=getattr(args, "seed", None),
+               contract=getattr(args, "contract", "adaptive"))
 
 
 def main(argv: list[str] | None = None) -> int:

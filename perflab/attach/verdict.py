@@ -230,6 +230,9 @@ def judge(ev: dict, out_dir: Path | None = None) -> tuple[dg.Diagnosis, evmod.Su
             _undecided(ev, f, ("optimizer",), dg.OPTIMIZER_SHARE_PCT)
     rec = recompiling(ev, s)
     mem = memory_growth(ev, s)
+    from perflab.attach import stopping  # a budget's stop: what the verdict lacked
+    if stopping.mark_lacking(ev, d.findings, mem):
+        d.rival, _ = dg._rival(d.findings, d.verdict)  # the headline: too close to call
     if rec.outcome == dg.FITS:
         d = dg.Diagnosis("recompiling", rec.because, [rec] + d.findings, d.measured)
     else:

@@ -111,3 +111,15 @@ def one_step_agreement(
         update = sum(float((pa - p0).abs().sum()) for pa, p0 in
                      zip(model_a.parameters(), before)) / n
     return {"max_abs_diff": diff, "parameter_scale": scale, "update_scale": update}
+
+
+def resolved_impl(opt: torch.optim.Optimizer) -> str:
+    """How ``opt`` runs its update: fused, foreach or for-loop (torch's default resolved)."""
+    d = opt.defaults
+    if d.get("fused"):
+        return "fused"
+    if d.get("foreach") is None and "foreach" in d:
+        # torch's default: foreach when every parameter is on CUDA, else the for-loop
+        on_cuda = all(p.is_cuda for g in opt.param_groups for p in g["params"])
+        return "foreach" if on_cuda else "forloop"
+    return "foreach" if d.get("foreach") else "forloop"

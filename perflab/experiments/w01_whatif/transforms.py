@@ -35,6 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from perflab.experiments.w01_whatif import whatif
 from perflab.experiments.w01_whatif.whatif import Parts, Probe, Recipe, StepState  # noqa: F401 (Parts: re-exported)
 from perflab.instruments import compiler_watch, interventions, memory, steps, workloads
+from perflab.instruments.optim import resolved_impl  # noqa: F401 (re-exported)
 from perflab.instruments.phases import read_loss
 
 Tensor = torch.Tensor
@@ -55,18 +56,6 @@ def optimizer_with(opt: torch.optim.Optimizer, impl: str) -> torch.optim.Optimiz
               for g in opt.param_groups]
     flag = {"fused": True, "foreach": False} if impl == "fused" else {"foreach": True}
     return type(opt)(groups, **flag)
-
-
-def resolved_impl(opt: torch.optim.Optimizer) -> str:
-    """How ``opt`` runs its update: fused, foreach or for-loop (torch's default resolved)."""
-    d = opt.defaults
-    if d.get("fused"):
-        return "fused"
-    if d.get("foreach") is None and "foreach" in d:
-        # torch's default: foreach when every parameter is on CUDA, else the for-loop
-        on_cuda = all(p.is_cuda for g in opt.param_groups for p in g["params"])
-        return "foreach" if on_cuda else "forloop"
-    return "foreach" if d.get("foreach") else "forloop"
 
 
 # ------------------------------------------------------------------ the model
