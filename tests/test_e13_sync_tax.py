@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from claims_rows import ab_rows, case, rows, with_floor
-from experiments import assert_outputs_obey_the_contract, one_value, pipeline_results
+from experiments import ab_sizes, assert_outputs_obey_the_contract, one_value, pipeline_results
 
 from perflab import experiments
 from perflab.experiments import e13_sync_tax as e13_slice
@@ -62,15 +62,16 @@ def test_block_counts_match_params(e13):
     k = min(10, p["inner"])
     calls = max(1, p["inner"] // k)
     for prefix in ("controlled", "small"):
+        n, per = ab_sizes(rows, f"{prefix}/tax", p["blocks"], calls)
         for side in ("none", "item_every"):
             v = f"{prefix}/{side}"
             blocks = samples[(samples.variant == v) & (samples.metric == "block_median")]
-            assert sorted(blocks.block) == list(range(p["blocks"]))
+            assert sorted(blocks.block) == list(range(n))
             each = samples[(samples.variant == v) & (samples.metric == "step_latency")]
-            assert len(each) == p["blocks"] * calls
-            assert each.groupby("block").size().tolist() == [calls] * p["blocks"]
+            assert len(each) == n * per
+            assert each.groupby("block").size().tolist() == [per] * n
             med = rows[(rows.variant == v) & (rows.metric == "block_median")]
-            assert set(med.n) == {p["blocks"]}
+            assert set(med.n) == {n}
 
 
 def test_difference_spread_and_throughput_are_consistent(e13):

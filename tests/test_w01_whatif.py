@@ -21,6 +21,7 @@ from conftest import TEST_CONFIG
 from experiments import load_script
 
 from perflab.core import io
+from perflab.core.names import SAMPLING_DECISION
 from perflab.experiments import floors as calibration
 from perflab.experiments import w01_whatif as w01
 from perflab.experiments.c00_calibration import AA_FLOOR
@@ -147,6 +148,37 @@ def test_without_an_aa_floor_nothing_is_resolved(planted_runs):
     o = _verdicts(bare)["fused_optimizer"]
     assert o.verdict == w01.UNRESOLVED and o.reason == w01.NO_FLOOR
     assert w01.best(bare) is None and "no A/A floor" in w01.markdown(bare)
+
+
+def test_the_adaptive_ab_writes_its_decision_and_the_table_shows_it(planted_runs):
+    """The planted runs sample under the default (adaptive) rule: each measured A/B says
+    whether it was decided and after how many blocks, and the table carries that line."""
+    dec = planted_runs[planted_runs.metric == SAMPLING_DECISION]
+    assert set(dec.variant) >= {"fused_optimizer/change", "noop/change", "sleep_added/change"}
+    assert dec.window.str.match(r"(decided|undecided within budget)").all()
+    o = _verdicts(planted_runs)["fused_optimizer"]
+    assert o.sampling.startswith("decided")
+    assert "sampling" in w01.markdown(planted_runs)
+
+
+def test_an_undecided_ab_is_never_called_faster(planted_runs):
+    """The same significant gain, but its A/B stopped undecided (its budget spent): not
+    resolved, and not the best."""
+    cut = planted_runs.copy()
+    at = (cut.variant == "fused_optimizer/change") & (cut.metric == SAMPLING_DECISION)
+    cut.loc[at, "window"] = "undecided within budget (8 blocks, 95% anytime interval -30..2 %)"
+    o = _verdicts(cut)["fused_optimizer"]
+    assert o.verdict == w01.UNRESOLVED and w01.best(cut) is None
+
+
+def test_the_fixed_rule_runs_the_configured_blocks_and_writes_no_decision(tiny_cfg, tmp_path):
+    c = _contract(tiny_cfg, planted.SLOWER.name, PLANTED, blocks=3, inner=2)
+    c["sampling"] = {"rule": "fixed"}
+    rows = _run(c, tmp_path, planted.SLOWER.name,
+                lambda ctx: SCRIPT.measure_intervention(ctx, planted.SLOWER))
+    assert rows[rows.metric == SAMPLING_DECISION].empty
+    rel = rows[rows.metric == w01.THROUGHPUT_REL]
+    assert list(rel.n) == [3] and rel.window.iloc[0].startswith("3 blocks per side")
 
 
 def test_a_real_gain_inside_a_wider_floor_is_not_resolved(planted_runs):

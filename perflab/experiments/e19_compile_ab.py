@@ -217,14 +217,15 @@ def compare_with_eager(ctx, prefix: str, eager: Callable[[], Any],
             unit="abs", n=1, execution="compiled",
             window="one forward of each on the same input and state",
             sync_boundary="outputs compared on the host", **kw)
-    res = timing.interleaved_ab(eager, compiled, blocks=p["blocks"], inner=p["inner"],
-                                warmup=t["warmup"], sync=ctx.sync)
-    window = f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}"
+    res = ctx.interleaved(eager, compiled, blocks=p["blocks"], inner=p["inner"],
+                          warmup=t["warmup"], variant=f"{compiled_v}_minus_{eager_v}", **kw)
+    window = timing.ab_window(res, t["warmup"])
+    n_blocks = len(res.a_blocks)
     d = ctx.ab(res, a=eager_v, b=compiled_v, batch_size=batch_size,
                window=window, metric=FORWARD_LATENCY, **kw)
     compiling.mark_execution(ctx, compiled_v, "compiled")
     ctx.row(variant=v, metric=SPEEDUP, value=d["a"] / d["b"], unit="x", statistic="median",
-            n=p["blocks"], execution="compiled", window=f"eager median / compiled median "
+            n=n_blocks, execution="compiled", window=f"eager median / compiled median "
             f"({window})", sync_boundary="synchronized at both ends of each call; blocks "
             "interleaved AB/BA", **kw)
     return {**d, "window": window}

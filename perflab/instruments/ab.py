@@ -150,3 +150,39 @@ def _difference_rows(ctx: Any, pc: PairedCost, av: str, bv: str, variant: str, m
                 window=window + "; B - A block by block",
                 sync_boundary="difference of block medians measured next to each other",
                 statistics=BLOCK_STATISTICS, block=list(range(len(pc.block_diffs))), **kw)
+
+
+def decision_row(ctx: Any, variant: str, decision: Any, floor_pct: float | None, most: int,
+                 extra: str = "", **kw: Any) -> str:
+    """The row of an adaptive A/B's stopping decision (metric ``sampling_decision``, value:
+    the block pairs run); its window starts with the decision's line ("decided: ..." or
+    "undecided within budget (...)"), which the tables and claims read. Returns the line."""
+    from perflab.core.names import SAMPLING_DECISION
+
+    line = decision.line(unit="%", what="blocks")
+    basis = (f"against the A/A floor of {floor_pct:.3g}%" if floor_pct is not None
+             else "against a floor of 0 (no A/A floor in this job: only the exclusion of 0 "
+             "decides)")
+    ctx.row(variant=variant, metric=SAMPLING_DECISION, value=float(decision.n), unit="blocks",
+            n=decision.n, window=f"{line}{DECISION_SEP} change {basis}; at most "
+            f"{most} blocks{extra}",
+            sync_boundary="perflab.instruments.sequential.compare on the per-block relative "
+            "differences of the interleaved block medians", **kw)
+    return line
+
+
+#: what separates the decision's line from the rest of its row's window
+DECISION_SEP = "; per-block"
+
+
+def decision_line(window: str) -> str:
+    """The decision's line out of a ``sampling_decision`` row's window."""
+    return window.split(DECISION_SEP)[0]
+
+
+def undecided(window: str) -> bool:
+    """Whether a ``sampling_decision`` row's window says the stopping rule ran out of budget
+    undecided: such an A/B supports no change either way, whatever its medians say."""
+    from perflab.instruments import sequential as seq
+
+    return decision_line(window).startswith(seq.UNDECIDED)

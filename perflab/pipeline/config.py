@@ -650,6 +650,14 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
         "workloads": {n: _workload_entry(cfg, n) for n in sorted(names)},
         "params": dict(cfg["experiments"].get(eid, {})),
     }
+    # the sampling contract, where the user set one: the rule and this job's budget only
+    # (absent, the job runs the default rule and its contract - its cache key - is unchanged)
+    samp = cfg.get("sampling") or {}
+    mine_s = {k: v for k, v in (("rule", samp.get("rule")),
+                                ("job_budget_s", {eid: samp.get("job_budget_s", {}).get(eid)}))
+              if v is not None and v != {eid: None}}
+    if mine_s:
+        out["sampling"] = mine_s
     # the user's values a scale would have changed, where this job uses them
     mine = (f"experiments.{eid}.", "timing.", *(f"workloads.{n}." for n in names))
     kept = {k: v for k, v in cfg.get("scale_kept", {}).items()

@@ -34,7 +34,7 @@ import torch
 
 from perflab.core import affinity, devicelock, env, forkserver, integrity, io
 from perflab.core.io import log_to  # noqa: F401  (scripts import it from here too)
-from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SAMPLING_FIXED_PAIRS, STEP_LATENCY
 from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.instruments import ab, compiler_watch, stats, steps, timing, workloads
 from perflab.pipeline import config as cfgmod
@@ -65,6 +65,10 @@ class Context:
         self.samples: list[dict[str, Any]] = []
         #: the A/A noise floor (%) A/B judgements are held to in this job; None: not known
         self.noise_floor_pct: float | None = None
+        #: the run's A/A floor (%) an adaptive A/B stops against (:meth:`interleaved`), read
+        #: from C00's results where they were written before this job; None: not known. Only
+        #: when to stop reads it: the judgement rows and the claims set the floor themselves.
+        self.stop_floor_pct: float | None = None
         self._defaults: dict[str, Any] = {
             "experiment": eid,
             "device": str(self.device),
@@ -260,6 +264,32 @@ class Context:
         return {"a": pc.a_median, "b": pc.b_median, "diff": pc.diff, "p": pc.judgement.p,
                 "resolved": pc.resolved}
 
+    def interleaved(self, fa: timing.Step, fb: timing.Step, *, blocks: int, inner: int,
+                    warmup: int, variant: str, **kw: Any) -> timing.ABResult:
+        """The run's sampling contract applied to an interleaved A/B of ``blocks`` pairs of
+        ``inner`` calls: under the fixed rule exactly that (:func:`timing.interleaved_ab`);
+        under the adaptive one (the default) its twin (:func:`timing.sequential_ab`: blocks
+        of :func:`timing.adaptive_sizes`, stopped when the per-block change is decided against
+        :attr:`stop_floor_pct`), plus a ``sampling_decision`` row for the difference
+        ``variant`` ("decided: ..." or "undecided within budget ...", which the claims read).
+        ``kw``: that row's further columns (mode, execution)."""
+        from perflab.kit import sampling
+
+        if sampling.rule(self.contract) == sampling.FIXED:
+            return timing.interleaved_ab(fa, fb, blocks=blocks, inner=inner, warmup=warmup,
+                                         sync=self.sync)
+        most, small = timing.adaptive_sizes(blocks, inner)
+        res, d = timing.sequential_ab(fa, fb, max_blocks=most, inner=small, warmup=warmup,
+                                      sync=self.sync, floor_pct=self.stop_floor_pct)
+        line = ab.decision_row(self, variant, d, self.stop_floor_pct, most,
+                               f" of {small} calls (the fixed contract: {blocks} of {inner})",
+                               **kw)
+        self.row(variant=variant, metric=SAMPLING_FIXED_PAIRS, value=d.n * small / inner,
+                 unit="block pairs", n=d.n, window=f"{d.n} pairs of {small} calls in pairs of "
+                 f"the fixed contract's {inner} calls", sync_boundary="counted", **kw)
+        self.log(f"{variant}: {line}")
+        return res
+
     def judgement(self, j: stats.Judgement, *, variant: str, window: str, unit: str = "ms",
                   **kw: Any) -> None:
         """The rows of a :class:`perflab.instruments.stats.Judgement` under an A/B's difference variant."""
@@ -355,6 +385,26 @@ def _private_compile_cache(contract: Mapping[str, Any]):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _run_floor(csv: str | None) -> float | None:
+    """The run's A/A floor (%) where C00's results lie beside this job's, or one folder up
+    (a job of several, such as E20's cold one, writes into its experiment's own folder; the
+    pipeline runs C00 first); None without them (the adaptive A/B then stops only when 0 is
+    excluded)."""
+    from perflab.experiments import floors
+
+    if csv is None:
+        return None
+    name = f"{EXPERIMENTS[floors.EID].slug}.csv"
+    here = Path(csv)
+    c00 = next((d / name for d in (here.parent, here.parent.parent) if (d / name).is_file()),
+               None)
+    if c00 is None or c00 == here:
+        return None
+    import pandas as pd
+
+    return floors.noise_floor_pct(pd.read_csv(c00))
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -386,6 +436,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         # training produces them, unless the contract says to flush them (CPU default)
         torch.set_flush_denormal(bool(contract.get("flush_denormal", False)))
         ctx = Context(eid, contract, log)
+        ctx.stop_floor_pct = _run_floor(outputs.get("csv"))
         ctx.outputs = {k: v for k, v in outputs.items() if k not in ("csv", "samples", "provenance")}
         gpu_index = ctx.device.index or 0
         started = _now()
