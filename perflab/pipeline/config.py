@@ -656,6 +656,11 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
             if k.startswith(mine) or "." not in k}
     if kept:
         out["scale_kept"] = kept
+    # a job given a share of a --budget measures under it (another result than the fixed
+    # count's); without a share, or under rule fixed, the contract is as before issue 40
+    job_s = (cfg.get("sampling") or {}).get("job_budget_s", {}).get(eid)
+    if job_s is not None and cfg["sampling"].get("rule") != "fixed":
+        out["sampling"] = {"rule": cfg["sampling"]["rule"], "job_budget_s": job_s}
     return canonical(out)
 
 
