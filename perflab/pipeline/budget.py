@@ -4,8 +4,8 @@ The split is what the pre-flight measured, not a guess: each job costs a start (
 process start the pre-flight child paid, or with the fork server only the build and first
 step it paid: a fork skips the interpreter and torch import) plus its share of step calls.
 The start-ups come off the top; the rest goes to each job in proportion to the seconds its
-fixed-count contract would take (``preflight.estimate_s``), except the corroborating jobs
-(``SMALL_SHARE``: E06 only corroborates), which get a small fixed share. The shares are
+fixed-count contract would take (``preflight.estimate_s``); a job that runs a fixed count whatever its budget (R01, R02,
+E06) is given what that count takes. The shares are
 written into the config as ``sampling.job_budget_s`` (perflab.kit.sampling reads them).
 """
 
@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-#: jobs that only corroborate a verdict: a small fixed share of what is left after start-ups
-SMALL_SHARE = {"E06": 0.05}
-#: the diagnosis view and other non-measuring jobs count as one start each
+#: the jobs that sample until decided and stop at their share (rule adaptive); every other
+#: job runs its fixed count, so its share is what that count takes
+ADAPTIVE = ("C00", "E05", "W01")
+#: the least share an adaptive job is given: a few rounds
+MIN_JOB_S = 2.0
 _UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _FORMAT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$")
 
@@ -50,22 +52,27 @@ def start_s(answer: Mapping, child_wall_s: float, fork_server: bool) -> float:
 
 def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
           other_jobs: int = 1) -> dict[str, float]:
-    """{"start-up": s, eid: s, ...} summing to ``total_s``.
+    """{"start-up": s, eid: s, ...} summing to ``total_s`` (what is left of the budget once
+    the pre-flight has run).
 
     ``fixed_s``: each measuring job's seconds under the fixed-count contract; ``other_jobs``:
-    jobs that only read results (the diagnosis view), one start each."""
+    starts that measure nothing (Snakemake with its fork server, the diagnosis view). A job
+    that does not stop on its budget (not in ``ADAPTIVE``) is given what its fixed count
+    takes: splitting time it will spend anyway would make the estimate wrong; the adaptive
+    jobs share the rest in proportion to their fixed-count seconds."""
     startup = start_each_s * (len(fixed_s) + other_jobs)
-    left = total_s - startup
-    if left <= 0:
-        raise BudgetError(f"budget {total_s:g} s does not cover the start-up of "
-                          f"{len(fixed_s) + other_jobs} jobs (about {startup:.0f} s measured): "
-                          f"give --budget {max(2 * startup, startup + 10):.0f}s or more")
-    small = {e: SMALL_SHARE[e] * left for e in fixed_s if e in SMALL_SHARE}
-    rest = left - sum(small.values())
-    weights = {e: max(s, 1e-9) for e, s in fixed_s.items() if e not in small}
-    wsum = sum(weights.values())
-    out = {"start-up": startup, **{e: (rest * w / wsum if wsum else 0.0)
-                                   for e, w in weights.items()}, **small}
+    reserved = {e: s for e, s in fixed_s.items() if e not in ADAPTIVE}
+    left = total_s - startup - sum(reserved.values())
+    adaptive = {e: max(s, 1e-9) for e, s in fixed_s.items() if e in ADAPTIVE}
+    if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):
+        need = startup + sum(reserved.values()) + MIN_JOB_S * len(adaptive)
+        raise BudgetError(f"budget {total_s:.0f} s does not cover the start-up of "
+                          f"{len(fixed_s) + other_jobs} jobs ({startup:.0f} s measured) and "
+                          f"the jobs that run a fixed count ({sum(reserved.values()):.0f} s): "
+                          f"give at least {need:.0f} s more than the pre-flight")
+    wsum = sum(adaptive.values())
+    out = {"start-up": startup, **reserved,
+           **{e: left * w / wsum for e, w in adaptive.items()}}
     return {k: out[k] for k in ["start-up", *fixed_s]}
 
 
@@ -83,7 +90,14 @@ def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
             f"estimated {preflight_s + estimate:.0f} s from the command to the verdict")
 
 
-def config_value(shares: Mapping[str, float], total_s: float) -> str:
-    """The ``sampling`` value for Snakemake's ``--config`` (YAML flow style)."""
-    jobs = ", ".join(f"{e}: {s:.2f}" for e, s in shares.items() if e != "start-up")
-    return f"sampling={{rule: adaptive, budget_s: {total_s:.2f}, job_budget_s: {{{jobs}}}}}"
+def write_config(path, shares: Mapping[str, float], total_s: float) -> None:
+    """The ``sampling`` section as a config file for Snakemake's ``--configfile`` (its
+    ``--config`` reads a nested number as a string)."""
+    import yaml
+
+    from perflab.core import io
+
+    jobs = {e: round(float(s), 2) for e, s in shares.items() if e != "start-up"}
+    text = yaml.safe_dump({"sampling": {"rule": "adaptive", "budget_s": round(total_s, 2),
+                                        "job_budget_s": jobs}}, sort_keys=False)
+    io.atomic_write_text(path, text)

@@ -660,7 +660,8 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
     # count's); without a share, or under rule fixed, the contract is as before issue 40
     job_s = (cfg.get("sampling") or {}).get("job_budget_s", {}).get(eid)
     if job_s is not None and cfg["sampling"].get("rule") != "fixed":
-        out["sampling"] = {"rule": cfg["sampling"]["rule"], "job_budget_s": job_s}
+        # the config's shape, so perflab.kit.sampling reads a job's contract as it reads a config
+        out["sampling"] = {"rule": cfg["sampling"]["rule"], "job_budget_s": {eid: job_s}}
     return canonical(out)
 
 
