@@ -161,3 +161,13 @@ def test_the_sampling_contract_is_read_in_one_place():
     assert sampling.job_budget_s(cfg, "C00") is None
     with pytest.raises(ValueError, match="sampling.rule"):
         sampling.rule({"sampling": {"rule": "sometimes"}})
+
+
+def test_budget_parser_reads_units_and_refuses_nonsense():
+    from perflab.kit.sampling import parse_budget_s
+
+    assert [parse_budget_s(t) for t in ("60", "60s", "2m", "1.5min", "1h")] == [
+        60.0, 60.0, 120.0, 90.0, 3600.0]
+    for bad in ("0", "-1", "ten", "5d", ""):
+        with pytest.raises(ValueError, match="bad budget"):
+            parse_budget_s(bad)

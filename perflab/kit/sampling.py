@@ -9,11 +9,23 @@ diagnose --budget``), or none. ``job_budget_s``: its split, experiment id -> sec
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 ADAPTIVE, FIXED = "adaptive", "fixed"
 RULES = (ADAPTIVE, FIXED)
+
+_UNIT_S = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_budget_s(text: str) -> float:
+    """A wall budget as a user types it (``60``, ``60s``, ``2m``, ``1.5min``, ``1h``) ->
+    seconds. One parser for every command's ``--budget``; ValueError in one line."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(text).lower())
+    if not m or m.group(2) not in _UNIT_S or float(m.group(1)) <= 0:
+        raise ValueError(f"bad budget {text!r}: give seconds or minutes, e.g. 60, 60s, 2m, 1h")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 def _section(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
