@@ -585,10 +585,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _budget(text: str) -> float:
-    """An argparse type: ``--budget`` in seconds (``perflab.pipeline.budget.parse``)."""
+    """An argparse type: ``--budget`` in seconds (``perflab.kit.sampling.parse_budget_s``)."""
+    from perflab.kit import sampling
+
     try:
-        return budgetmod.parse(text)
-    except budgetmod.BudgetError as exc:
+        return sampling.parse_budget_s(text)
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 

@@ -129,20 +129,31 @@ def _interleaved(ctx, synced, plain, repeats: int):
     of each sample: the same for sample i of every series)."""
     blocks = max(1, min(ctx.params["blocks"], repeats))
     sizes = [repeats // blocks + (b < repeats % blocks) for b in range(blocks)]
-    phases = {p: [] for p in ph.PHASES}
-    entries = {p: [] for p in ph.PHASES}
-    plain_ms, block = [], []
+    series = _series()
     for b, n in enumerate(sizes):
-        for side in timing.ab_order(b):  # A: the phased steps, B: the uninstrumented
-            if side == "B":
-                plain_ms += timing.time_calls(plain, warmup=0, repeats=n, sync=ctx.sync)
-                continue
-            ms, ent = ph.samples(synced, n)
-            for p in ph.PHASES:
-                phases[p] += ms[p]
-                entries[p] += ent[p]
-        block += [b] * n
-    return phases, entries, plain_ms, block
+        _block(ctx, synced, plain, b, n, series)
+    return series
+
+
+def _series():
+    """(phase samples, entries, uninstrumented samples, block of each sample), empty."""
+    return {p: [] for p in ph.PHASES}, {p: [] for p in ph.PHASES}, [], []
+
+
+def _block(ctx, synced, plain, b: int, n: int, series) -> dict[str, list[float]]:
+    """Block ``b``: ``n`` phased and ``n`` uninstrumented steps in its AB order, appended to
+    ``series``; returns the phased steps' per-phase ms."""
+    phases, entries, plain_ms, block = series
+    for side in timing.ab_order(b):  # A: the phased steps, B: the uninstrumented
+        if side == "B":
+            plain_ms += timing.time_calls(plain, warmup=0, repeats=n, sync=ctx.sync)
+            continue
+        ms, ent = ph.samples(synced, n)
+        for p in ph.PHASES:
+            phases[p] += ms[p]
+            entries[p] += ent[p]
+    block += [b] * n
+    return ms
 
 
 def _shares(ms: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -161,22 +172,10 @@ def _adaptive(ctx, synced, plain, repeats: int, budget_s: float):
     from perflab.views import diagnose as view  # the thresholds the verdict holds them to
 
     n = max(1, repeats // max(1, min(ctx.params["blocks"], repeats)))
-    phases = {p: [] for p in ph.PHASES}
-    entries = {p: [] for p in ph.PHASES}
-    plain_ms, block = [], []
+    series = _series()
 
     def take(b: int) -> dict[str, list[float]]:
-        nonlocal plain_ms
-        for side in timing.ab_order(b):
-            if side == "B":
-                plain_ms += timing.time_calls(plain, warmup=0, repeats=n, sync=ctx.sync)
-                continue
-            ms, ent = ph.samples(synced, n)
-            for p in ph.PHASES:
-                phases[p] += ms[p]
-                entries[p] += ent[p]
-        block.extend([b] * n)
-        return _shares(ms)
+        return _shares(_block(ctx, synced, plain, b, n, series))
 
     thresholds = {k: getattr(view, name) for k, (_, name) in DECIDING.items()}
     outcome = budgeted.until_decided(take, thresholds, budget_s=max(0.0, budget_s) * 2 / 3,
@@ -184,7 +183,7 @@ def _adaptive(ctx, synced, plain, repeats: int, budget_s: float):
     ctx.log(f"adaptive: {outcome.rounds} blocks of {n} steps in {outcome.elapsed_s:.1f} s "
             f"({outcome.reason}); " + "; ".join(
                 f"{k} {d.line('%', 'steps')}" for k, d in outcome.decisions.items()))
-    return phases, entries, plain_ms, block, outcome
+    return (*series, outcome)
 
 
 def _decision_rows(ctx, outcome, window: str, budget_s: float) -> None:

@@ -11,7 +11,6 @@ written into the config as ``sampling.job_budget_s`` (perflab.kit.sampling reads
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 #: the jobs that sample until decided and stop at their share (rule adaptive); every other
@@ -19,24 +18,10 @@ from collections.abc import Mapping
 ADAPTIVE = ("C00", "E05", "W01")
 #: the least share an adaptive job is given: a few rounds
 MIN_JOB_S = 2.0
-_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_FORMAT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$")
 
 
 class BudgetError(ValueError):
-    """A budget that cannot be read or cannot pay for the run's start-ups: one line."""
-
-
-def parse(text: str) -> float:
-    """Seconds from ``90``, ``90s``, ``1.5m``, ``2min``, ``1h``; BudgetError otherwise."""
-    m = _FORMAT.match(str(text).lower())
-    if not m or m.group(2) not in _UNITS:
-        raise BudgetError(f"budget {text!r} is not a duration: give seconds (90, 90s) or "
-                          "minutes (1.5m)")
-    s = float(m.group(1)) * _UNITS[m.group(2)]
-    if s <= 0:
-        raise BudgetError(f"budget {text!r} must be above zero")
-    return s
+    """A budget that cannot pay for the run's start-ups: one line."""
 
 
 def start_s(answer: Mapping, child_wall_s: float, fork_server: bool) -> float:
