@@ -22,7 +22,7 @@ from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
-from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SAMPLING_DECISION, STEP_LATENCY
 from perflab.experiments.e05_phases import (
     EID,
     ENTRIES_PER_STEP,
@@ -47,7 +47,6 @@ from perflab.pipeline.runner import run
 #: with a budget (sampling.rule adaptive) the blocks stop once both are decided
 DECIDING = {"input_share": (("input_wait", "host_to_device"), "INPUT_SHARE_PCT"),
             "optimizer_share": (("optimizer",), "OPTIMIZER_SHARE_PCT")}
-SAMPLING_DECISION = "sampling_decision"
 
 
 def measure(ctx):

@@ -124,3 +124,104 @@ def test_adaptive_waits_for_every_deciding_share():
     out = budgeted.until_decided(take, {"a": 25.0, "b": 25.0}, budget_s=None, max_n=60)
     assert out.decisions["a"].decided and not out.decisions["b"].decided
     assert out.reason in (budgeted.MAX_N, budgeted.FUTILE)
+
+
+def test_until_precise_stops_when_precise_and_not_before_min_rounds():
+    seen = []
+    n, reason, _ = budgeted.until_precise(seen.append, lambda: len(seen) >= 4, budget_s=None,
+                                          max_rounds=100, clock=_clock())
+    assert (n, reason) == (4, budgeted.PRECISE)
+    # a budget of one round's time: the minimum still runs, then the budget stops it
+    seen.clear()
+    n, reason, _ = budgeted.until_precise(seen.append, lambda: False, budget_s=1.5,
+                                          max_rounds=100, min_rounds=3, clock=_clock())
+    assert (n, reason) == (3, budgeted.BUDGET)
+    seen.clear()
+    n, reason, _ = budgeted.until_precise(seen.append, lambda: False, budget_s=None,
+                                          max_rounds=7, clock=_clock())
+    assert (n, reason) == (7, budgeted.MAX_N)
+
+
+def test_the_floors_interval_narrows_with_more_pairs_and_holds_the_floor():
+    from perflab.instruments import stats
+
+    rng = np.random.default_rng(3)
+    a, b = 10 + rng.normal(0, 0.3, 96), 10 + rng.normal(0, 0.3, 96)
+    widths = []
+    for n in (8, 96):
+        lo, hi = stats.aa_floor_interval_pct(a[:n], b[:n], pairs=8)
+        assert lo <= stats.aa_floor_pct(a[:n], b[:n], pairs=8) <= hi
+        widths.append(hi - lo)
+    assert widths[1] < widths[0] / 2
+
+
+def test_the_second_instrument_gets_a_small_share_not_its_fixed_count():
+    fixed = {**FIXED, "E06": 40.0}
+    shares = budget.split(100.0, fixed, start_each_s=2.0, other_jobs=2)
+    left = 100.0 - shares["start-up"]
+    assert shares["E06"] == pytest.approx(budget.CORROBORATION_SHARE * left)
+    assert sum(shares.values()) == pytest.approx(100.0)
+    # when its fixed count costs less than the share, that is what it gets
+    cheap = budget.split(100.0, {**FIXED, "E06": 1.0}, start_each_s=2.0, other_jobs=2)
+    assert cheap["E06"] == 1.0
+
+
+def test_the_estimate_counts_only_the_parts_c00_runs_and_r02s_own_steps():
+    from perflab.pipeline import preflight
+
+    cfg = _resolved({"run": "C00,R02"})
+    c00 = cfgmod.contract(cfg, "C00")
+    diag = {**c00, "params": {**c00["params"], "parts": ["clock", "aa"]}}
+    calls, extra = preflight.step_calls(diag)
+    p, t = c00["params"], c00["timing"]
+    assert calls == 2 * p["aa_blocks"] * p["aa_inner"] + 2 * t["warmup"]
+    assert extra == 0  # no fresh processes, no peer timers
+    assert preflight.step_calls(c00)[0] > calls and preflight.step_calls(c00)[1] > 0
+    r02 = cfgmod.contract(cfg, "R02")
+    assert preflight.step_calls(r02)[0] == sum(
+        r02["params"].get(k, 0) for k in ("wait", "warmup", "active", "sync_steps", "steps"))
+
+
+def _decision_row(eid, variant, line):
+    from perflab.core.names import SAMPLING_DECISION
+
+    return {"experiment": eid, "variant": variant, "workload": "w", "model": "m",
+            "input_shape": "[1]", "dtype": "float32", "device": "cpu", "device_name": "d",
+            "mode": "train", "execution": "eager", "metric": SAMPLING_DECISION, "window": "w",
+            "sync_boundary": "s", "statistic": "mean", "value": 30.0, "unit": "%", "n": 40,
+            "status": "ok", "reason": line}
+
+
+def _diagnosis(*lines):
+    import pandas as pd
+
+    from perflab.instruments import sequential as seq
+    from perflab.views import diagnose
+
+    rng = np.random.default_rng(0)
+    decisions = {
+        "decided": seq.decide(list(60 + rng.standard_normal(40)), 25.0),
+        "undecided": seq.decide(list(25 + 4 * rng.standard_normal(40)), 25.0, max_n=40),
+    }
+    rows = [_decision_row("E05", f"q{i}", decisions[k].line("%", "steps"))
+            for i, k in enumerate(lines)]
+    from perflab.core import io
+
+    return diagnose.diagnose(pd.DataFrame(rows, columns=io.COLUMNS)), diagnose
+
+
+def test_diagnosis_md_says_decided_or_undecided_and_what_a_cut_short_verdict_lacked():
+    d, view = _diagnosis("decided", "undecided")
+    md = view.render_markdown(d)
+    assert "`E05 q0`: decided: above 25 %" in md
+    assert "`E05 q1`: undecided within budget (40 steps" in md
+    assert "Cut short by the budget:** this verdict lacks `E05 q1` decided" in md
+    assert [s.source for s in d.cut_short] == ["E05 q1"]
+
+
+def test_a_verdict_whose_sampled_evidence_is_decided_is_not_cut_short():
+    d, view = _diagnosis("decided")
+    md = view.render_markdown(d)
+    assert "Sampling" in md and "Cut short" not in md
+    plain, _ = _diagnosis()
+    assert "Sampling" not in view.render_markdown(plain) and plain.sampled == []

@@ -30,6 +30,9 @@ ROOFLINE_FRACTION = "roofline_fraction"
 STEP_LATENCY = "step_latency"  # ms per training step (the row's statistic says which)
 THROUGHPUT = "throughput"  # examples per second
 PHASE_SHARE = "phase_share"  # a phase's share of the step (%)
+#: a quantity sampled in rounds under a budget (sampling.rule adaptive): its estimate; the
+#: row's reason is its one line, "decided: ..." or "undecided within budget (...)"
+SAMPLING_DECISION = "sampling_decision"
 #: the sync boundaries a timed row names (its ``sync_boundary`` column)
 SYNCED_CALL = "synchronized at both ends of each call"
 SYNCED_PHASES = "device synchronized at each phase boundary"

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from perflab.instruments import sequential as seq
 
 DECIDED, BUDGET, MAX_N, FUTILE = "decided", "budget spent", "max_n reached", "futile"
+#: :func:`until_precise`'s stop when the estimate is as precise as its use needs
+PRECISE = "precise enough"
 
 
 @dataclass
@@ -48,6 +50,30 @@ def until_decided(take: Callable[[int], Mapping[str, Sequence[float]]],
         if all(r.done for r in rounds.values()):
             reason = MAX_N if any(len(r.values) >= max_n for r in rounds.values()) else FUTILE
             return Outcome(i, reason, decisions, elapsed)
-        # the next round would take about as long as the mean one so far
-        if budget_s is not None and elapsed + elapsed / i > budget_s:
+        if _spent(elapsed, i, budget_s):
             return Outcome(i, BUDGET, decisions, elapsed)
+
+
+def until_precise(take: Callable[[int], object], precise: Callable[[], bool], *,
+                  budget_s: float | None, max_rounds: int, min_rounds: int = 1,
+                  clock: Callable[[], float] = time.perf_counter) -> tuple[int, str, float]:
+    """Call ``take(round_index)`` until ``precise()`` (an estimate, not a decision: e.g. the
+    A/A floor known as closely as the comparisons it serves need), ``max_rounds`` rounds,
+    or ``budget_s`` — never before ``min_rounds`` (fewer estimate nothing worth keeping).
+    Returns (rounds, PRECISE / MAX_N / BUDGET, seconds)."""
+    t0, i = clock(), 0
+    while True:
+        take(i)
+        i += 1
+        elapsed = clock() - t0
+        if precise():
+            return i, PRECISE, elapsed
+        if i >= max_rounds:
+            return i, MAX_N, elapsed
+        if i >= min_rounds and _spent(elapsed, i, budget_s):
+            return i, BUDGET, elapsed
+
+
+def _spent(elapsed: float, rounds: int, budget_s: float | None) -> bool:
+    """Would the next round overrun the budget? (It takes about as long as the mean one.)"""
+    return budget_s is not None and elapsed + elapsed / rounds > budget_s

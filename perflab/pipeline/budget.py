@@ -4,8 +4,9 @@ The split is what the pre-flight measured, not a guess: each job costs a start (
 process start the pre-flight child paid, or with the fork server only the build and first
 step it paid: a fork skips the interpreter and torch import) plus its share of step calls.
 The start-ups come off the top; the rest goes to each job in proportion to the seconds its
-fixed-count contract would take (``preflight.estimate_s``); a job that runs a fixed count whatever its budget (R01, R02,
-E06) is given what that count takes. The shares are
+fixed-count contract would take (``preflight.estimate_s``); a job that runs a fixed count
+whatever its budget (R01, R02) is given what that count takes, and one that only
+corroborates (E06) a small fixed share. The shares are
 written into the config as ``sampling.job_budget_s`` (perflab.kit.sampling reads them).
 """
 
@@ -16,6 +17,10 @@ from collections.abc import Mapping
 #: the jobs that sample until decided and stop at their share (rule adaptive); every other
 #: job runs its fixed count, so its share is what that count takes
 ADAPTIVE = ("C00", "E05", "W01")
+#: the jobs that only corroborate (E06, the second instrument): each stops at a small
+#: fixed share of what the start-ups leave, or at its fixed count if that is less
+CORROBORATING = ("E06",)
+CORROBORATION_SHARE = 0.10
 #: the least share an adaptive job is given: a few rounds
 MIN_JOB_S = 2.0
 
@@ -43,10 +48,14 @@ def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
     ``fixed_s``: each measuring job's seconds under the fixed-count contract; ``other_jobs``:
     starts that measure nothing (Snakemake with its fork server, the diagnosis view). A job
     that does not stop on its budget (not in ``ADAPTIVE``) is given what its fixed count
-    takes: splitting time it will spend anyway would make the estimate wrong; the adaptive
-    jobs share the rest in proportion to their fixed-count seconds."""
+    takes: splitting time it will spend anyway would make the estimate wrong; a job that only
+    corroborates (``CORROBORATING``) gets at most ``CORROBORATION_SHARE`` of what the
+    start-ups leave; the adaptive jobs share the rest in proportion to their fixed-count
+    seconds."""
     startup = start_each_s * (len(fixed_s) + other_jobs)
-    reserved = {e: s for e, s in fixed_s.items() if e not in ADAPTIVE}
+    reserved = {e: (min(s, CORROBORATION_SHARE * max(0.0, total_s - startup))
+                    if e in CORROBORATING else s)
+                for e, s in fixed_s.items() if e not in ADAPTIVE}
     left = total_s - startup - sum(reserved.values())
     adaptive = {e: max(s, 1e-9) for e, s in fixed_s.items() if e in ADAPTIVE}
     if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from perflab.core import io
-from perflab.core.names import PHASES
+from perflab.core.names import PHASES, SAMPLING_DECISION
 from perflab.core.rows import Missing, Rows
 from perflab.experiments import d01_data_parallel as d01
 from perflab.experiments import e01_lying_benchmark as e01
@@ -196,6 +196,27 @@ class Finding:
         return LABELS[self.bottleneck]
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """One quantity a job sampled in rounds under the run's budget (its SAMPLING_DECISION
+    row): where it came from and its line, "decided: ..." or "undecided within budget ..."."""
+
+    source: str
+    line: str
+
+    @property
+    def decided(self) -> bool:
+        return self.line.startswith("decided")
+
+
+def sampled(frame: pd.DataFrame) -> list[Sampled]:
+    """The SAMPLING_DECISION rows of a run, in the order written."""
+    if frame.empty or "metric" not in frame:
+        return []
+    rows = frame[frame.metric == SAMPLING_DECISION]
+    return [Sampled(f"{r.experiment} {r.variant}", str(r.reason)) for r in rows.itertuples()]
+
+
 @dataclass
 class Diagnosis:
     verdict: str
@@ -206,6 +227,13 @@ class Diagnosis:
     #: the other candidate when the deciding number sits near its threshold (:func:`_rival`):
     #: another run may pick it, so the headline names both, in the order of ORDER
     rival: str = ""
+    #: what each quantity sampled under a budget came to (:func:`sampled`), empty without one
+    sampled: list[Sampled] = field(default_factory=list)
+
+    @property
+    def cut_short(self) -> list[Sampled]:
+        """The sampled evidence the budget ran out on: the verdict lacks it decided."""
+        return [s for s in self.sampled if not s.decided]
 
     @property
     def label(self) -> str:
@@ -762,6 +790,7 @@ def diagnose(frame: pd.DataFrame) -> Diagnosis:
                    "(see what each needs)", findings))
     d.measured = w01_whatif.beside_hypothesis(frame, HYPOTHESES.get(d.verdict, ()))
     d.rival, _ = _rival(findings, d.verdict)
+    d.sampled = sampled(frame)
     return d
 
 
@@ -816,6 +845,16 @@ def render_markdown(d: Diagnosis) -> str:
     if near:
         lines += ["**Near a threshold** (another run may decide it the other way): "
                   + "; ".join(f"{f.label} — {f.borderline}" for f in near) + ".", ""]
+    if d.sampled:
+        lines += ["Sampling (each quantity measured in rounds until decided or its share of "
+                  "the budget was spent):"]
+        lines += [f"- `{x.source}`: {x.line}" for x in d.sampled]
+        lines.append("")
+    if d.cut_short:
+        lines += ["**Cut short by the budget:** this verdict lacks "
+                  + "; ".join(f"`{x.source}` decided" for x in d.cut_short)
+                  + " (undecided within budget, above): a larger --budget, or the run "
+                  "without one, would measure it further.", ""]
     lines += [f"**Next intervention:** {d.intervention}. Then remeasure: the hypothesis holds "
               "only if the step time moves beyond its noise.", ""]
     lines += [*d.measured, ""] if d.measured else []
