@@ -364,7 +364,8 @@ def _aa_until_precise(ctx, step_a, step_b, budget_s: float):
                 f"±{state['need']:.2g} points; about {max(1, round(more))} more block pairs "
                 f"would decide it")
     ctx.log(f"A/A floor: {rounds} rounds in {elapsed:.1f} s ({reason}); {line}")
-    return aa, (state["floor"], f"{line} [{reason}, budget {budget_s:.1f} s]")
+    return aa, (state["floor"], f"{line} [stopped: {reason}; {budget_s:.1f} s of C00's share "
+                                f"was left for the A/A, {elapsed:.1f} s spent]")
 
 
 def _noise_floor(ctx, step_a, step_b, budget_s: float | None = None):
