@@ -258,18 +258,23 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     eids = _budget_eids(args, cfg)
     fixed = preflight.estimate_s([cfgmod.contract(cfg, e) for e in eids],
                                  float(answer["step_ms"]))
-    fixed = {e: _measured_wall_s(args, cfg, e) or fixed.get(e, 0.0) for e in eids}
-    # two more starts than jobs: Snakemake with its fork server, and the diagnosis view
+    # an experiment of claim_processes runs that many processes, each its fixed count
+    procs = {e: 1 + sum(1 for x, _ in cfgmod.process_jobs(cfg) if x == e) for e in eids}
+    fixed = {e: procs[e] * (_measured_wall_s(args, cfg, e) or fixed.get(e, 0.0))
+             for e in eids}
+    # more starts than experiments: their further processes, Snakemake with its fork
+    # server, and the diagnosis view
     try:
         shares = budgetmod.split(args.budget - spent, fixed,
-                                 budgetmod.start_s(answer, child_s, fork), other_jobs=2)
+                                 budgetmod.start_s(answer, child_s, fork),
+                                 other_jobs=2 + sum(procs.values()) - len(procs))
     except budgetmod.BudgetError as exc:
         print(f"perflab: {exc} (the pre-flight took {spent:.0f} s of it)", file=sys.stderr)
         return 1
     print(budgetmod.line(args.budget, shares, spent, budgetmod.estimate_s(shares, fixed)))
     args.sampling = Path(args.directory).resolve() / cfgmod.result_dir(cfg) / "sampling.yaml"
     args.sampling.parent.mkdir(parents=True, exist_ok=True)
-    budgetmod.write_config(args.sampling, shares, args.budget)
+    budgetmod.write_config(args.sampling, shares, args.budget, procs)
     return 0
 
 

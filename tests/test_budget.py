@@ -225,3 +225,12 @@ def test_a_verdict_whose_sampled_evidence_is_decided_is_not_cut_short():
     assert "Sampling" in md and "Cut short" not in md
     plain, _ = _diagnosis()
     assert "Sampling" not in view.render_markdown(plain) and plain.sampled == []
+
+
+def test_an_experiment_of_two_processes_gives_each_half_its_share(tmp_path):
+    shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2)
+    path = tmp_path / "sampling.yaml"
+    budget.write_config(path, shares, 60.0, {"E05": 2})
+    cfg = yaml.safe_load(path.read_text())
+    assert sampling.job_budget_s(cfg, "E05") == pytest.approx(shares["E05"] / 2, abs=0.01)
+    assert sampling.job_budget_s(cfg, "C00") == pytest.approx(shares["C00"], abs=0.01)

@@ -84,14 +84,17 @@ def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
             f"estimated {preflight_s + estimate:.0f} s from the command to the verdict")
 
 
-def write_config(path, shares: Mapping[str, float], total_s: float) -> None:
+def write_config(path, shares: Mapping[str, float], total_s: float,
+                 processes: Mapping[str, int] | None = None) -> None:
     """The ``sampling`` section as a config file for Snakemake's ``--configfile`` (its
-    ``--config`` reads a nested number as a string)."""
+    ``--config`` reads a nested number as a string). An experiment that runs ``processes[e]``
+    processes (claim_processes) gives each its part of its share."""
     import yaml
 
     from perflab.core import io
 
-    jobs = {e: round(float(s), 2) for e, s in shares.items() if e != "start-up"}
+    jobs = {e: round(float(s) / (processes or {}).get(e, 1), 2)
+            for e, s in shares.items() if e != "start-up"}
     text = yaml.safe_dump({"sampling": {"rule": "adaptive", "budget_s": round(total_s, 2),
                                         "job_budget_s": jobs}}, sort_keys=False)
     io.atomic_write_text(path, text)
