@@ -89,6 +89,21 @@ def _read_log(log: Path) -> dict:
     return out
 
 
+def _jobs_lock_wait_s(workdir: Path) -> float:
+    """Seconds the run's jobs waited for the device lock (each provenance's
+    ``device_lock.waited_s``): time another run measuring on this machine added."""
+    import json
+
+    total = 0.0
+    for path in workdir.glob("results/**/*.json"):
+        try:
+            lock = json.loads(path.read_text()).get("device_lock") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        total += float(lock.get("waited_s") or 0.0) if isinstance(lock, dict) else 0.0
+    return total
+
+
 def bench(a, contract: str) -> dict:
     """One run of ``perflab diagnose`` under ``contract``, its time split printed."""
     workdir = Path(a.directory or tempfile.mkdtemp(prefix="perflab-bench-")).resolve()
@@ -108,6 +123,7 @@ def bench(a, contract: str) -> dict:
           f"{a.device}, --cores {a.cores}{', --report' if a.report else ''}"
           f"{', --no-whatif' if a.no_whatif else ''}): {total:.1f} s from the command to the "
           f"printed verdict (exit status {rc}); verdict: {got['verdict'] or 'none'}; log: {log}")
+    got["lock_wait_s"] += _jobs_lock_wait_s(workdir)
     if got["lock_wait_s"]:
         print(f"  of which waiting for the device lock (another run measuring): "
               f"{got['lock_wait_s']:.1f} s")
