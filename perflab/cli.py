@@ -256,8 +256,8 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     spent = time.time() - _STARTED_UNIX
     fork = str(cfg.get("fork_server", True)).lower() == "true"
     eids = _budget_eids(args, cfg)
-    fixed = preflight.estimate_s([cfgmod.contract(cfg, e) for e in eids],
-                                 float(answer["step_ms"]))
+    contracts = {e: cfgmod.contract(cfg, e) for e in eids}
+    fixed = preflight.estimate_s(contracts.values(), float(answer["step_ms"]))
     # an experiment of claim_processes runs that many processes, each its fixed count
     procs = {e: 1 + sum(1 for x, _ in cfgmod.process_jobs(cfg) if x == e) for e in eids}
     fixed = {e: procs[e] * (_measured_wall_s(args, cfg, e) or fixed.get(e, 0.0))
@@ -267,7 +267,8 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     try:
         shares = budgetmod.split(args.budget - spent, fixed,
                                  budgetmod.start_s(answer, child_s, fork),
-                                 other_jobs=2 + sum(procs.values()) - len(procs))
+                                 other_jobs=2 + sum(procs.values()) - len(procs),
+                                 least=budgetmod.least_s(contracts, fixed))
     except budgetmod.BudgetError as exc:
         print(f"perflab: {exc} (the pre-flight took {spent:.0f} s of it)", file=sys.stderr)
         return 1

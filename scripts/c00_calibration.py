@@ -42,6 +42,7 @@ from perflab.experiments.c00_calibration import (
     AA_BLOCK,
     AA_FLOOR,
     AA_FLOOR_SHORT,
+    AA_MIN_BLOCKS,
     AA_SHORT_INNER,
     CALL_LATENCY,
     CLOCK,
@@ -295,9 +296,8 @@ def _aa_design(ctx, blocks: int | None = None) -> tuple[dict, str]:
 
 #: under a budget the A/A runs in rounds of this many block pairs (AB, BA) ...
 AA_ROUND = 2
-#: ... from this many pairs on (a floor for medians of fewer pairs than FLOOR_REFERENCE_PAIRS
-#: is wider: a short A/A errs towards calling a difference noise, never towards a finding)
-AA_MIN_BLOCKS = 6
+#: ... from AA_MIN_BLOCKS pairs on (perflab.experiments.c00_calibration: the budget's split
+#: gives C00 at least what they take)
 #: and stops once its floor is known to within this share of itself (the A/Bs it gates
 #: compare an effect with it) ...
 AA_PRECISION_REL = 0.25

@@ -31,7 +31,9 @@ def test_split_sums_to_the_budget_and_reserves_fixed_jobs():
     assert shares["start-up"] == pytest.approx(2.0 * 6)
     # the jobs that run a fixed count get what it takes; the adaptive ones share the rest
     assert shares["R01"] == 5.0 and shares["R02"] == 2.0
-    assert shares["E05"] == pytest.approx(2 * shares["C00"])
+    # each its first rounds (MIN_JOB_S without a contract), the rest by its fixed weight
+    m = budget.MIN_JOB_S
+    assert shares["E05"] - m == pytest.approx(2 * (shares["C00"] - m))
     assert list(shares) == ["start-up", *FIXED]
 
 
@@ -234,3 +236,14 @@ def test_an_experiment_of_two_processes_gives_each_half_its_share(tmp_path):
     cfg = yaml.safe_load(path.read_text())
     assert sampling.job_budget_s(cfg, "E05") == pytest.approx(shares["E05"] / 2, abs=0.01)
     assert sampling.job_budget_s(cfg, "C00") == pytest.approx(shares["C00"], abs=0.01)
+
+
+def test_each_adaptive_job_gets_at_least_its_first_rounds():
+    contracts = {"C00": {"params": {"aa_blocks": 12}}, "E05": {"params": {"blocks": 10}}}
+    least = budget.least_s(contracts, FIXED)
+    assert least["C00"] == pytest.approx(30.0 * 6 / 12) and least["E05"] == pytest.approx(6.0)
+    shares = budget.split(40.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+    assert shares["C00"] >= least["C00"] and shares["E05"] >= least["E05"]
+    assert sum(shares.values()) == pytest.approx(40.0)
+    with pytest.raises(budget.BudgetError, match="first rounds"):
+        budget.split(35.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)

@@ -71,6 +71,11 @@ parts:
   default: [clock, events, process, aa, planted, profiler, peers]
 """
 
+#: under a budget (sampling.rule adaptive) the A/A runs at least this many block pairs
+#: before its floor's precision is judged (a floor for medians of fewer pairs than
+#: FLOOR_REFERENCE_PAIRS is wider: a short A/A errs towards calling a difference noise,
+#: never towards a finding)
+AA_MIN_BLOCKS = 6
 #: the params each optional part reads (``parts``): a part that does not run costs none of
 #: them (perflab.pipeline.preflight's estimate skips them); ``peers`` also runs the helper
 #: once at timing.repeats

@@ -40,8 +40,24 @@ def start_s(answer: Mapping, child_wall_s: float, fork_server: bool) -> float:
                - float(answer.get("lock_wait_s") or 0.0), check)
 
 
+def least_s(contracts: Mapping[str, Mapping], fixed_s: Mapping[str, float]
+            ) -> dict[str, float]:
+    """The least share each adaptive job can use: the fraction of its fixed count it runs
+    before its first look (C00: AA_MIN_BLOCKS of its A/A's pairs; E05: one of its blocks),
+    at least MIN_JOB_S."""
+    from perflab.experiments.c00_calibration import AA_MIN_BLOCKS
+
+    first = {"C00": lambda p: AA_MIN_BLOCKS / max(1, p.get("aa_blocks") or 1),
+             "E05": lambda p: 1 / max(1, p.get("blocks") or 1)}
+    out = {}
+    for e in (e for e in fixed_s if e in ADAPTIVE):
+        part = first.get(e, lambda p: 0.0)((contracts.get(e) or {}).get("params", {}))
+        out[e] = max(MIN_JOB_S, min(1.0, part) * fixed_s[e])
+    return out
+
+
 def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
-          other_jobs: int = 1) -> dict[str, float]:
+          other_jobs: int = 1, least: Mapping[str, float] | None = None) -> dict[str, float]:
     """{"start-up": s, eid: s, ...} summing to ``total_s`` (what is left of the budget once
     the pre-flight has run).
 
@@ -58,15 +74,19 @@ def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
                 for e, s in fixed_s.items() if e not in ADAPTIVE}
     left = total_s - startup - sum(reserved.values())
     adaptive = {e: max(s, 1e-9) for e, s in fixed_s.items() if e in ADAPTIVE}
-    if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):
-        need = startup + sum(reserved.values()) + MIN_JOB_S * len(adaptive)
+    floor = {e: (least or {}).get(e, MIN_JOB_S) for e in adaptive}
+    if left <= 0 or left < sum(floor.values()):
+        need = startup + sum(reserved.values()) + sum(floor.values())
         raise BudgetError(f"budget {total_s:.0f} s does not cover the start-up of "
-                          f"{len(fixed_s) + other_jobs} jobs ({startup:.0f} s measured) and "
-                          f"the jobs that run a fixed count ({sum(reserved.values()):.0f} s): "
-                          f"give at least {need:.0f} s more than the pre-flight")
-    wsum = sum(adaptive.values())
+                          f"{len(fixed_s) + other_jobs} jobs ({startup:.0f} s measured), "
+                          f"the jobs that run a fixed count ({sum(reserved.values()):.0f} s) "
+                          f"and the first rounds of the adaptive ones "
+                          f"({sum(floor.values()):.0f} s): give at least {need:.0f} s beyond the "
+                          "pre-flight")
+    # each adaptive job its first rounds, then the rest by its fixed count's weight
+    wsum, spare = sum(adaptive.values()), left - sum(floor.values())
     out = {"start-up": startup, **reserved,
-           **{e: left * w / wsum for e, w in adaptive.items()}}
+           **{e: floor[e] + spare * w / wsum for e, w in adaptive.items()}}
     return {k: out[k] for k in ["start-up", *fixed_s]}
 
 
