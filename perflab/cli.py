@@ -257,7 +257,8 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     fork = str(cfg.get("fork_server", True)).lower() == "true"
     eids = _budget_eids(args, cfg)
     contracts = {e: cfgmod.contract(cfg, e) for e in eids}
-    fixed = preflight.estimate_s(contracts.values(), float(answer["step_ms"]))
+    fixed = preflight.estimate_s(contracts.values(),
+                                 float(answer.get("step_min_ms") or answer["step_ms"]))
     # an experiment of claim_processes runs that many processes, each its fixed count
     procs = {e: 1 + sum(1 for x, _ in cfgmod.process_jobs(cfg) if x == e) for e in eids}
     fixed = {e: procs[e] * (_measured_wall_s(args, cfg, e) or fixed.get(e, 0.0))
