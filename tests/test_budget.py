@@ -247,3 +247,16 @@ def test_each_adaptive_job_gets_at_least_its_first_rounds():
     assert sum(shares.values()) == pytest.approx(40.0)
     with pytest.raises(budget.BudgetError, match="first rounds"):
         budget.split(35.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+
+
+def test_an_imprecise_floor_cuts_a_verdict_short_only_where_a_note_reads_it():
+    import pandas as pd
+
+    from perflab.core import io
+    from perflab.views import diagnose
+
+    floor = _decision_row("C00", "aa", "undecided within budget: the A/A floor is 3.6 % (...)")
+    far = diagnose.diagnose(pd.DataFrame([floor], columns=io.COLUMNS))
+    assert far.sampled and not far.cut_short  # no finding near its threshold: nothing rests on it
+    far.findings[0].borderline = "the input share (26%) is within this run's A/A floor"
+    assert [s.source for s in far.cut_short] == ["C00 aa"]

@@ -63,6 +63,7 @@ from perflab.experiments import e13_sync_tax
 from perflab.experiments import floors as calibration
 from perflab.experiments import r01_roofline as r01
 from perflab.experiments import r02_step_trace as r02
+from perflab.experiments.c00_calibration import AA_FLOOR
 from perflab.experiments.d01_data_parallel import overlap
 from perflab.instruments import compiler_watch as cw
 
@@ -209,6 +210,10 @@ class Sampled:
         return self.line.startswith("decided")
 
 
+#: the A/A floor's sampling row (C00's AA_FLOOR variant), as :func:`sampled` names it
+FLOOR_SOURCE = f"C00 {AA_FLOOR[0]}"
+
+
 def sampled(frame: pd.DataFrame) -> list[Sampled]:
     """The SAMPLING_DECISION rows of a run, in the order written."""
     if frame.empty or "metric" not in frame:
@@ -232,8 +237,12 @@ class Diagnosis:
 
     @property
     def cut_short(self) -> list[Sampled]:
-        """The sampled evidence the budget ran out on: the verdict lacks it decided."""
-        return [s for s in self.sampled if not s.decided]
+        """The sampled evidence the budget ran out on that the verdict rests on: a deciding
+        quantity left undecided, or the A/A floor not at its precision where a near-threshold
+        note reads it (elsewhere the floor decides nothing)."""
+        near = any(f.borderline for f in self.findings)
+        return [s for s in self.sampled if not s.decided
+                and (near or not s.source.startswith(FLOOR_SOURCE))]
 
     @property
     def label(self) -> str:
