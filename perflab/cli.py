@@ -265,15 +265,17 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
              for e in eids}
     # more starts than experiments: their further processes, Snakemake with its fork
     # server, and the diagnosis view
+    least = budgetmod.least_s(contracts, fixed)
     try:
         shares = budgetmod.split(args.budget - spent, fixed,
                                  budgetmod.start_s(answer, child_s, fork),
                                  other_jobs=2 + sum(procs.values()) - len(procs),
-                                 least=budgetmod.least_s(contracts, fixed))
+                                 least=least)
     except budgetmod.BudgetError as exc:
         print(f"perflab: {exc} (the pre-flight took {spent:.0f} s of it)", file=sys.stderr)
         return 1
-    print(budgetmod.line(args.budget, shares, spent, budgetmod.estimate_s(shares, fixed)))
+    print(budgetmod.line(args.budget, shares, spent, budgetmod.estimate_s(shares, fixed),
+                         budgetmod.estimate_low_s(shares, fixed, least)))
     args.sampling = Path(args.directory).resolve() / cfgmod.result_dir(cfg) / "sampling.yaml"
     args.sampling.parent.mkdir(parents=True, exist_ok=True)
     budgetmod.write_config(args.sampling, shares, args.budget, procs)

@@ -260,3 +260,15 @@ def test_an_imprecise_floor_cuts_a_verdict_short_only_where_a_note_reads_it():
     assert far.sampled and not far.cut_short  # no finding near its threshold: nothing rests on it
     far.findings[0].borderline = "the input share (26%) is within this run's A/A floor"
     assert [s.source for s in far.cut_short] == ["C00 aa"]
+
+
+def test_the_estimate_is_a_range_from_first_looks_to_spent_shares():
+    contracts = {"C00": {"params": {"aa_blocks": 12}}, "E05": {"params": {"blocks": 10}}}
+    least = budget.least_s(contracts, FIXED)
+    shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+    lo, hi = budget.estimate_low_s(shares, FIXED, least), budget.estimate_s(shares, FIXED)
+    assert lo < hi <= 60.0 + 1e-9
+    assert hi - lo == pytest.approx(sum(min(shares[e], FIXED[e]) - least[e]
+                                        for e in ("C00", "E05")))
+    assert f"estimated {10 + lo:.0f}-{10 + hi:.0f} s from the command" in \
+        budget.line(70, shares, 10.0, hi, lo)

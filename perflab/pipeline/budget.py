@@ -96,12 +96,24 @@ def estimate_s(shares: Mapping[str, float], fixed_s: Mapping[str, float]) -> flo
     return shares["start-up"] + sum(min(shares[e], fixed_s[e]) for e in fixed_s)
 
 
+def estimate_low_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
+                   least: Mapping[str, float]) -> float:
+    """The run's wall if every adaptive job decides at its first look (its ``least``): an
+    adaptive job that decides early stops well inside its share, so :func:`estimate_s` is
+    the high end and this the low end."""
+    return shares["start-up"] + sum(
+        min(shares[e], fixed_s[e], least.get(e, shares[e])) for e in fixed_s)
+
+
 def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
-         estimate: float) -> str:
-    """``budget 60 s: start-up 12 s, C00 8 s, E05 10 s, ...; estimated 48 s``."""
+         estimate: float, low: float | None = None) -> str:
+    """``budget 60 s: start-up 12 s, C00 8 s, E05 10 s, ...; estimated 30-48 s``."""
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in shares.items())
+    span = "" if low is None or round(low) >= round(estimate) else f"{preflight_s + low:.0f}-"
     return (f"budget {total_s:.0f} s: pre-flight {preflight_s:.0f} s (spent), {parts}; "
-            f"estimated {preflight_s + estimate:.0f} s from the command to the verdict")
+            f"estimated {span}{preflight_s + estimate:.0f} s from the command to the verdict"
+            + (" (the low end if every adaptive job decides at its first look)" if span
+               else ""))
 
 
 def write_config(path, shares: Mapping[str, float], total_s: float,
