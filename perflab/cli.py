@@ -274,8 +274,13 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     except budgetmod.BudgetError as exc:
         print(f"perflab: {exc} (the pre-flight took {spent:.0f} s of it)", file=sys.stderr)
         return 1
-    print(budgetmod.line(args.budget, shares, spent, budgetmod.estimate_s(shares, fixed),
+    high = budgetmod.estimate_s(shares, fixed, least)
+    print(budgetmod.line(args.budget, shares, spent, high,
                          budgetmod.estimate_low_s(shares, fixed, least)))
+    if spent + high > args.budget * 1.05:
+        print(f"perflab: the adaptive jobs' first rounds alone are estimated beyond --budget "
+              f"{args.budget:.0f} s (from the pre-flight's step time): the run may take about "
+              f"{spent + high:.0f} s", file=sys.stderr)
     args.sampling = Path(args.directory).resolve() / cfgmod.result_dir(cfg) / "sampling.yaml"
     args.sampling.parent.mkdir(parents=True, exist_ok=True)
     budgetmod.write_config(args.sampling, shares, args.budget, procs)

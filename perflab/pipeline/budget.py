@@ -75,25 +75,35 @@ def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
     left = total_s - startup - sum(reserved.values())
     adaptive = {e: max(s, 1e-9) for e, s in fixed_s.items() if e in ADAPTIVE}
     floor = {e: (least or {}).get(e, MIN_JOB_S) for e in adaptive}
-    if left <= 0 or left < sum(floor.values()):
-        need = startup + sum(reserved.values()) + sum(floor.values())
+    if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):
+        need = startup + sum(reserved.values()) + MIN_JOB_S * len(adaptive)
         raise BudgetError(f"budget {total_s:.0f} s does not cover the start-up of "
-                          f"{len(fixed_s) + other_jobs} jobs ({startup:.0f} s measured), "
-                          f"the jobs that run a fixed count ({sum(reserved.values()):.0f} s) "
-                          f"and the first rounds of the adaptive ones "
-                          f"({sum(floor.values()):.0f} s): give at least {need:.0f} s beyond the "
-                          "pre-flight")
-    # each adaptive job its first rounds, then the rest by its fixed count's weight
+                          f"{len(fixed_s) + other_jobs} jobs ({startup:.0f} s measured) and "
+                          f"the jobs that run a fixed count ({sum(reserved.values()):.0f} s): "
+                          f"give at least {need:.0f} s beyond the pre-flight")
     wsum, spare = sum(adaptive.values()), left - sum(floor.values())
+    if spare < 0:
+        # the first rounds are estimated beyond what is left: each adaptive job runs them
+        # anyway (fewer decide nothing), so the shares follow them and the estimate
+        # (estimate_s with ``least``) says the run will overrun, rather than refusing on an
+        # estimate from the pre-flight's few early steps
+        fsum = sum(floor.values())
+        return {"start-up": startup, **reserved,
+                **{e: left * floor[e] / fsum for e in adaptive}}
+    # each adaptive job its first rounds, then the rest by its fixed count's weight
     out = {"start-up": startup, **reserved,
            **{e: floor[e] + spare * w / wsum for e, w in adaptive.items()}}
     return {k: out[k] for k in ["start-up", *fixed_s]}
 
 
-def estimate_s(shares: Mapping[str, float], fixed_s: Mapping[str, float]) -> float:
+def estimate_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
+               least: Mapping[str, float] | None = None) -> float:
     """The whole run's expected wall: start-ups plus each job's time, which is its fixed-count
-    time when that fits its share and its share when not (a job stops at its budget)."""
-    return shares["start-up"] + sum(min(shares[e], fixed_s[e]) for e in fixed_s)
+    time when that fits its share and its share when not (a job stops at its budget) — but
+    never less than its first rounds (``least``), which it runs whatever its share."""
+    least = least or {}
+    return shares["start-up"] + sum(
+        max(min(shares[e], fixed_s[e]), min(least.get(e, 0.0), fixed_s[e])) for e in fixed_s)
 
 
 def estimate_low_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
@@ -102,7 +112,8 @@ def estimate_low_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
     adaptive job that decides early stops well inside its share, so :func:`estimate_s` is
     the high end and this the low end."""
     return shares["start-up"] + sum(
-        min(shares[e], fixed_s[e], least.get(e, shares[e])) for e in fixed_s)
+        min(fixed_s[e], least[e]) if e in least else min(shares[e], fixed_s[e])
+        for e in fixed_s)
 
 
 def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
