@@ -27,8 +27,10 @@ from perflab.experiments.e05_phases import (
     EID,
     ENTRIES_PER_STEP,
     FED_BY_LOADER,
+    INPUT_SHARE_DECISION,
     INTERLEAVED_BLOCKS,
     NOSYNC,
+    OPTIMIZER_SHARE_DECISION,
     PHASE_SHARE,
     PHASE_TIME,
     SERVED_BATCH,
@@ -45,8 +47,8 @@ from perflab.pipeline.runner import run
 
 #: the shares the diagnosis decides on, each the phases it sums and its threshold (%):
 #: with a budget (sampling.rule adaptive) the blocks stop once both are decided
-DECIDING = {"input_share": (("input_wait", "host_to_device"), "INPUT_SHARE_PCT"),
-            "optimizer_share": (("optimizer",), "OPTIMIZER_SHARE_PCT")}
+DECIDING = {INPUT_SHARE_DECISION: (("input_wait", "host_to_device"), "INPUT_SHARE_PCT"),
+            OPTIMIZER_SHARE_DECISION: (("optimizer",), "OPTIMIZER_SHARE_PCT")}
 
 
 def measure(ctx):

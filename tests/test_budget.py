@@ -276,3 +276,33 @@ def test_the_estimate_is_a_range_from_first_looks_to_spent_shares():
                                         for e in ("C00", "E05")))
     assert f"estimated {10 + lo:.0f}-{10 + hi:.0f} s from the command" in \
         budget.line(70, shares, 10.0, hi, lo)
+
+
+def test_a_share_decided_by_its_anytime_interval_is_not_near_its_threshold():
+    import pandas as pd
+
+    from perflab.core import io
+    from perflab.core.names import PHASES
+    from perflab.experiments.c00_calibration import AA_FLOOR
+    from perflab.views import diagnose
+
+    def row(eid, variant, metric, value, reason=""):
+        return {**_decision_row(eid, variant, reason), "metric": metric, "value": value,
+                "statistic": "value"}
+
+    shares = {p: 5.0 for p in PHASES}
+    shares.update(input_wait=20.0, host_to_device=1.0, optimizer=40.0, forward=14.0,
+                  backward=10.0)
+    base = [row("E05", f"sync/{p}", "phase_share", v) for p, v in shares.items()]
+    base.append(row("C00", AA_FLOOR[0], AA_FLOOR[1], 30.0))  # a wide floor: both shares near
+
+    def finding(extra, name):
+        d = diagnose.diagnose(pd.DataFrame(base + extra, columns=io.COLUMNS))
+        return next(f for f in d.findings if f.bottleneck == name)
+
+    assert finding([], "optimizer").borderline  # the floor alone: near
+    decided = _decision_row("E05", "optimizer_share", "decided: above 25 % (...)")
+    undecided = _decision_row("E05", "optimizer_share", "undecided within budget (...)")
+    assert finding([decided], "optimizer").borderline == ""
+    assert finding([undecided], "optimizer").borderline
+    assert finding([decided], "input_pipeline").borderline  # its own share was not decided

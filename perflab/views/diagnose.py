@@ -290,13 +290,22 @@ def _fmt(v: float | None, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
+def _decided(r: _Rows, source: str) -> bool:
+    """Was ``source`` ("E05 input_share") sampled under a budget and decided?"""
+    return any(s.source == source and s.decided for s in sampled(r.rows))
+
+
 def _near(r: _Rows, value: float, threshold: float, what: str,
-          spread: tuple[Reading, Reading] | None = None) -> str:
+          spread: tuple[Reading, Reading] | None = None, sampled_as: str = "") -> str:
     """Why ``value`` (% of the step) may read the other way in another run, or "".
 
     Within this run's A/A floor (C00, % of the step) of the threshold, or the threshold
-    inside the per-step spread (R02's p25..p75 of the same share).
+    inside the per-step spread (R02's p25..p75 of the same share) — unless the share was
+    sampled under a budget and decided (``sampled_as``): its anytime-valid interval clears
+    the threshold, the stronger evidence of the two.
     """
+    if sampled_as and _decided(r, sampled_as):
+        return ""
     floor = calibration.noise_floor_pct(r.rows)
     if floor is not None and abs(value - threshold) < floor:
         return (f"{what} ({value:.1f}%) is within this run's A/A floor ({floor:.2g}%, C00) "
@@ -344,7 +353,8 @@ def _input_pipeline(r: _Rows) -> Finding:
     f = Finding("input_pipeline", FITS if ok else RULED_OUT,
                 f"the loader's wait + host-to-device are {share:.1f}% of the step "
                 f"({'>=' if ok else '<'} {INPUT_SHARE_PCT:g}%, E05){fed}", [wait, h2d])
-    f.borderline = _near(r, share, INPUT_SHARE_PCT, "the input share")
+    f.borderline = _near(r, share, INPUT_SHARE_PCT, "the input share",
+                         sampled_as=f"{e05.EID} {e05.INPUT_SHARE_DECISION}")
     return f
 
 
@@ -572,7 +582,8 @@ def _optimizer(r: _Rows) -> Finding:
                 + ("" if largest == "optimizer" else f"; {largest} is larger "
                    f"({shares[largest].value:.1f}%)"), evidence)
     if largest == "optimizer":
-        f.borderline = _near(r, opt.value, OPTIMIZER_SHARE_PCT, "the optimizer share")
+        f.borderline = _near(r, opt.value, OPTIMIZER_SHARE_PCT, "the optimizer share",
+                             sampled_as=f"{e05.EID} {e05.OPTIMIZER_SHARE_DECISION}")
     return f
 
 
