@@ -68,12 +68,18 @@ def _resolved(extra=None):
                            **(extra or {})}, check_device=False)
 
 
-def test_rule_fixed_leaves_contracts_unchanged():
+def test_rule_fixed_is_its_own_contract_and_carries_no_share():
+    """A fixed-count run measures otherwise than the default adaptive one: its contract (the
+    cache key) differs, so switching the rule never reuses the other rule's results; a budget
+    share changes nothing under fixed, so it stays out of the contract."""
     plain = _resolved()
-    fixed = _resolved({"sampling": {"rule": "fixed", "budget_s": 60,
-                                    "job_budget_s": {"E05": 10.0}}})
+    fixed = _resolved({"sampling": {"rule": "fixed"}})
+    fixed_shared = _resolved({"sampling": {"rule": "fixed", "budget_s": 60,
+                                           "job_budget_s": {"E05": 10.0}}})
     for eid in ("C00", "E05"):
-        assert cfgmod.contract(plain, eid) == cfgmod.contract(fixed, eid)
+        assert cfgmod.contract(plain, eid) != cfgmod.contract(fixed, eid)
+        assert cfgmod.contract(fixed, eid) == cfgmod.contract(fixed_shared, eid)
+    assert sampling.rule(cfgmod.contract(fixed, "E05")) == sampling.FIXED
 
 
 def test_a_budget_share_enters_only_its_jobs_contract():
