@@ -16,11 +16,11 @@ loop's logging would. On CPU host_to_device is a no-op copy and the syncs are
 no-ops.
 """
 
-import time
-
 from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
+import time  # noqa: E402
 
 from perflab.core.names import SAMPLING_DECISION, STEP_LATENCY
 from perflab.experiments.e05_phases import (

@@ -13,11 +13,11 @@ how much of the step is the host. CUDA events need a CUDA device: on CPU those
 rows are written as unsupported, with the reason.
 """
 
-import time
-
 from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
+
+import time  # noqa: E402
 
 from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments.e06_events_vs_wall import (

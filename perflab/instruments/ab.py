@@ -164,7 +164,7 @@ def decision_row(ctx: Any, variant: str, decision: Any, floor_pct: float | None,
              else "against a floor of 0 (no A/A floor in this job: only the exclusion of 0 "
              "decides)")
     ctx.row(variant=variant, metric=SAMPLING_DECISION, value=float(decision.n), unit="blocks",
-            n=decision.n, window=f"{line}{DECISION_SEP} change {basis}; at most "
+            n=decision.n, reason=line, window=f"{line}{DECISION_SEP} change {basis}; at most "
             f"{most} blocks{extra}",
             sync_boundary="perflab.instruments.sequential.compare on the per-block relative "
             "differences of the interleaved block medians", **kw)
