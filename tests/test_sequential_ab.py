@@ -129,7 +129,7 @@ def _decisions(ctx) -> list[dict]:
 
 def test_context_interleaved_under_the_fixed_rule_runs_the_configured_blocks(tiny_contract):
     ctx = _ctx(tiny_contract, rule="fixed")
-    ctx.stop_floor_pct = 5.0
+    ctx.stop_floor = lambda pairs: 5.0
     res = ctx.interleaved(_sleeper(1), _sleeper(4), blocks=3, inner=2, warmup=0,
                           variant="b_minus_a")
     assert len(res.a_blocks) == 3 and len(res.a_samples) == 6
@@ -140,7 +140,7 @@ def test_context_interleaved_adaptive_stops_a_clear_change_and_says_so(tiny_cont
     from perflab.instruments import ab
 
     ctx = _ctx(tiny_contract)  # no sampling section: the default rule, adaptive
-    ctx.stop_floor_pct = 5.0
+    ctx.stop_floor = lambda pairs: 5.0
     res = ctx.interleaved(_sleeper(1), _sleeper(4), blocks=12, inner=3, warmup=1,
                           variant="b_minus_a")
     most, small = timing.adaptive_sizes(12, 3)
@@ -160,7 +160,7 @@ def test_an_undecided_adaptive_ab_says_undecided_within_budget(tiny_contract):
     from perflab.instruments import ab
 
     ctx = _ctx(tiny_contract)
-    ctx.stop_floor_pct = None  # no floor: only excluding 0 decides, and A is B
+    ctx.stop_floor = None  # no floor: only excluding 0 decides, and A is B
     ctx.interleaved(_sleeper(1), _sleeper(1), blocks=2, inner=1, warmup=0, variant="b_minus_a")
     (row,) = _decisions(ctx)
     assert ab.undecided(row["window"]), row["window"]
@@ -175,7 +175,7 @@ def test_the_stop_floor_is_read_from_c00_beside_the_job(tmp_path):
     job = tmp_path / "e07_optimizers.csv"
     assert runner._run_floor(str(job)) is None  # no C00 results: no floor
     io.atomic_write_csv(tmp_path / "c00_calibration.csv", rows(*floor(3.5)))
-    assert runner._run_floor(str(job)) == pytest.approx(3.5)
+    assert runner._run_floor(str(job))(12) == pytest.approx(3.5)
     # a job that writes into its experiment's own folder (E20's cold job) finds it one up
-    assert runner._run_floor(str(tmp_path / "e20_compile_cache" / "cold.csv")) == \
+    assert runner._run_floor(str(tmp_path / "e20_compile_cache" / "cold.csv"))(12) == \
         pytest.approx(3.5)

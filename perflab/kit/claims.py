@@ -48,7 +48,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from perflab.core.names import SAMPLING_DECISION, SAMPLING_FIXED_PAIRS
+from perflab.core.names import SAMPLING_DECISION
 from perflab.core.rows import Absent, Rows, Unmeasured
 from perflab.instruments import ab
 
@@ -130,9 +130,7 @@ def _floor(ev: Evidence, eid: str | None = None, variant: str | None = None) -> 
     if eid is not None and ev.has(eid):
         own = ev.of(eid)
         # an adaptive A/B's shorter blocks count as the fixed contract's pairs they fill
-        pairs = ev.maybe(eid, variant, SAMPLING_FIXED_PAIRS, "value")
-        if pairs is None:
-            pairs = ev.floors.ab_pairs(own[own.variant == variant])
+        pairs = ev.floors.ab_pairs(own[own.variant == variant])
     # C00's rows, split off once per run (Rows.of), not the whole frame on every claim
     return ev.floors.noise_floor_pct(ev.of(ev.aa_source), pairs)
 
