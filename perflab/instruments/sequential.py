@@ -330,7 +330,9 @@ def against(diffs_pct: Sequence[float], thresholds: Sequence[float], floor_pct: 
     whole interval lies within the floor of it for the most observations the budget allows
     (``floor_pct(max_n)``; the narrowest: an early stop is never judged against a wider
     floor than the budget would have had). The state of each threshold is in ``parts``.
-    ``floor_pct`` None: only the exclusion of a threshold decides it."""
+    ``floor_pct`` None: only the exclusion of a threshold decides it. Futile (stop
+    undecided) by the projection only for the A/B's own question (:data:`NO_CHANGE`); with
+    a claim's thresholds, only when ``max_n`` are spent."""
     ts = tuple(float(t) for t in thresholds)
     if not ts:
         raise ValueError("an A/B needs at least one threshold to be judged against")
@@ -357,7 +359,12 @@ def against(diffs_pct: Sequence[float], thresholds: Sequence[float], floor_pct: 
         return Decision(state, n, est, low, high, band, None, False, alpha, parts)
     more = _more(x, statistic, _rho(statistic, n_opt, alpha), alpha,
                  lambda a, b, m: _settled(parts_of(a, b, est, m)) != UNDECIDED)
-    futile = _futile(n, more, max_n, min_n)
+    # a claim's own thresholds: sampled until decided or the budget is spent. The futility
+    # projection holds today's estimate, and its distance from the threshold, set against a
+    # floor that narrows with n, is too noisy to stop on: in tests/test_sequential_ab.py's
+    # C40-like case it cut the claims decided from 82 % to 64 % (the fixed contract: 78 %)
+    futile = (_futile(n, more, max_n, min_n) if ts == NO_CHANGE
+              else max_n is not None and n >= max_n)
     return Decision(UNDECIDED, n, est, low, high, band, more, futile, alpha, parts)
 
 
