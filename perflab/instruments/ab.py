@@ -207,9 +207,24 @@ def decision_line(window: str) -> str:
     return window.split(DECISION_SEP)[0]
 
 
-def undecided(window: str) -> bool:
+def undecided(window: str, threshold: float | None = None) -> bool:
     """Whether a ``sampling_decision`` row's window says the stopping rule ran out of budget
-    undecided: such an A/B supports no change either way, whatever its medians say."""
+    undecided: such an A/B supports no change either way, whatever its medians say.
+
+    ``threshold``: undecided on that one threshold (% of A): an A/B stopped on a claim's
+    thresholds lists each with its state ("-50 % (higher), 0 % (undecided)"); one it did not
+    stop on (not listed) was not asked, so the rule says nothing of it. A line without such
+    a list is the one threshold 0."""
+    import re
+
     from perflab.instruments import sequential as seq
 
-    return decision_line(window).startswith(seq.UNDECIDED)
+    line = decision_line(window)
+    if not line.startswith(seq.UNDECIDED):
+        return False
+    parts = re.findall(r"(-?[0-9.e+-]+) % \(([a-z ]+)\)", line)
+    if threshold is None:
+        return True
+    if not parts:
+        return threshold == 0
+    return any(float(t) == threshold and state == seq.UNDECIDED for t, state in parts)

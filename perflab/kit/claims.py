@@ -172,14 +172,17 @@ def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | 
 NOISE_SOURCES.append(aa_floor)
 
 
-def sampling_undecided(ev: Evidence, eid: str, variant: str) -> str | None:
-    """The stopping rule's line where an adaptive A/B ran out of budget undecided (its
-    ``sampling_decision`` row, perflab.instruments.ab.decision_row), else None: an
-    undecided comparison supports nothing, whatever its medians say."""
+def sampling_undecided(ev: Evidence, eid: str, variant: str, threshold_pct: float = 0.0
+                       ) -> str | None:
+    """The stopping rule's line where an adaptive A/B ran out of budget undecided on
+    ``threshold_pct`` (0: any change; its ``sampling_decision`` row,
+    perflab.instruments.ab.decision_row), else None: an undecided comparison supports
+    nothing, whatever its medians say. An A/B stopped on other thresholds only (a claim's
+    own) was not asked about this one: None."""
     if ev.maybe(eid, variant, SAMPLING_DECISION, "value") is None:
         return None
     window = str(ev.row(eid, variant, SAMPLING_DECISION, "value")["window"])
-    return ab.decision_line(window) if ab.undecided(window) else None
+    return ab.decision_line(window) if ab.undecided(window, threshold_pct) else None
 
 
 def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,
