@@ -36,7 +36,10 @@ Two rules read the interval:
 - :func:`compare`: an A/B's per-block relative differences against the A/A floor, by the
   rule :func:`perflab.instruments.stats.judge` applies to a fixed count (the interval
   excludes 0 and the estimate is beyond the floor), made valid under peeking; INSIDE when the
-  whole interval lies within the floor.
+  whole interval lies within the floor;
+- :func:`against`: the same for each threshold a claim sets the change against (2x, 5 %,
+  both edges of a band), with a floor that may narrow as observations grow (C00's, for the
+  pairs run); :func:`compare` is it with the one threshold 0.
 
 An undecided state carries ``more_n``: about how many more observations would decide it if
 the estimate and spread held; ``futile`` when that exceeds what the budget allows, so the
