@@ -37,6 +37,9 @@ SAMPLING_DECISION = "sampling_decision"
 #: the floor's own length would hold the A/B to too narrow a floor)
 SAMPLING_FIXED_PAIRS = "sampling_fixed_pairs"
 PHASE_SHARE = "phase_share"  # a phase's share of the step (%)
+#: a quantity sampled in rounds under a budget (sampling.rule adaptive): its estimate; the
+#: row's reason is its one line, "decided: ..." or "undecided within budget (...)"
+SAMPLING_DECISION = "sampling_decision"
 #: the sync boundaries a timed row names (its ``sync_boundary`` column)
 SYNCED_CALL = "synchronized at both ends of each call"
 SYNCED_PHASES = "device synchronized at each phase boundary"

@@ -295,6 +295,30 @@ def aa_floor_pct(a_blocks: Sequence[float], b_blocks: Sequence[float], *,
     return float(np.quantile(np.abs(rel), confidence))
 
 
+def aa_floor_interval_pct(a_blocks: Sequence[float], b_blocks: Sequence[float], *,
+                          pairs: int | None = None, level: float = 0.90,
+                          n_outer: int = 100, n_resamples: int = 400,
+                          seed: int = 0) -> tuple[float, float]:
+    """How precisely :func:`aa_floor_pct` is known from these blocks: the ``level``
+    percentile interval of the floor over bootstrap resamples of the block pairs (each
+    resample's floor recomputed, ``n_resamples`` inner draws; seeded). A precision to stop
+    measuring the floor on, not a decision: the floor is an estimate that comparisons
+    read, and they need it only so closely."""
+    a_arr, b_arr = np.asarray(a_blocks, dtype=float), np.asarray(b_blocks, dtype=float)
+    if a_arr.size < 2 or a_arr.size != b_arr.size:
+        raise ValueError("an A/A floor's interval needs as many blocks of A as of B (at "
+                         "least two)")
+    rng = np.random.default_rng(seed)
+    floors = []
+    for _ in range(n_outer):
+        idx = rng.integers(0, a_arr.size, a_arr.size)
+        floors.append(aa_floor_pct(a_arr[idx], b_arr[idx], pairs=pairs,
+                                   n_resamples=n_resamples, seed=int(rng.integers(2 ** 31))))
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(floors, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
 def process_floor_pct(*groups: Sequence[float],
                       confidence: float = AA_FLOOR_CONFIDENCE) -> float:
     """The between-process A/A floor in %: how far one fresh process's statistic lands from
