@@ -349,7 +349,7 @@ def against(diffs_pct: Sequence[float], thresholds: Sequence[float], floor_pct: 
         return tuple((t, _against_one(a, b, e, t, now, min(end, now))) for t in ts)
 
     now = _floor_at(floor_pct, n)
-    band = (-now, now) if ts == NO_CHANGE else (min(ts), max(ts))
+    band = (-now or 0.0, now) if ts == NO_CHANGE else (min(ts), max(ts))
     if n < max(min_n, 2):
         est = float(np.median(x)) if n else math.nan
         return Decision(UNDECIDED, n, est, -math.inf, math.inf, band, None,
