@@ -70,6 +70,75 @@ def rates(effect_pct: float, runs: int, seed: int, **kw) -> dict[str, float]:
             "mean_blocks": float(np.mean([n for _, n in got]))}
 
 
+# ------------------------------------------------------------------ a claim's own threshold
+#: C40's shape (E19's pair: 24 fixed block pairs of 30 calls, judged against a threshold of
+#: its own): the spread (%) of one fixed block pair's relative difference, and C00's floor
+#: for m pairs, the 95 % bound of a median of m such differences (docs/sampling.md), looked
+#: up as perflab.experiments.floors.noise_floor_pct looks it up (the largest count written
+#: not above the pairs, else the fewest's)
+CLAIM_BLOCKS, CLAIM_INNER, CLAIM_SPREAD = 24, 30, 10.0
+
+
+def claim_floor(pairs: float) -> float:
+    from perflab.experiments.c00_calibration import FLOOR_PAIRS
+
+    fitting = [m for m in FLOOR_PAIRS if m <= pairs]
+    m = max(fitting) if fitting else min(FLOOR_PAIRS)
+    return 1.96 * 1.25 * CLAIM_SPREAD / m ** 0.5
+
+
+def claim_decided(a: list[float], b: list[float], threshold_pct: float, pairs: float) -> bool:
+    """The claim's judgement of the blocks run (perflab.kit.claims.ab_against): the A/B's
+    bootstrap interval (perflab.instruments.stats.judge) excludes the threshold, and its
+    effect lies farther from it than C00's floor for the fixed pairs the blocks fill."""
+    from perflab.instruments import stats
+
+    j = stats.judge(a, b, n_resamples=400)
+    lo, hi = sorted((100 * j.ci_low / np.median(a), 100 * j.ci_high / np.median(a)))
+    return not lo <= threshold_pct <= hi and \
+        abs(j.relative_pct - threshold_pct) > claim_floor(pairs)
+
+
+def _claim_blocks(rng: np.random.Generator, effect_pct: float, k: int, calls: int,
+                  a: list[float], b: list[float]) -> None:
+    """``k`` more simulated block pairs of ``calls`` calls: a shorter block's difference
+    spreads by sqrt(fixed calls / calls) more."""
+    spread = CLAIM_SPREAD * (CLAIM_INNER / calls) ** 0.5
+    for _ in range(k):
+        drift = 10.0 * rng.lognormal(0.0, DRIFT)
+        a.append(drift)
+        b.append(drift * (1 + (effect_pct + rng.normal(0.0, spread)) / 100))
+
+
+def claim_rates(effect_pct: float, threshold_pct: float, runs: int, seed: int,
+                thresholds: tuple[float, ...] | None = None) -> dict[str, float]:
+    """Over ``runs`` seeded A/Bs B ``effect_pct`` % slower than A: the share whose claim
+    (against ``threshold_pct``) is decided under the fixed contract and under the adaptive
+    rule stopping on ``thresholds`` (default: the claim's own; seq.NO_CHANGE: the A/B's
+    own question), and the adaptive's mean block pairs (of CLAIM_INNER / 3 calls)."""
+    most, small = timing.adaptive_sizes(CLAIM_BLOCKS, CLAIM_INNER)
+    rng = np.random.default_rng(seed)
+    fixed, adaptive, blocks = [], [], []
+    for _ in range(runs):
+        a: list[float] = []
+        b: list[float] = []
+        _claim_blocks(rng, effect_pct, CLAIM_BLOCKS, CLAIM_INNER, a, b)
+        fixed.append(claim_decided(a, b, threshold_pct, CLAIM_BLOCKS))
+        a, b = [], []
+
+        def run_round(k: int) -> tuple[list[float], list[float]]:
+            _claim_blocks(rng, effect_pct, k, small, a, b)
+            return a, b
+
+        d = timing.rounds_until_decided(
+            run_round, floor_pct=lambda n: claim_floor(n * small / CLAIM_INNER),
+            max_blocks=most, thresholds=thresholds or (threshold_pct,))
+        adaptive.append(claim_decided(a, b, threshold_pct, d.n * small / CLAIM_INNER))
+        blocks.append(d.n)
+    return {"fixed": float(np.mean(fixed)), "adaptive": float(np.mean(adaptive)),
+            "mean_blocks": float(np.mean(blocks)), "max_blocks": float(most)}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=2000)
@@ -86,6 +155,15 @@ def main(argv=None) -> None:
               f"{r['within']:.3f}, undecided {r['undecided']:.3f}; mean blocks "
               f"{r['mean_blocks']:.1f} (fixed {FIXED_STRETCHES} stretches, max {mx}); saved "
               f"{1 - r['mean_blocks'] / FIXED_STRETCHES:+.0%}")
+    print(f"a claim's own threshold (-20 %), {CLAIM_BLOCKS} fixed pairs of {CLAIM_INNER} "
+          f"calls, block spread {CLAIM_SPREAD} %; claims decided, {args.runs // 5} runs each:")
+    for label, eff, on in (("clear of it", -13.0, None), ("on it", -20.0, None),
+                           ("clear, stopping on 0", -13.0, seq.NO_CHANGE)):
+        r = claim_rates(eff, -20.0, args.runs // 5, args.seed, on)
+        print(f"{label:>20}: fixed {r['fixed']:.3f}, adaptive {r['adaptive']:.3f} in "
+              f"{r['mean_blocks']:.1f} pairs of {CLAIM_INNER // 3} calls (at most "
+              f"{r['max_blocks']:.0f}; the fixed contract's calls fill "
+              f"{3 * CLAIM_BLOCKS})")
 
 
 if __name__ == "__main__":

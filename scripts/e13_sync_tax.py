@@ -43,6 +43,7 @@ from perflab.experiments.e13_sync_tax import (
     RUNNING_MEAN,
     SMALL,
     STEP_LATENCY,
+    STOP_AT,
     TAX,
     THROUGHPUT,
     THROUGHPUT_PCT_OF_NONE,
@@ -79,7 +80,8 @@ def sync_tax(ctx, prefix, name, label):
     warm_calls = max(1, math.ceil(t["warmup"] / k))
     res = ctx.interleaved(profiling.free_running(step, k),
                           profiling.free_running(step_and_read, k), blocks=p["blocks"],
-                          inner=calls, warmup=warm_calls, variant=tax_variant(prefix))
+                          inner=calls, warmup=warm_calls, variant=tax_variant(prefix),
+                          stop_at=STOP_AT[prefix])
     n_blocks, calls = len(res.a_blocks), len(res.a_samples) // max(1, len(res.a_blocks))
     per_step = [[v / k for v in res.a_samples], [v / k for v in res.b_samples]]
     blocks = [[v / k for v in res.a_blocks], [v / k for v in res.b_blocks]]

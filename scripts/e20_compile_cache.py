@@ -141,8 +141,8 @@ def _cached_artifact_pair(ctx, model, x, fresh) -> None:
             window="one forward of each on the same input and state",
             sync_boundary="outputs compared on the host", **kw)
     res = ctx.interleaved(fresh, loaded, blocks=p["blocks"], inner=p["inner"],
-                          warmup=t["warmup"], variant=f"{e20.CACHED_V}_minus_{e20.FRESH_V}",
-                          **kw)
+                          warmup=t["warmup"], variant=e20.ARTIFACT_DIFF,
+                          stop_at=e20.STEADY_STOP_AT, **kw)
     window = (f"{timing.ab_window(res, t['warmup'])}: "
               "the cold compile's code vs the code its cache serves, one process")
     d = ctx.ab(res, a=e20.FRESH_V, b=e20.CACHED_V, window=window,

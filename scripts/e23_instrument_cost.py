@@ -36,11 +36,13 @@ from perflab.experiments.e23_instrument_cost import (
     PHASE_SYNC,
     PROFILER,
     STEP_LATENCY,
+    STOP_AT,
     baseline_variant,
     cost_variant,
     instrumented_variant,
 )
 from perflab.instruments import phases, profiling, steps, timing
+from perflab.instruments.sequential import NO_CHANGE
 from perflab.instruments.steps import PHASES
 from perflab.pipeline.runner import run
 
@@ -57,7 +59,8 @@ def _ab(ctx, key, fa, fb, a_sync, b_sync, what):
     calls = max(1, p["inner"] // k)
     res = ctx.interleaved(profiling.free_running(fa, k), profiling.free_running(fb, k),
                           blocks=p["blocks"], inner=calls,
-                          warmup=max(1, math.ceil(t["warmup"] / k)), variant=cost_variant(key))
+                          warmup=max(1, math.ceil(t["warmup"] / k)), variant=cost_variant(key),
+                          stop_at=STOP_AT.get(key, NO_CHANGE))
     n_blocks, calls = len(res.a_blocks), len(res.a_samples) // max(1, len(res.a_blocks))
     block_of = [i for i in range(n_blocks) for _ in range(calls)]
     window = (f"{INSTRUMENTS[key]}: {what}; interleaved A/B, {n_blocks} blocks per side "

@@ -317,7 +317,7 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
         res = timing.interleaved_ab(fa, fb, blocks=p["blocks"], inner=calls, warmup=1,
                                     sync=ctx.sync)
     else:
-        res = _sequential_pair(ctx, iv, fa, fb, p["blocks"] * calls)
+        res = _sequential_pair(ctx, iv, fa, fb, p["blocks"], calls)
         calls = 1
     n_blocks = len(res.a_blocks)
     block_of = [i for i in range(n_blocks) for _ in range(calls)]
@@ -350,20 +350,28 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
     return pc
 
 
-def _sequential_pair(ctx, iv, fa, fb, fixed_stretches: int) -> timing.ABResult:
+def _sequential_pair(ctx, iv, fa, fb, blocks: int, calls: int) -> timing.ABResult:
     """The adaptive A/B (issue 40): rounds of one-stretch block pairs until the per-block
     change is decided against C00's A/A floor (0 without one), at most twice the stretches
-    the fixed contract times or this intervention's share of W01's job budget; a
-    ``sampling_decision`` row says which. One stretch a block: the rule's sequence needs
-    about ten blocks to decide even a clear change, so small blocks are where time is saved
-    (scripts/bench_sequential.py)."""
-    floor = ctx.noise_floor_pct
+    the fixed contract's ``blocks`` pairs of ``calls`` stretches time, or this
+    intervention's share of W01's job budget; a ``sampling_decision`` row says which, and a
+    ``sampling_fixed_pairs`` row how many of the fixed contract's pairs the one-stretch
+    pairs fill (the pair count its floor is looked up at, here to stop and later to judge).
+    One stretch a block: the rule's sequence needs about ten blocks to decide even a clear
+    change, so small blocks are where time is saved (scripts/bench_sequential.py)."""
+    at = ctx.stop_floor
+
+    def floor(n: int) -> float | None:  # n one-stretch pairs: the floor of the pairs they fill
+        return None if at is None else at(ab.fixed_pairs(n, 1, calls))
+
     share = _budget_share_s(ctx)
-    most = MAX_BLOCKS_FACTOR * fixed_stretches
+    most = MAX_BLOCKS_FACTOR * blocks * calls
     res, d = timing.sequential_ab(fa, fb, max_blocks=most, inner=1, warmup=1, sync=ctx.sync,
                                   floor_pct=floor, deadline_s=share)
-    line = ab.decision_row(ctx, names.variant(iv.name, names.CHANGE), d, floor, most,
+    change = names.variant(iv.name, names.CHANGE)
+    line = ab.decision_row(ctx, change, d, floor, most,
                            f" or {share:.0f} s" if share is not None else "")
+    ab.fixed_pairs_row(ctx, change, d.n, 1, calls)
     ctx.log(f"{iv.name}: {line}")
     return res
 
@@ -485,16 +493,20 @@ def measure_one_in(result_dir: Path):
     """measure_one, its adaptive A/B held to C00's A/A floor where this run's results hold
     one (the floor only decides when to stop sampling; the verdict reads it again when
     aggregating)."""
-    floor = None
+    frame = None
     if files := context_csvs(Path(result_dir)):
         import pandas as pd
 
-        from perflab.experiments import floors
-
-        floor = floors.noise_floor_pct(pd.concat(pd.read_csv(f) for f in files))
+        frame = pd.concat(pd.read_csv(f) for f in files)
 
     def measure(ctx):
-        ctx.noise_floor_pct = floor
+        from perflab.experiments import floors
+
+        if frame is not None and floors.noise_floor_pct(frame) is not None:
+            ctx.noise_floor_pct = floors.noise_floor_pct(frame)
+            # the floor for the fixed contract's pairs an A/B's stretches fill (C00's
+            # narrows as they grow), what the stopping rule stops against
+            ctx.stop_floor = lambda pairs: floors.noise_floor_pct(frame, pairs)
         measure_one(ctx)
     return measure
 

@@ -107,7 +107,13 @@ def test_an_ab_the_stopping_rule_left_undecided_supports_nothing():
     for line, want in (("undecided within budget (24 blocks, 95% anytime interval -0.4..5 % "
                         "against the floor)", claims.INCONCLUSIVE),
                        ("decided: higher (95% anytime interval 1.2..4 %, 12 blocks)",
-                        claims.REPRODUCED)):
+                        claims.REPRODUCED),
+                       # stopped on the claim's thresholds: only 0's own state gates the
+                       # "real" part (the 5 % bound is judged by its own interval)
+                       ("undecided within budget (24 blocks, 95% anytime interval 1.2..4 % "
+                        "against 0 % (higher), 5 % (undecided))", claims.REPRODUCED),
+                       ("undecided within budget (24 blocks, 95% anytime interval -0.4..5 % "
+                        "against 0 % (undecided), 5 % (lower))", claims.INCONCLUSIVE)):
         specs, window = _stopped(line)
         frame = with_floor(0.5, *base, *specs)
         frame.loc[frame.metric == SAMPLING_DECISION, "window"] = \

@@ -129,7 +129,7 @@ def _decisions(ctx) -> list[dict]:
 
 def test_context_interleaved_under_the_fixed_rule_runs_the_configured_blocks(tiny_contract):
     ctx = _ctx(tiny_contract, rule="fixed")
-    ctx.stop_floor_pct = 5.0
+    ctx.stop_floor = lambda pairs: 5.0
     res = ctx.interleaved(_sleeper(1), _sleeper(4), blocks=3, inner=2, warmup=0,
                           variant="b_minus_a")
     assert len(res.a_blocks) == 3 and len(res.a_samples) == 6
@@ -140,7 +140,7 @@ def test_context_interleaved_adaptive_stops_a_clear_change_and_says_so(tiny_cont
     from perflab.instruments import ab
 
     ctx = _ctx(tiny_contract)  # no sampling section: the default rule, adaptive
-    ctx.stop_floor_pct = 5.0
+    ctx.stop_floor = lambda pairs: 5.0
     res = ctx.interleaved(_sleeper(1), _sleeper(4), blocks=12, inner=3, warmup=1,
                           variant="b_minus_a")
     most, small = timing.adaptive_sizes(12, 3)
@@ -160,7 +160,7 @@ def test_an_undecided_adaptive_ab_says_undecided_within_budget(tiny_contract):
     from perflab.instruments import ab
 
     ctx = _ctx(tiny_contract)
-    ctx.stop_floor_pct = None  # no floor: only excluding 0 decides, and A is B
+    ctx.stop_floor = None  # no floor: only excluding 0 decides, and A is B
     ctx.interleaved(_sleeper(1), _sleeper(1), blocks=2, inner=1, warmup=0, variant="b_minus_a")
     (row,) = _decisions(ctx)
     assert ab.undecided(row["window"]), row["window"]
@@ -175,7 +175,71 @@ def test_the_stop_floor_is_read_from_c00_beside_the_job(tmp_path):
     job = tmp_path / "e07_optimizers.csv"
     assert runner._run_floor(str(job)) is None  # no C00 results: no floor
     io.atomic_write_csv(tmp_path / "c00_calibration.csv", rows(*floor(3.5)))
-    assert runner._run_floor(str(job)) == pytest.approx(3.5)
+    assert runner._run_floor(str(job))(12) == pytest.approx(3.5)
     # a job that writes into its experiment's own folder (E20's cold job) finds it one up
-    assert runner._run_floor(str(tmp_path / "e20_compile_cache" / "cold.csv")) == \
+    assert runner._run_floor(str(tmp_path / "e20_compile_cache" / "cold.csv"))(12) == \
         pytest.approx(3.5)
+
+
+# ------------------------------------------------------------------ a claim's own threshold
+#: Monte-Carlo slack of a share over CLAIM_RUNS seeded A/Bs (about two standard errors)
+CLAIM_RUNS, CLAIM_SLACK = 200, 0.06
+
+
+def test_a_claim_the_fixed_contract_decides_the_adaptive_decides_too():
+    """C40's shape: the change (-13 %) sits 7 points from the claim's threshold (-20 %), more
+    than C00's floor for the fixed contract's 24 pairs (5 %) but less than its floor for the
+    few pairs a stop on 0 fills. Stopping on the claim's threshold decides the claim at
+    least as often as the fixed contract; stopping on 0 (the rule before) does not."""
+    own = BENCH.claim_rates(-13.0, -20.0, CLAIM_RUNS, seed=11)
+    assert own["fixed"] >= 0.6, own  # a case the fixed contract decides
+    assert own["adaptive"] >= own["fixed"] - CLAIM_SLACK, own
+    assert own["mean_blocks"] < own["max_blocks"], own  # and it stops before the budget
+    on_zero = BENCH.claim_rates(-13.0, -20.0, CLAIM_RUNS, seed=11, thresholds=seq.NO_CHANGE)
+    assert on_zero["adaptive"] < own["fixed"] - 0.2, on_zero  # the regression it fixes
+
+
+def test_a_claim_inside_the_noise_stays_undecided_under_both_rules():
+    """The change sits on the claim's threshold: neither contract decides the claim (beyond
+    the error rate), and the adaptive rule says so after its budget, not sooner."""
+    r = BENCH.claim_rates(-20.0, -20.0, CLAIM_RUNS, seed=12)
+    assert r["fixed"] <= seq.ALPHA + CLAIM_SLACK / 2, r
+    assert r["adaptive"] <= seq.ALPHA + CLAIM_SLACK / 2, r
+
+
+def test_within_the_floor_is_called_only_inside_the_floor_the_budget_allows():
+    """Values centred on the threshold, spread so that the interval lies inside the floor
+    for the pairs run (10 %) but not inside the floor for the budget's (2 %): undecided, not
+    'within the floor' (the claim at the budget's pairs might still decide it)."""
+    x = np.random.default_rng(13).normal(5.0, 2.0, 40)
+    narrowing = seq.against(x, (5.0,), lambda n: 10.0 if n < 80 else 2.0, max_n=80)
+    assert narrowing.state == seq.UNDECIDED and not narrowing.futile, narrowing
+    flat = seq.against(x, (5.0,), 10.0, max_n=80)
+    assert flat.state == f"{seq.WITHIN_FLOOR} of 5 %", flat
+
+
+def test_every_threshold_must_be_decided_and_beyond_the_floor_for_the_pairs_run():
+    x = np.random.default_rng(14).normal(-13.0, 1.0, 40)
+    both = seq.against(x, (-9.09, 11.1), 1.0)
+    assert both.decided and both.parts == ((-9.09, seq.FASTER), (11.1, seq.FASTER))
+    assert both.line("%", "blocks").startswith("decided: lower than -9.09 %; lower than 11.1 %")
+    # the first edge 3.9 points away: decided against a 2 % floor, not against a 5 % one
+    assert seq.against(x, (-9.09, 11.1), lambda n: 2.0).decided
+    # against a 5 % floor the claim can never decide that edge: settled, within its floor
+    wide = seq.against(x, (-9.09, 11.1), lambda n: 5.0, max_n=400)
+    assert wide.parts == ((-9.09, seq.WITHIN_FLOOR), (11.1, seq.FASTER)), wide
+    # a spread the interval cannot yet place: undecided, and the budget is not spent
+    noisy = seq.against(x[:12] * 4 + 39, (-9.09, 11.1), 1.0, max_n=400)
+    assert not noisy.decided and not noisy.futile, noisy
+    assert noisy.line("%", "blocks").startswith("undecided within budget (12 blocks")
+
+
+def test_context_interleaved_stops_on_the_thresholds_it_is_given(tiny_contract):
+    from perflab.instruments import ab
+
+    ctx = _ctx(tiny_contract)
+    ctx.stop_floor = lambda pairs: 5.0
+    ctx.interleaved(_sleeper(1), _sleeper(4), blocks=12, inner=3, warmup=1,
+                    variant="b_minus_a", stop_at=(1000.0,))
+    (row,) = _decisions(ctx)
+    assert ab.decision_line(row["window"]).startswith("decided: lower than 1000 %"), row

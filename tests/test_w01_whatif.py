@@ -21,7 +21,7 @@ from conftest import TEST_CONFIG
 from experiments import load_script
 
 from perflab.core import io
-from perflab.core.names import SAMPLING_DECISION
+from perflab.core.names import SAMPLING_DECISION, SAMPLING_FIXED_PAIRS
 from perflab.experiments import floors as calibration
 from perflab.experiments import w01_whatif as w01
 from perflab.experiments.c00_calibration import AA_FLOOR
@@ -159,6 +159,30 @@ def test_the_adaptive_ab_writes_its_decision_and_the_table_shows_it(planted_runs
     o = _verdicts(planted_runs)["fused_optimizer"]
     assert o.sampling.startswith("decided")
     assert "sampling" in w01.markdown(planted_runs)
+    # and how many of the fixed contract's pairs its blocks fill (its floor's pair count)
+    filled = planted_runs[planted_runs.metric == SAMPLING_FIXED_PAIRS]
+    assert set(filled.variant) == set(dec.variant)
+
+
+def test_the_adaptive_abs_short_blocks_are_counted_in_the_fixed_contracts_pairs(tiny_cfg):
+    """One-stretch blocks where the fixed contract's blocks hold three: a third of a fixed
+    pair each, so C00's floor is looked up (to stop, and in the table) at that count."""
+    import time
+    from types import SimpleNamespace
+
+    from perflab.experiments import floors
+
+    ctx = runner.Context("W01", _contract(tiny_cfg), log=lambda m: None)
+    seen = []
+    ctx.stop_floor = lambda pairs: seen.append(pairs) or FLOOR_PCT
+    res = SCRIPT._sequential_pair(ctx, SimpleNamespace(name="x"), lambda: time.sleep(1e-3),
+                                  lambda: time.sleep(4e-3), 4, 3)
+    rows = pd.DataFrame(ctx.rows)
+    (filled,) = rows[rows.metric == SAMPLING_FIXED_PAIRS].value
+    assert filled == pytest.approx(len(res.a_blocks) / 3)
+    assert floors.ab_pairs(rows[rows.variant == "x/change"]) == pytest.approx(filled)
+    # stopped against the floor for the pairs run, and within it only for the budget's 8
+    assert pytest.approx(filled) in seen and pytest.approx(2 * 4 * 3 / 3) in seen
 
 
 def test_an_undecided_ab_is_never_called_faster(planted_runs):

@@ -13,10 +13,12 @@ All durations are returned in milliseconds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+
+from perflab.instruments.sequential import NO_CHANGE
 
 Step = Callable[[], object]
 Sync = Callable[[], None]
@@ -400,29 +402,28 @@ def block_diffs_pct(a_blocks: list[float], b_blocks: list[float]) -> list[float]
 
 
 def rounds_until_decided(run_round: Callable[[int], tuple[list[float], list[float]]], *,
-                         floor_pct: float | None, max_blocks: int,
+                         floor_pct, max_blocks: int, thresholds: Sequence[float] = NO_CHANGE,
                          round_blocks: int = ROUND_BLOCKS,
                          expired: Callable[[], bool] = lambda: False):
     """The adaptive A/B's loop, apart from the clock: ``run_round(k)`` runs ``k`` more block
     pairs and returns all block medians so far (A's, B's); rounds go on until the per-block
-    differences are decided against ``(-floor, +floor)`` by
-    :func:`perflab.instruments.sequential.compare`, ``max_blocks`` are spent, the rule says
-    more would not decide it, or ``expired()`` (the job's budget). Returns the last
+    differences are decided against every one of ``thresholds`` (% of A: the claim's; 0, the
+    A/B's own question, by default) by :func:`perflab.instruments.sequential.against`,
+    ``max_blocks`` are spent, the rule says more would not decide it, or ``expired()`` (the
+    job's budget). ``floor_pct``: the A/A floor (%), or ``floor(n)`` for ``n`` block pairs
+    (a claim holds an A/B to the floor of its own pairs), or None. Returns the last
     :class:`perflab.instruments.sequential.Decision`."""
     from perflab.instruments import sequential as seq
 
-    r = seq.Rounds(floor_pct if floor_pct is not None else 0.0, max_n=max_blocks,
-                   rule="compare")
-    n = 0
-    while not r.done and n < max_blocks:
-        k = min(round_blocks, max_blocks - n)
-        a, b = run_round(k)
+    n, d = 0, None
+    while n < max_blocks:
+        a, b = run_round(min(round_blocks, max_blocks - n))
         diffs = block_diffs_pct(a, b)
-        r.add(diffs[n:])
         n = len(diffs)
-        if expired():
+        d = seq.against(diffs, thresholds, floor_pct, max_n=max_blocks)
+        if d.decided or d.futile or expired():
             break
-    return r.decision
+    return d
 
 
 #: an adaptive A/B's blocks are this many times shorter than the fixed contract's (at least
@@ -443,12 +444,13 @@ def adaptive_sizes(blocks: int, inner: int) -> tuple[int, int]:
 
 
 def sequential_ab(fa: Step, fb: Step, *, max_blocks: int, inner: int, warmup: int, sync: Sync,
-                  floor_pct: float | None, round_blocks: int = ROUND_BLOCKS,
-                  deadline_s: float | None = None):
+                  floor_pct, thresholds: Sequence[float] = NO_CHANGE,
+                  round_blocks: int = ROUND_BLOCKS, deadline_s: float | None = None):
     """:func:`interleaved_ab` in rounds of ``round_blocks`` pairs that stops as soon as the
-    per-block difference is decided against the A/A floor (issue 40's stopping rule, valid
-    under looking after every round), or ``max_blocks`` or ``deadline_s`` (seconds from now)
-    are spent. Returns (the :class:`ABResult` of the blocks actually run, the decision)."""
+    per-block difference is decided against each of ``thresholds`` and the A/A floor
+    (:func:`rounds_until_decided`: issue 40's stopping rule, valid under looking after every
+    round), or ``max_blocks`` or ``deadline_s`` (seconds from now) are spent. Returns (the
+    :class:`ABResult` of the blocks actually run, the decision)."""
     for _ in range(warmup):
         fa()
         fb()
@@ -461,8 +463,8 @@ def sequential_ab(fa: Step, fb: Step, *, max_blocks: int, inner: int, warmup: in
         return res.a_blocks, res.b_blocks
 
     decision = rounds_until_decided(
-        run_round, floor_pct=floor_pct, max_blocks=max_blocks, round_blocks=round_blocks,
-        expired=lambda: end is not None and time.perf_counter() >= end)
+        run_round, floor_pct=floor_pct, max_blocks=max_blocks, thresholds=thresholds,
+        round_blocks=round_blocks, expired=lambda: end is not None and time.perf_counter() >= end)
     return res, decision
 
 

@@ -48,7 +48,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from perflab.core.names import SAMPLING_DECISION, SAMPLING_FIXED_PAIRS
+from perflab.core.names import SAMPLING_DECISION
 from perflab.core.rows import Absent, Rows, Unmeasured
 from perflab.instruments import ab
 
@@ -130,9 +130,7 @@ def _floor(ev: Evidence, eid: str | None = None, variant: str | None = None) -> 
     if eid is not None and ev.has(eid):
         own = ev.of(eid)
         # an adaptive A/B's shorter blocks count as the fixed contract's pairs they fill
-        pairs = ev.maybe(eid, variant, SAMPLING_FIXED_PAIRS, "value")
-        if pairs is None:
-            pairs = ev.floors.ab_pairs(own[own.variant == variant])
+        pairs = ev.floors.ab_pairs(own[own.variant == variant])
     # C00's rows, split off once per run (Rows.of), not the whole frame on every claim
     return ev.floors.noise_floor_pct(ev.of(ev.aa_source), pairs)
 
@@ -174,14 +172,17 @@ def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | 
 NOISE_SOURCES.append(aa_floor)
 
 
-def sampling_undecided(ev: Evidence, eid: str, variant: str) -> str | None:
-    """The stopping rule's line where an adaptive A/B ran out of budget undecided (its
-    ``sampling_decision`` row, perflab.instruments.ab.decision_row), else None: an
-    undecided comparison supports nothing, whatever its medians say."""
+def sampling_undecided(ev: Evidence, eid: str, variant: str, threshold_pct: float = 0.0
+                       ) -> str | None:
+    """The stopping rule's line where an adaptive A/B ran out of budget undecided on
+    ``threshold_pct`` (0: any change; its ``sampling_decision`` row,
+    perflab.instruments.ab.decision_row), else None: an undecided comparison supports
+    nothing, whatever its medians say. An A/B stopped on other thresholds only (a claim's
+    own) was not asked about this one: None."""
     if ev.maybe(eid, variant, SAMPLING_DECISION, "value") is None:
         return None
     window = str(ev.row(eid, variant, SAMPLING_DECISION, "value")["window"])
-    return ab.decision_line(window) if ab.undecided(window) else None
+    return ab.decision_line(window) if ab.undecided(window, threshold_pct) else None
 
 
 def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,

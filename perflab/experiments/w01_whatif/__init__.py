@@ -410,7 +410,8 @@ def markdown(frame: pd.DataFrame) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in shown.itertuples(index=False)]
     r = rows_of(EID, frame)
     # the floor of the interventions' own block pairs (each A/B is judged against it)
-    pairs = [calibration.ab_pairs(g) for _, g in r[r.metric == "ab_effect"].groupby("variant")]
+    pairs = [calibration.ab_pairs(g) for _, g in r.groupby("variant")
+             if (g.metric == "ab_effect").any()]
     floor = calibration.noise_floor_pct(frame, min((p for p in pairs if p), default=None))
     total, span = (pick(r, v, JOB_WALL, "value") for v in (ALL_JOBS, SPAN))
     if not isinstance(total, Missing):
