@@ -118,6 +118,9 @@ def test_diagnosis_first_and_budget(tmp_path, monkeypatch, real_ev):
     rc, md, calls = _go(tmp_path, monkeypatch, real_ev, plan, {n: _Entry() for n in names},
                         budget=0.0)
     assert rc == 0 and all(c is None for c in calls)
+    # three baselines for the bracketed floor whatever the budget; the fourth, which brackets
+    # no intervention run, only where the budget has room (here none)
+    assert len(calls) == 3, calls
     assert all("not run: budget" in _row(md, n) for n in names)
 
 
