@@ -37,6 +37,7 @@ _STARTED_UNIX = time.time()  # `perflab run` splits its command's time from here
 
 from perflab.experiments.catalogue import EXPERIMENTS  # noqa: E402 (after the start time)
 from perflab.instruments import workloads  # noqa: E402
+from perflab.pipeline import budget as budgetmod  # noqa: E402
 from perflab.pipeline import config as cfgmod  # noqa: E402
 from perflab.pipeline import preflight  # noqa: E402
 from perflab.views import console, current, partial  # noqa: E402
@@ -188,6 +189,10 @@ def _preflight(args, cfg: dict, env: dict) -> int:
     The answer goes to the workflow's onstart (``env``), which would otherwise run the same
     child again. With ``--only``, the `perflab check` child also checks that each named
     intervention applies (the onstart then pre-flights again)."""
+    if _only(args) and getattr(args, "budget", None) is not None:
+        print("perflab: --budget needs the pre-flight's step time, which --only's check does "
+              "not report: give one of them", file=sys.stderr)
+        return 1
     if _only(args):
         pre = [sys.executable, "-m", "perflab", "check", args.target, "--device", args.device,
                "--only", ",".join(_only(args))]
@@ -200,7 +205,9 @@ def _preflight(args, cfg: dict, env: dict) -> int:
                   f"{args.timeout:g} s and was stopped (--timeout)", file=sys.stderr)
             return 1
     spec = preflight.workload_spec(cfg)
+    t0 = time.perf_counter()
     answer = preflight.run_child(spec, timeout_s=args.timeout, env=env)
+    child_s = time.perf_counter() - t0
     if not answer["ok"]:
         print(f"perflab: {answer['error']}", file=sys.stderr)
         return 1
@@ -208,6 +215,75 @@ def _preflight(args, cfg: dict, env: dict) -> int:
           f"{answer['batch']}" + (f", a step {answer['step_ms']:.3g} ms" if answer["step_ms"]
                                   else ""))
     env.update(preflight.done_env(spec, answer))
+    return _split_budget(args, cfg, answer, child_s)
+
+
+def _budget_eids(args, cfg: dict) -> list[str]:
+    """The measuring jobs a --budget is split over: diagnose's (W01 too unless --no-whatif),
+    or whatif's."""
+    eids = list(cfg["resolved_experiments"])
+    if args.command == "diagnose" and not args.no_whatif and WHATIF not in eids:
+        eids.append(WHATIF)
+    return eids
+
+
+def _measured_wall_s(args, cfg: dict, eid: str) -> float | None:
+    """The job's own wall time in an earlier run here (its provenance's ``wall_s``): a
+    measurement of its fixed count on this machine, better than the contract's estimate."""
+    import json
+
+    path = Path(args.directory).resolve() / cfgmod.experiment_outputs(cfg, eid)["provenance"]
+    try:
+        prov = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if (prov.get("contract") or {}).get("sampling"):
+        return None  # measured under a budget: not what its fixed count takes
+    wall = prov.get("wall_s")
+    return float(wall) if isinstance(wall, (int, float)) and wall > 0 else None
+
+
+def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
+    """With --budget: what is left of it after the pre-flight, split across the jobs from the
+    step time and start cost the pre-flight measured, printed, and handed to the jobs as
+    ``sampling`` (``args.sampling``: a config file beside the results, the last one read)."""
+    if getattr(args, "budget", None) is None:
+        return 0
+    if not answer.get("step_ms"):
+        print("perflab: --budget needs a timed training step and the pre-flight timed none "
+              "(no optimizer, or no steady step): run without --budget", file=sys.stderr)
+        return 1
+    spent = time.time() - _STARTED_UNIX
+    fork = str(cfg.get("fork_server", True)).lower() == "true"
+    eids = _budget_eids(args, cfg)
+    contracts = {e: cfgmod.contract(cfg, e) for e in eids}
+    fixed = preflight.estimate_s(contracts.values(),
+                                 float(answer.get("step_min_ms") or answer["step_ms"]))
+    # an experiment of claim_processes runs that many processes, each its fixed count
+    procs = {e: 1 + sum(1 for x, _ in cfgmod.process_jobs(cfg) if x == e) for e in eids}
+    fixed = {e: procs[e] * (_measured_wall_s(args, cfg, e) or fixed.get(e, 0.0))
+             for e in eids}
+    # more starts than experiments: their further processes, Snakemake with its fork
+    # server, and the diagnosis view
+    least = budgetmod.least_s(contracts, fixed)
+    try:
+        shares = budgetmod.split(args.budget - spent, fixed,
+                                 budgetmod.start_s(answer, child_s, fork),
+                                 other_jobs=2 + sum(procs.values()) - len(procs),
+                                 least=least)
+    except budgetmod.BudgetError as exc:
+        print(f"perflab: {exc} (the pre-flight took {spent:.0f} s of it)", file=sys.stderr)
+        return 1
+    high = budgetmod.estimate_s(shares, fixed, least)
+    print(budgetmod.line(args.budget, shares, spent, high,
+                         budgetmod.estimate_low_s(shares, fixed, least)))
+    if spent + high > args.budget * 1.05:
+        print(f"perflab: the adaptive jobs' first rounds alone are estimated beyond --budget "
+              f"{args.budget:.0f} s (from the pre-flight's step time): the run may take about "
+              f"{spent + high:.0f} s", file=sys.stderr)
+    args.sampling = Path(args.directory).resolve() / cfgmod.result_dir(cfg) / "sampling.yaml"
+    args.sampling.parent.mkdir(parents=True, exist_ok=True)
+    budgetmod.write_config(args.sampling, shares, args.budget, procs)
     return 0
 
 
@@ -230,8 +306,9 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
            "--directory", str(workdir), "--cores", str(args.cores), "--keep-going",
            *targets]  # before --config, whose values would otherwise swallow them
-    if _configfiles(args):
-        cmd += ["--configfile", *map(str, _configfiles(args))]
+    files = [*_configfiles(args), *([args.sampling] if getattr(args, "sampling", None) else [])]
+    if files:
+        cmd += ["--configfile", *map(str, files)]
     cmd += ["--config", f"workload={args.target}", f"run={run}", f"device={args.device}"]
     if args.scale:
         cmd.append(f"scale={args.scale}")
@@ -395,6 +472,10 @@ def _workload_args(s, name: str) -> None:
         s.add_argument("--no-whatif", action="store_true",
                        help=f"skip the what-if step ({WHATIF}: each intervention measured)")
     if name != "check":
+        s.add_argument("--budget", type=_budget, default=None,
+                       help="wall time from the command to the verdict (90, 90s, 1.5m), split "
+                       "across the jobs from the pre-flight's step time; each job samples "
+                       "until its numbers are decided or its share is spent (default: none)")
         _snakemake_args(s)
 
 
@@ -517,6 +598,16 @@ def parser() -> argparse.ArgumentParser:
     for name, (_, helptext, description, add_args) in SUBCOMMANDS.items():
         add_args(sub.add_parser(name, help=helptext, description=description))
     return p
+
+
+def _budget(text: str) -> float:
+    """An argparse type: ``--budget`` in seconds (``perflab.kit.sampling.parse_budget_s``)."""
+    from perflab.kit import sampling
+
+    try:
+        return sampling.parse_budget_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(kind):

@@ -35,13 +35,14 @@ import time
 
 import torch
 
-from perflab.core.names import STEP_LATENCY, SYNCED_CALL
+from perflab.core.names import SAMPLING_DECISION, STEP_LATENCY, SYNCED_CALL
 from perflab.experiments.c00_calibration import (
     AA_A,
     AA_B,
     AA_BLOCK,
     AA_FLOOR,
     AA_FLOOR_SHORT,
+    AA_MIN_BLOCKS,
     AA_SHORT_INNER,
     CALL_LATENCY,
     CLOCK,
@@ -75,7 +76,8 @@ from perflab.experiments.c00_calibration import (
     SYNC_IDLE,
     TICK,
 )
-from perflab.instruments import profiling, stats, timing
+from perflab.instruments import budgeted, profiling, stats, timing
+from perflab.kit import sampling
 from perflab.pipeline.runner import run
 
 #: the calibrations, in order (``parts``; "planted" needs the A/A floor, so runs it too)
@@ -292,12 +294,95 @@ def _aa_design(ctx, blocks: int | None = None) -> tuple[dict, str]:
             f"after {t['warmup']} warmup calls per side")
 
 
-def _noise_floor(ctx, step_a, step_b):
-    """The A/A floor from two independent copies of the step."""
-    blocks, inner = ctx.params["aa_blocks"], ctx.params["aa_inner"]
+#: under a budget the A/A runs in rounds of this many block pairs (AB, BA) ...
+AA_ROUND = 2
+#: ... from AA_MIN_BLOCKS pairs on (perflab.experiments.c00_calibration: the budget's split
+#: gives C00 at least what they take)
+#: and stops once its floor is known to within this share of itself (the A/Bs it gates
+#: compare an effect with it) ...
+AA_PRECISION_REL = 0.25
+
+
+def _precision_pp() -> float:
+    """... or within this many points of the step: a tenth of the least threshold the
+    diagnosis holds a distance to the floor against (its near-threshold notes)."""
+    from perflab.views import diagnose as view
+
+    return 0.1 * min(view.INPUT_SHARE_PCT, view.SYNC_COST_PCT, view.HOST_IDLE_PCT,
+                     view.OPTIMIZER_SHARE_PCT)
+
+
+def _aa_budget_s(ctx, started: float) -> float | None:
+    """What is left of C00's share of the run's budget (sampling.rule adaptive), or None:
+    the A/A runs its fixed count."""
+    if sampling.rule(ctx.contract) != sampling.ADAPTIVE:
+        return None
+    share = sampling.job_budget_s(ctx.contract, EID)
+    return None if share is None else max(0.0, share - (time.perf_counter() - started))
+
+
+def _extend(into: timing.ABResult, more: timing.ABResult) -> None:
+    for name in ("a_samples", "b_samples", "a_blocks", "b_blocks", "order"):
+        getattr(into, name).extend(getattr(more, name))
+
+
+def _aa_until_precise(ctx, step_a, step_b, budget_s: float):
+    """The A/A in rounds of AA_ROUND block pairs until its floor is as precise as the run's
+    comparisons need (:func:`_precise`), twice the fixed count of pairs is in, or the budget
+    is spent. Returns (the blocks, the SAMPLING_DECISION row's value and reason)."""
+    common, _ = _aa_design(ctx, AA_ROUND)
+    aa, target = timing.ABResult(), _precision_pp()
+    state = {}
+
+    def take(i: int) -> None:
+        _extend(aa, timing.interleaved_ab(step_a, step_b,
+                                          **{**common, "warmup": common["warmup"] if i == 0
+                                             else 0}))
+
+    def precise() -> bool:
+        n = len(aa.a_blocks)
+        if n < AA_MIN_BLOCKS:
+            return False
+        pairs = min(FLOOR_REFERENCE_PAIRS, n)
+        floor = stats.aa_floor_pct(aa.a_blocks, aa.b_blocks, pairs=pairs)
+        lo, hi = stats.aa_floor_interval_pct(aa.a_blocks, aa.b_blocks, pairs=pairs)
+        state.update(n=n, floor=floor, lo=lo, hi=hi, half=(hi - lo) / 2,
+                     need=max(AA_PRECISION_REL * floor, target))
+        return state["half"] <= state["need"]
+
+    least = -(-AA_MIN_BLOCKS // AA_ROUND)
+    rounds, reason, elapsed = budgeted.until_precise(
+        take, precise, budget_s=budget_s, min_rounds=least,
+        max_rounds=max(least, -(-2 * ctx.params["aa_blocks"] // AA_ROUND)))
+    iv = (f"{state['floor']:.2g} % (90% bootstrap interval {state['lo']:.2g}..{state['hi']:.2g}"
+          f" %, {state['n']} block pairs)")
+    if state["half"] <= state["need"]:
+        line = f"decided: the A/A floor is {iv}, within ±{state['need']:.2g} points"
+    else:
+        more = state["n"] * ((state["half"] / state["need"]) ** 2 - 1)  # half-width ~ 1/sqrt(n)
+        line = (f"undecided within budget: the A/A floor is {iv}, not yet within "
+                f"±{state['need']:.2g} points; about {max(1, round(more))} more block pairs "
+                f"would decide it")
+    ctx.log(f"A/A floor: {rounds} rounds in {elapsed:.1f} s ({reason}); {line}")
+    return aa, (state["floor"], f"{line} [stopped: {reason}; {budget_s:.1f} s of C00's share "
+                                f"was left for the A/A, {elapsed:.1f} s spent]")
+
+
+def _noise_floor(ctx, step_a, step_b, budget_s: float | None = None):
+    """The A/A floor from two independent copies of the step: the fixed count of block
+    pairs, or under a budget (``budget_s``) until the floor is precise enough."""
     common, window = _aa_design(ctx)
     copies = "A/A: two independent copies of the step (model, optimizer, batch); "
-    aa = timing.interleaved_ab(step_a, step_b, **common)
+    if budget_s is None:
+        aa = timing.interleaved_ab(step_a, step_b, **common)
+    else:
+        aa, (value, line) = _aa_until_precise(ctx, step_a, step_b, budget_s)
+        _, window = _aa_design(ctx, len(aa.a_blocks))
+        ctx.row(variant=AA_FLOOR[0], metric=SAMPLING_DECISION, value=value, unit="%",
+                n=len(aa.a_blocks), window=copies + window, reason=line,
+                sync_boundary="the floor (below) and its precision: bootstrap over the "
+                "block pairs, each resample's floor recomputed")
+    blocks, inner = len(aa.a_blocks), ctx.params["aa_inner"]
     d = ctx.ab(aa, a=AA_A, b=AA_B, window=copies + window, noise_floor_pct=None)
     bound = (f"{stats.AA_FLOOR_CONFIDENCE:.0%} upper bound of |median paired block difference "
              "(B - A)| / median(A): bootstrap over the block pairs (2000 resamples, seeded)")
@@ -408,6 +493,7 @@ def _peers(ctx, step):
 
 
 def measure(ctx):
+    started = time.perf_counter()
     # `parts` (default: all): perflab diagnose keeps the clock and the A/A floor, all the
     # verdict reads; the others' rows are then absent, so their views say "not run"
     parts = ctx.params.get("parts", PARTS)
@@ -422,7 +508,7 @@ def measure(ctx):
         return
     if {"aa", "planted"} & set(parts):
         other = ctx.training_step()  # the A/A's second side: another copy
-        _noise_floor(ctx, step, other)
+        _noise_floor(ctx, step, other, _aa_budget_s(ctx, started))
         if "planted" in parts:
             _planted(ctx, step, other)
     if "profiler" in parts:

@@ -17,6 +17,8 @@ from perflab.core.forkserver import delegate
 
 delegate(globals())  # a local Snakemake job runs as a fork of the run's server
 
+import time  # noqa: E402
+
 from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments.e06_events_vs_wall import (
     CALLS_REDONE,
@@ -30,6 +32,7 @@ from perflab.experiments.e06_events_vs_wall import (
     WALL,
 )
 from perflab.instruments import timing
+from perflab.kit import sampling
 from perflab.pipeline.runner import run
 
 STATS = ("median", "iqr", "p25", "p75", "mean", "min", "max")
@@ -41,8 +44,33 @@ IDLE = ("CUDA events recorded into an idle stream (queue drained before): the st
         "at submission, so launch gaps count")
 
 
-def _cuda_rows(ctx, step, window):
-    t = ctx.timing
+#: under a budget E06 only corroborates, so its repeats shrink to fit its small share, but
+#: never below this many (a median and IQR of fewer say little)
+MIN_REPEATS = 20
+#: step calls per repeat: on CUDA a wall/device pair and a free-running host call
+CALLS_PER_REPEAT = {True: 3, False: 1}
+
+
+def _timing(ctx, step, started: float) -> tuple[dict, str]:
+    """(timing, what the window says of it): the contract's, or under a budget share
+    (sampling.rule adaptive) as many repeats as the rest of the share pays for at the step
+    time of the warmup calls, between MIN_REPEATS and the fixed count."""
+    t = dict(ctx.timing)
+    share = (sampling.job_budget_s(ctx.contract, EID)
+             if sampling.rule(ctx.contract) == sampling.ADAPTIVE else None)
+    if share is None:
+        return t, ""
+    warm = timing.time_calls(step, warmup=t["warmup"], repeats=3, sync=ctx.sync)
+    left_ms = 1e3 * (share - (time.perf_counter() - started))
+    per = CALLS_PER_REPEAT[ctx.is_cuda] * sorted(warm)[1]
+    fits = int(left_ms / per) if per > 0 else t["repeats"]
+    t["repeats"], t["warmup"] = max(MIN_REPEATS, min(t["repeats"], fits)), 0  # warm already
+    ctx.log(f"budget share {share:.1f} s (corroboration only): {t['repeats']} repeats")
+    return t, (f"; {t['repeats']} repeats, what its share of the run's budget "
+               f"({share:.1f} s: corroboration only) pays for")
+
+
+def _cuda_rows(ctx, step, window, t):
     res = timing.time_wall_and_device(step, warmup=t["warmup"], repeats=t["repeats"],
                                       device=ctx.device)
     pairs = f"; pairs of neighbouring calls, {t['repeats']} pairs, alternating which runs first"
@@ -71,8 +99,7 @@ def _cuda_rows(ctx, step, window):
             f"{res.behind} calls redone")
 
 
-def _wall_only(ctx, step, window, why):
-    t = ctx.timing
+def _wall_only(ctx, step, window, why, t):
     wall = ctx.summary(timing.time_calls(step, warmup=t["warmup"], repeats=t["repeats"],
                                          sync=ctx.sync),
                        variant=WALL[0], metric=WALL[1], window=window, sync_boundary=SYNCED,
@@ -84,21 +111,22 @@ def _wall_only(ctx, step, window, why):
 
 
 def measure(ctx):
-    t = ctx.timing
+    started = time.perf_counter()
     step = ctx.training_step()
     if step is None:
         return
-    window = f"steady state after warmup {t['warmup']}"
+    t, capped = _timing(ctx, step, started)
+    window = f"steady state after warmup {ctx.timing['warmup']}" + capped
     if not ctx.is_cuda:
         _wall_only(ctx, step, window, "CUDA events need a CUDA device; CPU execution is "
-                                      "synchronous")
+                                      "synchronous", t)
         ctx.unsupported(variant=SUBMISSION[0], metric=SUBMISSION[1], unit="ms",
                         reason="CUDA events need a CUDA device; CPU execution is synchronous")
         return
     try:
-        _cuda_rows(ctx, step, window)
+        _cuda_rows(ctx, step, window, t)
     except timing.Unsupported as exc:  # the step waits for the device inside the call
-        _wall_only(ctx, step, window, str(exc))
+        _wall_only(ctx, step, window, str(exc), t)
     host = ctx.summary(timing.host_submission_samples(step, warmup=t["warmup"],
                                                       repeats=t["repeats"], sync=ctx.sync),
                        variant=SUBMISSION[0], metric=SUBMISSION[1], window=window,

@@ -84,11 +84,10 @@ def measure(ctx):
     step_a, step_b = (steps.build(w, ctx.device, model=m, batches=step.batches,
                                   optimizer=optim.factory(name, lr)(optim.trainable(m)))
                       for m, name in ((model_a, FOREACH), (model_b, FUSED)))
-    res = timing.interleaved_ab(step_a, step_b, blocks=p["pair_blocks"], inner=p["pair_inner"],
-                                warmup=t["warmup"], sync=ctx.sync)
+    res = ctx.interleaved(step_a, step_b, blocks=p["pair_blocks"], inner=p["pair_inner"],
+                          warmup=t["warmup"], variant=f"{STEP_FUSED}_minus_{STEP_FOREACH}")
     d = ctx.ab(res, a=STEP_FOREACH, b=STEP_FUSED, batch_size=w.batch_size,
-               window=f"full training step, {p['pair_blocks']} interleaved blocks of "
-                      f"{p['pair_inner']} after warmup {t['warmup']}")
+               window=f"full training step, {timing.ab_window(res, t['warmup'])}")
     ctx.log(f"full step foreach {d['a']:.3f} ms vs fused {d['b']:.3f} ms "
             f"({100 * d['diff'] / d['a']:+.1f}%, Wilcoxon p {d['p']:.3g})")
 

@@ -43,6 +43,7 @@ from perflab.experiments.e13_sync_tax import (
     RUNNING_MEAN,
     SMALL,
     STEP_LATENCY,
+    STOP_AT,
     TAX,
     THROUGHPUT,
     THROUGHPUT_PCT_OF_NONE,
@@ -51,7 +52,7 @@ from perflab.experiments.e13_sync_tax import (
     side_variant,
     tax_variant,
 )
-from perflab.instruments import profiling, steps, timing
+from perflab.instruments import profiling, steps
 from perflab.pipeline.runner import run
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
@@ -77,16 +78,17 @@ def sync_tax(ctx, prefix, name, label):
 
     k, calls = _stretch(p["inner"])
     warm_calls = max(1, math.ceil(t["warmup"] / k))
-    res = timing.interleaved_ab(profiling.free_running(step, k),
-                                profiling.free_running(step_and_read, k),
-                                blocks=p["blocks"], inner=calls, warmup=warm_calls,
-                                sync=ctx.sync)
+    res = ctx.interleaved(profiling.free_running(step, k),
+                          profiling.free_running(step_and_read, k), blocks=p["blocks"],
+                          inner=calls, warmup=warm_calls, variant=tax_variant(prefix),
+                          stop_at=STOP_AT[prefix])
+    n_blocks, calls = len(res.a_blocks), len(res.a_samples) // max(1, len(res.a_blocks))
     per_step = [[v / k for v in res.a_samples], [v / k for v in res.b_samples]]
     blocks = [[v / k for v in res.a_blocks], [v / k for v in res.b_blocks]]
-    block_of = [i for i in range(p["blocks"]) for _ in range(calls)]
+    block_of = [i for i in range(n_blocks) for _ in range(calls)]
     cpu = ("" if ctx.is_cuda else
            "; CPU: no device queue to run ahead of, so the tax is expected to be ~0")
-    window = (f"{label}: {p['blocks']} blocks per side, alternating "
+    window = (f"{label}: {n_blocks} blocks per side, alternating "
               f"{'/'.join(dict.fromkeys(res.order))}, each {calls} stretch(es) of {k} "
               f"free-running steps (ms per step = stretch time / {k}); after "
               f"{warm_calls * k} warmup steps per side{cpu}")

@@ -22,6 +22,7 @@ import torch
 from perflab.core.names import SYNCED_CALL as SYNCED
 from perflab.experiments import e19_compile_ab as e19
 from perflab.instruments import compiling, timing
+from perflab.instruments.sequential import NO_CHANGE
 from perflab.pipeline.runner import run
 
 
@@ -47,7 +48,8 @@ def one_workload(ctx, name):
             execution="compiled", sync_boundary=SYNCED,
             window="first call of the compiled copy: tracing + compilation + one forward "
                    "(Inductor cache private to this job)", **kw)
-    d = e19.compare_with_eager(ctx, name, eager, fn, w.batch_size, **kw)
+    d = e19.compare_with_eager(ctx, name, eager, fn, w.batch_size,
+                               stop_at=e19.STOP_AT.get(name, NO_CHANGE), **kw)
     ctx.log(f"{name}: first compiled call {first / 1e3:.2f} s; eager {d['a']:.3f} ms, "
             f"compiled {d['b']:.3f} ms ({d['a'] / d['b']:.2f}x, Wilcoxon p {d['p']:.3g})")
 

@@ -140,9 +140,10 @@ def _cached_artifact_pair(ctx, model, x, fresh) -> None:
             value=compiling.max_abs_diff(loaded(), fresh()), unit="abs", n=1,
             window="one forward of each on the same input and state",
             sync_boundary="outputs compared on the host", **kw)
-    res = timing.interleaved_ab(fresh, loaded, blocks=p["blocks"], inner=p["inner"],
-                                warmup=t["warmup"], sync=ctx.sync)
-    window = (f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}: "
+    res = ctx.interleaved(fresh, loaded, blocks=p["blocks"], inner=p["inner"],
+                          warmup=t["warmup"], variant=e20.ARTIFACT_DIFF,
+                          stop_at=e20.STEADY_STOP_AT, **kw)
+    window = (f"{timing.ab_window(res, t['warmup'])}: "
               "the cold compile's code vs the code its cache serves, one process")
     d = ctx.ab(res, a=e20.FRESH_V, b=e20.CACHED_V, window=window,
                metric=e20.FORWARD_LATENCY, mode="inference")

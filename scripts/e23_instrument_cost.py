@@ -36,11 +36,13 @@ from perflab.experiments.e23_instrument_cost import (
     PHASE_SYNC,
     PROFILER,
     STEP_LATENCY,
+    STOP_AT,
     baseline_variant,
     cost_variant,
     instrumented_variant,
 )
 from perflab.instruments import phases, profiling, steps, timing
+from perflab.instruments.sequential import NO_CHANGE
 from perflab.instruments.steps import PHASES
 from perflab.pipeline.runner import run
 
@@ -55,11 +57,13 @@ def _ab(ctx, key, fa, fb, a_sync, b_sync, what):
     p, t = ctx.params, ctx.timing
     k = min(STRETCH, p["inner"])
     calls = max(1, p["inner"] // k)
-    res = timing.interleaved_ab(profiling.free_running(fa, k), profiling.free_running(fb, k),
-                                blocks=p["blocks"], inner=calls,
-                                warmup=max(1, math.ceil(t["warmup"] / k)), sync=ctx.sync)
-    block_of = [i for i in range(p["blocks"]) for _ in range(calls)]
-    window = (f"{INSTRUMENTS[key]}: {what}; interleaved A/B, {p['blocks']} blocks per side "
+    res = ctx.interleaved(profiling.free_running(fa, k), profiling.free_running(fb, k),
+                          blocks=p["blocks"], inner=calls,
+                          warmup=max(1, math.ceil(t["warmup"] / k)), variant=cost_variant(key),
+                          stop_at=STOP_AT.get(key, NO_CHANGE))
+    n_blocks, calls = len(res.a_blocks), len(res.a_samples) // max(1, len(res.a_blocks))
+    block_of = [i for i in range(n_blocks) for _ in range(calls)]
+    window = (f"{INSTRUMENTS[key]}: {what}; interleaved A/B, {n_blocks} blocks per side "
               f"alternating {'/'.join(dict.fromkeys(res.order))}, each {calls} stretch(es) of "
               f"{k} free-running steps (ms per step = stretch time / {k})")
     stretch = f"{ctx.sync_name} at both ends of each {k}-step stretch; "

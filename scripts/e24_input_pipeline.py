@@ -127,17 +127,18 @@ def copy_pair(ctx, x_host):
 
         return f
 
-    res = timing.interleaved_ab(copy_of(pageable), copy_of(pinned), blocks=p["copy_blocks"],
-                                inner=p["copy_inner"], warmup=t["warmup"], sync=ctx.sync)
+    res = ctx.interleaved(copy_of(pageable), copy_of(pinned), blocks=p["copy_blocks"],
+                          inner=p["copy_inner"], warmup=t["warmup"],
+                          variant=f"{e24.COPY_PINNED}_minus_{e24.COPY_PAGEABLE}")
     mib = pageable.numel() * pageable.element_size() / 2**20
     window = (f"x.to(device, non_blocking=True) of one batch ({mib:.1f} MiB); "
-              f"{p['copy_blocks']} interleaved blocks of {p['copy_inner']}")
+              f"{timing.ab_window(res, t['warmup'])}")
     d = ctx.ab(res, a=e24.COPY_PAGEABLE, b=e24.COPY_PINNED, window=window,
                metric=e24.HOST_TO_DEVICE)
     gb = pageable.numel() * pageable.element_size() / 1e9
     for v, ms in ((e24.COPY_PAGEABLE, d["a"]), (e24.COPY_PINNED, d["b"])):
         ctx.row(variant=v, metric=e24.BANDWIDTH, value=gb / (ms / 1e3), unit="GB/s",
-                statistic="median", n=p["copy_blocks"] * p["copy_inner"], window=window,
+                statistic="median", n=len(res.a_samples), window=window,
                 sync_boundary="synchronized at both ends of each call; blocks interleaved AB/BA")
     ctx.log(f"copy: pageable {d['a']:.3f} ms, pinned {d['b']:.3f} ms")
 

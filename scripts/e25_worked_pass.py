@@ -128,13 +128,13 @@ def _remeasure(ctx, w, fresh, batches, lr) -> None:
     step_a, step_b = (steps.build(w, ctx.device, model=m, batches=batches,
                                   optimizer=optim.factory(name, lr)(optim.trainable(m)))
                       for m, name in ((model_a, FOREACH), (model_b, FUSED)))
-    res = timing.interleaved_ab(step_a, step_b, blocks=p["blocks"], inner=p["inner"],
-                                warmup=t["warmup"], sync=ctx.sync)
+    res = ctx.interleaved(step_a, step_b, blocks=p["blocks"], inner=p["inner"],
+                          warmup=t["warmup"], variant=f"{FUSED}_minus_{FOREACH}")
     d = ctx.ab(res, a=FOREACH, b=FUSED, batch_size=w.batch_size,
-               window=f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}")
+               window=timing.ab_window(res, t["warmup"]))
     thr = 100 * (d["a"] / d["b"] - 1)
     ctx.row(variant=DIFFERENCE, metric=THROUGHPUT_REL, value=thr,
-            unit="%", n=p["blocks"], window="from the pair's medians",
+            unit="%", n=len(res.a_blocks), window="from the pair's medians",
             sync_boundary=timing.DRAINED_THROUGHPUT + "; blocks interleaved AB/BA")
     ctx.log(f"remeasured: foreach {d['a']:.3f} ms, fused {d['b']:.3f} ms: latency "
             f"{100 * d['diff'] / d['a']:+.1f}%, throughput {thr:+.1f}% (Wilcoxon p {d['p']:.3g})")

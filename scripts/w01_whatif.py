@@ -47,11 +47,16 @@ from perflab.experiments.e08_batch_sweep import sweep
 from perflab.experiments.w01_whatif import transforms, whatif
 from perflab.instruments import ab, interventions, profiling, timing, workloads
 from perflab.instruments.compiler_watch import CompilerWatch
+from perflab.kit import sampling
 from perflab.pipeline import config as cfgmod
 from perflab.pipeline.runner import base_parser, config_from_args, execute, log_to
 
 #: steps in one timed free-running stretch (fewer when a block has fewer)
 STRETCH = 10
+#: the adaptive A/B's most blocks, times the configured ``blocks`` (the fixed count): with
+#: twice the fixed count the stopping rule keeps >= 80 % power at twice the floor
+#: (tests/test_sequential_ab.py), and a clear change stops far sooner
+MAX_BLOCKS_FACTOR = 2
 CONTRACT_COLUMNS = ("workload", "model", "input_shape", "dtype", "device", "device_name",
                     "mode", "execution")
 
@@ -304,17 +309,22 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
             _compiler_rows(ctx, iv, side, watch.report, t["warmup"], kw_of[side])
     k = min(STRETCH, p["inner"])
     calls = max(1, p["inner"] // k)
-    res = timing.interleaved_ab(profiling.free_running(base.step, k),
-                                profiling.free_running(inter.step, k), blocks=p["blocks"],
-                                inner=calls, warmup=1, sync=ctx.sync)
     per_example = iv.judged == whatif.LATENCY_PER_EXAMPLE
     div = {names.BASELINE: k * (base.examples if per_example else 1),
            names.INTERVENED: k * (inter.examples if per_example else 1)}
-    block_of = [i for i in range(p["blocks"]) for _ in range(calls)]
+    fa, fb = profiling.free_running(base.step, k), profiling.free_running(inter.step, k)
+    if sampling.rule(ctx.contract) == sampling.FIXED:
+        res = timing.interleaved_ab(fa, fb, blocks=p["blocks"], inner=calls, warmup=1,
+                                    sync=ctx.sync)
+    else:
+        res = _sequential_pair(ctx, iv, fa, fb, p["blocks"], calls)
+        calls = 1
+    n_blocks = len(res.a_blocks)
+    block_of = [i for i in range(n_blocks) for _ in range(calls)]
     stretch = (f"{ctx.sync_name} at both ends of each {k}-step stretch only (the loop's host "
                "read of the loss, when it has one, inside)")
     unit = "per example" if per_example else "per step"
-    window = (f"{p['blocks']} blocks per side, alternating AB/BA, each {calls} stretch(es) of "
+    window = (f"{n_blocks} blocks per side, alternating AB/BA, each {calls} stretch(es) of "
               f"{k} free-running steps (ms {unit} = stretch time / {div[names.BASELINE]}"
               + (f" and / {div[names.INTERVENED]}" if per_example else "")
               + f"); after each side's first call and {t['warmup']} warmup steps")
@@ -331,13 +341,49 @@ def _pair(ctx, iv, base, inter, kw_of) -> ab.PairedCost:
                 unit="examples/s", statistic="median", n=len(res.a_samples), window=window,
                 sync_boundary=stretch, **kw_of[side])
     ctx.row(variant=names.variant(iv.name, names.CHANGE), metric=names.THROUGHPUT_REL,
-            value=names.throughput_change(pc.judgement.relative_pct), unit="%", n=p["blocks"],
+            value=names.throughput_change(pc.judgement.relative_pct), unit="%", n=n_blocks,
             window=window, sync_boundary="from the judged change of the time (perflab.instruments.stats."
             "judge's effect): 1 / (1 + change) - 1")
     ctx.log(f"{iv.name}: baseline {pc.a_median:.4g} ms {unit}, intervened {pc.b_median:.4g} "
             f"(judged change {pc.judgement.relative_pct:+.1f}%, Wilcoxon p {pc.judgement.p:.3g}, "
             f"{'resolved' if pc.resolved else 'not resolved'})")
     return pc
+
+
+def _sequential_pair(ctx, iv, fa, fb, blocks: int, calls: int) -> timing.ABResult:
+    """The adaptive A/B (issue 40): rounds of one-stretch block pairs until the per-block
+    change is decided against C00's A/A floor (0 without one), at most twice the stretches
+    the fixed contract's ``blocks`` pairs of ``calls`` stretches time, or this
+    intervention's share of W01's job budget; a ``sampling_decision`` row says which, and a
+    ``sampling_fixed_pairs`` row how many of the fixed contract's pairs the one-stretch
+    pairs fill (the pair count its floor is looked up at, here to stop and later to judge).
+    One stretch a block: the rule's sequence needs about ten blocks to decide even a clear
+    change, so small blocks are where time is saved (scripts/bench_sequential.py)."""
+    at = ctx.stop_floor
+
+    def floor(n: int) -> float | None:  # n one-stretch pairs: the floor of the pairs they fill
+        return None if at is None else at(ab.fixed_pairs(n, 1, calls))
+
+    share = _budget_share_s(ctx)
+    most = MAX_BLOCKS_FACTOR * blocks * calls
+    res, d = timing.sequential_ab(fa, fb, max_blocks=most, inner=1, warmup=1, sync=ctx.sync,
+                                  floor_pct=floor, deadline_s=share)
+    change = names.variant(iv.name, names.CHANGE)
+    line = ab.decision_row(ctx, change, d, floor, most,
+                           f" or {share:.0f} s" if share is not None else "")
+    ab.fixed_pairs_row(ctx, change, d.n, 1, calls)
+    ctx.log(f"{iv.name}: {line}")
+    return res
+
+
+def _budget_share_s(ctx) -> float | None:
+    """This intervention's seconds for its A/B: W01's job budget split evenly among the
+    interventions asked for (None: no budget was split)."""
+    total = sampling.job_budget_s(ctx.contract, whatif.EID)
+    if total is None:
+        return None
+    asked = ctx.params.get("interventions", "all")
+    return total / max(1, len(whatif.selected(asked)))
 
 
 def _break_even(ctx, iv, pc, first_ms, examples, kw) -> None:
@@ -441,6 +487,28 @@ def measure_intervention(ctx, iv: whatif.Intervention) -> None:
 
 def measure_one(ctx):
     measure_intervention(ctx, whatif.REGISTRY[ctx.params["intervention"]])
+
+
+def measure_one_in(result_dir: Path):
+    """measure_one, its adaptive A/B held to C00's A/A floor where this run's results hold
+    one (the floor only decides when to stop sampling; the verdict reads it again when
+    aggregating)."""
+    frame = None
+    if files := context_csvs(Path(result_dir)):
+        import pandas as pd
+
+        frame = pd.concat(pd.read_csv(f) for f in files)
+
+    def measure(ctx):
+        from perflab.experiments import floors
+
+        if frame is not None and floors.noise_floor_pct(frame) is not None:
+            ctx.noise_floor_pct = floors.noise_floor_pct(frame)
+            # the floor for the fixed contract's pairs an A/B's stretches fill (C00's
+            # narrows as they grow), what the stopping rule stops against
+            ctx.stop_floor = lambda pairs: floors.noise_floor_pct(frame, pairs)
+        measure_one(ctx)
+    return measure
 
 
 # ------------------------------------------------------------------ the aggregation
@@ -548,7 +616,7 @@ def main(argv=None) -> None:
         return
     if args.intervention:
         name = whatif.selected([args.intervention])[0]
-        execute(whatif.EID, measure_one, whatif.intervention_contract(contract, name),
+        execute(whatif.EID, measure_one_in(rdir), whatif.intervention_contract(contract, name),
                 whatif.job_outputs(rdir, name), args.log)
         return
     passed = [a for f in args.configfile for a in ("--configfile", f)]
@@ -577,8 +645,8 @@ if __name__ == "__main__":
         execute(whatif.EID, measure_plan, smk.params.contract, dict(smk.output.items()),
                 smk.log[0])
     elif hasattr(smk.wildcards, "intervention"):
-        execute(whatif.EID, measure_one, smk.params.contract, dict(smk.output.items()),
-                smk.log[0])
+        execute(whatif.EID, measure_one_in(Path(smk.output.csv).parent.parent),
+                smk.params.contract, dict(smk.output.items()), smk.log[0])
     else:
         with log_to(smk.log[0]):
             jobs = [{"csv": c, "samples": s, "provenance": j}

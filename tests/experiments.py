@@ -56,6 +56,22 @@ def one_value(rows, variant: str, metric: str, statistic: str = "value") -> floa
     return float(sel.value.iloc[0])
 
 
+def ab_sizes(rows, variant: str, blocks: int, inner: int) -> tuple[int, int]:
+    """(block pairs, calls per block) an interleaved A/B of ``blocks`` x ``inner`` ran, its
+    difference ``variant``: as configured under the fixed rule; under the adaptive one the
+    pairs its ``sampling_decision`` row says, of timing.adaptive_sizes's shorter blocks."""
+    from perflab.core.names import SAMPLING_DECISION
+    from perflab.instruments import timing
+
+    hit = rows[(rows.variant == variant) & (rows.metric == SAMPLING_DECISION)]
+    if hit.empty:
+        return blocks, inner
+    most, small = timing.adaptive_sizes(blocks, inner)
+    n = int(hit.value.iloc[0])
+    assert 0 < n <= most, (variant, n, most)
+    return n, small
+
+
 def assert_outputs_obey_the_contract(eid: str, rows, samples, out: dict[str, str]) -> None:
     """Every row measured, of this experiment; samples in their columns; provenance written."""
     from perflab.core import io

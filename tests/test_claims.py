@@ -20,8 +20,11 @@ from claims_rows import (
 
 from perflab import experiments
 from perflab.core import io
+from perflab.core.names import SAMPLING_DECISION, SAMPLING_FIXED_PAIRS
 from perflab.experiments import e06_events_vs_wall as e06
+from perflab.experiments.c00_calibration import AA_FLOOR, FLOOR_PAIRS_VARIANT
 from perflab.experiments.catalogue import EXPERIMENTS
+from perflab.instruments import ab
 from perflab.kit import claims
 from perflab.views import reference
 
@@ -89,6 +92,48 @@ def test_an_ab_is_decided_only_against_the_aa_floor():
     inside = verdict("C30", with_floor(4.0, *ab_rows("E13", "controlled/tax", 2.7, metric="tax",
                                                       base_ms=16)))
     assert inside.verdict == claims.INCONCLUSIVE and "A/A floor 4%" in inside.measured
+
+
+def _stopped(line: str) -> list[tuple]:
+    """An adaptive A/B's sampling_decision row under E13's tax (its window: the rule's line)."""
+    return [("E13", "controlled/tax", SAMPLING_DECISION, "value", 24.0)], line
+
+
+def test_an_ab_the_stopping_rule_left_undecided_supports_nothing():
+    """Rows that a fixed-count judgement would call resolved, but the adaptive A/B's stopping
+    rule ran out of budget undecided: the claim is undecided, and says so; a decided stop
+    leaves the judgement to the A/A floor as before."""
+    base = ab_rows("E13", "controlled/tax", 2.7, metric="tax", base_ms=16)
+    for line, want in (("undecided within budget (24 blocks, 95% anytime interval -0.4..5 % "
+                        "against the floor)", claims.INCONCLUSIVE),
+                       ("decided: higher (95% anytime interval 1.2..4 %, 12 blocks)",
+                        claims.REPRODUCED),
+                       # stopped on the claim's thresholds: only 0's own state gates the
+                       # "real" part (the 5 % bound is judged by its own interval)
+                       ("undecided within budget (24 blocks, 95% anytime interval 1.2..4 % "
+                        "against 0 % (higher), 5 % (undecided))", claims.REPRODUCED),
+                       ("undecided within budget (24 blocks, 95% anytime interval -0.4..5 % "
+                        "against 0 % (undecided), 5 % (lower))", claims.INCONCLUSIVE)):
+        specs, window = _stopped(line)
+        frame = with_floor(0.5, *base, *specs)
+        frame.loc[frame.metric == SAMPLING_DECISION, "window"] = \
+            window + ab.DECISION_SEP + " change against the A/A floor"
+        v = verdict("C30", frame)
+        assert v.verdict == want, v
+        if want == claims.INCONCLUSIVE:
+            assert "undecided within budget (24 blocks" in v.measured
+
+
+def test_an_adaptive_abs_short_blocks_are_held_to_the_floor_of_the_pairs_they_fill():
+    """An adaptive A/B of 10 short block pairs that fill 4 of the fixed contract's: C00's
+    floor for 4 pairs (wider) judges it, not the floor for 10."""
+    c00 = [("C00", FLOOR_PAIRS_VARIANT.format(m), AA_FLOOR[1], "value", pct)
+           for m, pct in ((4, 4.0), (8, 1.0))]
+    base = [*ab_rows("E13", "controlled/tax", 2.7, metric="tax", base_ms=16), *c00]
+    assert verdict("C30", with_floor(1.0, *base)).verdict == claims.REPRODUCED
+    filled = ("E13", "controlled/tax", SAMPLING_FIXED_PAIRS, "value", 4.0)
+    v = verdict("C30", with_floor(1.0, *base, filled))
+    assert v.verdict == claims.INCONCLUSIVE and "A/A floor 4%" in v.measured, v
 
 
 def optimizer_steps(foreach: float, fused: float, iqr: float):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from claims_rows import ab_rows, case, with_floor
-from experiments import one_value, pipeline_results
+from experiments import ab_sizes, one_value, pipeline_results
 
 from perflab import experiments
 from perflab.core import io
@@ -45,11 +45,11 @@ def test_both_workloads_pair_eager_with_compiled(e19):
         b = one_value(rows, c, "forward_latency", "median")
         assert one_value(rows, f"{name}/compiled_vs_eager", "speedup", "median") == \
             pytest.approx(a / b)
+        n, per = ab_sizes(rows, f"{c}_minus_{e}", p["blocks"], p["inner"])
         calls = samples[(samples.variant == c) & (samples.metric == "forward_latency")]
-        assert len(calls) == p["blocks"] * p["inner"]
+        assert len(calls) == n * per
         # each block's median goes to the samples file too (the block spread)
-        assert len(samples[(samples.variant == c) & (samples.metric == "block_median")]) == \
-            p["blocks"]
+        assert len(samples[(samples.variant == c) & (samples.metric == "block_median")]) == n
         # the first compiled call includes compilation: it exceeds every steady call
         first = one_value(rows, c, "first_call")
         assert first > one_value(rows, c, "forward_latency", "max")

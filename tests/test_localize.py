@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from experiments import assert_cpu_scale_sets, load_script, pipeline_results, run_tiny
+from experiments import ab_sizes, assert_cpu_scale_sets, load_script, pipeline_results, run_tiny
 
 from perflab import experiments
 from perflab.core import io
@@ -280,5 +280,8 @@ def test_e25_baseline_and_localization_take_its_repeats(tiny_cfg, tmp_path):
     p = contract["params"]
     pair = rows[(rows.variant == "adamw_fused") & (rows.metric == "step_latency")
                 & (rows.statistic == "median")]
-    assert len(pair) == 1 and (pair.n == p["blocks"] * p["inner"]).all()
+    # the pair's own blocks: as configured under the fixed rule, the decided pairs of the
+    # shorter blocks under the adaptive one (its sampling_decision row)
+    n, per = ab_sizes(rows, "adamw_fused_minus_adamw_foreach", p["blocks"], p["inner"])
+    assert len(pair) == 1 and (pair.n == n * per).all()
     assert_cpu_scale_sets("E25", "repeats", 200, 400)

@@ -21,6 +21,7 @@ from conftest import TEST_CONFIG
 from experiments import load_script
 
 from perflab.core import io
+from perflab.core.names import SAMPLING_DECISION, SAMPLING_FIXED_PAIRS
 from perflab.experiments import floors as calibration
 from perflab.experiments import w01_whatif as w01
 from perflab.experiments.c00_calibration import AA_FLOOR
@@ -147,6 +148,61 @@ def test_without_an_aa_floor_nothing_is_resolved(planted_runs):
     o = _verdicts(bare)["fused_optimizer"]
     assert o.verdict == w01.UNRESOLVED and o.reason == w01.NO_FLOOR
     assert w01.best(bare) is None and "no A/A floor" in w01.markdown(bare)
+
+
+def test_the_adaptive_ab_writes_its_decision_and_the_table_shows_it(planted_runs):
+    """The planted runs sample under the default (adaptive) rule: each measured A/B says
+    whether it was decided and after how many blocks, and the table carries that line."""
+    dec = planted_runs[planted_runs.metric == SAMPLING_DECISION]
+    assert set(dec.variant) >= {"fused_optimizer/change", "noop/change", "sleep_added/change"}
+    assert dec.window.str.match(r"(decided|undecided within budget)").all()
+    o = _verdicts(planted_runs)["fused_optimizer"]
+    assert o.sampling.startswith("decided")
+    assert "sampling" in w01.markdown(planted_runs)
+    # and how many of the fixed contract's pairs its blocks fill (its floor's pair count)
+    filled = planted_runs[planted_runs.metric == SAMPLING_FIXED_PAIRS]
+    assert set(filled.variant) == set(dec.variant)
+
+
+def test_the_adaptive_abs_short_blocks_are_counted_in_the_fixed_contracts_pairs(tiny_cfg):
+    """One-stretch blocks where the fixed contract's blocks hold three: a third of a fixed
+    pair each, so C00's floor is looked up (to stop, and in the table) at that count."""
+    import time
+    from types import SimpleNamespace
+
+    from perflab.experiments import floors
+
+    ctx = runner.Context("W01", _contract(tiny_cfg), log=lambda m: None)
+    seen = []
+    ctx.stop_floor = lambda pairs: seen.append(pairs) or FLOOR_PCT
+    res = SCRIPT._sequential_pair(ctx, SimpleNamespace(name="x"), lambda: time.sleep(1e-3),
+                                  lambda: time.sleep(4e-3), 4, 3)
+    rows = pd.DataFrame(ctx.rows)
+    (filled,) = rows[rows.metric == SAMPLING_FIXED_PAIRS].value
+    assert filled == pytest.approx(len(res.a_blocks) / 3)
+    assert floors.ab_pairs(rows[rows.variant == "x/change"]) == pytest.approx(filled)
+    # stopped against the floor for the pairs run, and within it only for the budget's 8
+    assert pytest.approx(filled) in seen and pytest.approx(2 * 4 * 3 / 3) in seen
+
+
+def test_an_undecided_ab_is_never_called_faster(planted_runs):
+    """The same significant gain, but its A/B stopped undecided (its budget spent): not
+    resolved, and not the best."""
+    cut = planted_runs.copy()
+    at = (cut.variant == "fused_optimizer/change") & (cut.metric == SAMPLING_DECISION)
+    cut.loc[at, "window"] = "undecided within budget (8 blocks, 95% anytime interval -30..2 %)"
+    o = _verdicts(cut)["fused_optimizer"]
+    assert o.verdict == w01.UNRESOLVED and w01.best(cut) is None
+
+
+def test_the_fixed_rule_runs_the_configured_blocks_and_writes_no_decision(tiny_cfg, tmp_path):
+    c = _contract(tiny_cfg, planted.SLOWER.name, PLANTED, blocks=3, inner=2)
+    c["sampling"] = {"rule": "fixed"}
+    rows = _run(c, tmp_path, planted.SLOWER.name,
+                lambda ctx: SCRIPT.measure_intervention(ctx, planted.SLOWER))
+    assert rows[rows.metric == SAMPLING_DECISION].empty
+    rel = rows[rows.metric == w01.THROUGHPUT_REL]
+    assert list(rel.n) == [3] and rel.window.iloc[0].startswith("3 blocks per side")
 
 
 def test_a_real_gain_inside_a_wider_floor_is_not_resolved(planted_runs):

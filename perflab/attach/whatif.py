@@ -4,10 +4,12 @@ the script in a fresh run of it, timed against the baseline (docs/whatif-script.
 One attached baseline run (perflab.attach.run.run_child) gives the diagnosis; the
 interventions of :mod:`perflab.attach.patches` that apply to what it observed run next, the
 diagnosis's first, each in a fresh process with the same settings (seed, steps, warm-up),
-interleaved with repeats of the baseline (B, I1, I2, B, I3, I4, B, ..., B) so the
-between-run floor (perflab.instruments.stats.process_floor_pct) is measured in the same
-invocation. Each change is decided by the stopping rule (perflab.instruments.sequential.compare)
-on per-block log differences against that floor; an undecided change is run again in a
+interleaved with repeats of the baseline (B, I1, B, B, I2, B, ...) so the between-run floor
+is measured in the same invocation. Each change is compared with the baseline runs either side
+of it, and so is the floor: each baseline run between two others against their geometric mean
+(perflab.instruments.stats.bracketed_floor_pct), so a machine that drifts over the invocation
+widens neither. Each change is decided by the stopping rule
+(perflab.instruments.sequential.compare) on per-block log differences against that floor; an undecided change is run again in a
 further round while the budget and --max-runs allow. A change inside the floor is never a
 speedup.
 """
@@ -86,10 +88,12 @@ def order(names: list[str], verdict: str) -> list[str]:
     return head + [n for n in names if n not in head]
 
 
-def schedule(names: list[str], every: int = 2, repeats: int = 2) -> list[str | None]:
+def schedule(names: list[str], every: int = 2, repeats: int = 3) -> list[str | None]:
     """The run order after a baseline: None = a baseline repeat, between every ``every``
-    interventions and at the end; at least ``repeats`` repeats (the first round: two, three
-    baselines for the floor)."""
+    interventions and at the end; at least ``repeats`` repeats (the first round: three, four
+    baselines, so the bracketed floor has two degrees of freedom, Student factor 4.3 where
+    three baselines give 12.7; the plan skips a repeat beyond the third that brackets no
+    intervention run when the budget has no room for it)."""
     out: list[str | None] = []
     for i, n in enumerate(names):
         out.append(n)
@@ -230,11 +234,49 @@ RERUN_FIX = ("make what it consumes or writes (a checkpoint, a log directory, a 
 
 # ------------------------------------------------------------------ judging
 
-def floor_pct(baseline_medians: list[float]) -> float | None:
-    """The between-run floor of this invocation's baseline runs, % (None: fewer than 2)."""
+#: fewest baseline runs of the bracketed floor: one between two others
+BRACKET_BASES = 3
+BRACKETED_FLOOR = "perflab.instruments.stats.bracketed_floor_pct"
+EXCHANGEABLE_FLOOR = "perflab.instruments.stats.process_floor_pct"
+
+
+def aa_log_ratios(bases: list[dict], size: int) -> list[float] | None:
+    """The A/A analogue of every comparison: each baseline run between two others against
+    their geometric mean, as a change's run is against the baselines either side of it (the
+    median of its block log differences, :func:`block_log_diffs`), % on the log scale.
+    None when a baseline run gave no block to compare."""
+    out = []
+    for i in range(1, len(bases) - 1):
+        d = block_log_diffs([bases[i - 1], bases[i + 1]], bases[i], size)
+        if not d:
+            return None
+        out.append(float(np.median(d)))
+    return out
+
+
+def run_level(ev: dict, size: int) -> float:
+    """A run's step wall as the comparisons see it: the geometric mean of its block means, ms."""
+    return float(np.exp(np.mean(np.log(blocks(steady_ms(ev), size)))))
+
+
+def floor_of(bases: list[dict], size: int) -> tuple[float | None, str]:
+    """(the between-run floor of this invocation's baseline runs, %; what it is and its
+    instrument). Three or more: the bracketed A/A prediction bound (BRACKETED_FLOOR), which
+    matches the bracketed comparisons it bounds. Two: the exchangeable floor of their run
+    levels (EXCHANGEABLE_FLOOR), labelled as the fallback: a drift between them counts as
+    noise. Fewer: None."""
     from perflab.instruments import stats
 
-    return stats.process_floor_pct(baseline_medians) if len(baseline_medians) >= 2 else None
+    aa = aa_log_ratios(bases, size) if len(bases) >= BRACKET_BASES else None
+    if aa:
+        return stats.bracketed_floor_pct(aa), (
+            f"bracketed A/A of {len(bases)} baseline runs, each against the two either side "
+            f"of it ({len(aa)} degree{'s' * (len(aa) != 1)} of freedom; {BRACKETED_FLOOR})")
+    if len(bases) < 2:
+        return None, "not measured (fewer than two baseline runs)"
+    return stats.process_floor_pct([run_level(b, size) for b in bases]), (
+        f"fallback: {len(bases)} baseline runs taken as exchangeable, fewer than "
+        f"{BRACKET_BASES} with a usable bracket, so a drift counts as noise ({EXCHANGEABLE_FLOOR})")
 
 
 def log_pct(pct: float) -> float:
@@ -528,6 +570,16 @@ def rows_csv(rows: list[Row]) -> list[dict]:
     return out
 
 
+def floor_row(floor: float | None, how: str) -> dict:
+    """The between-run floor every change was judged against, as a CSV-contract row whose
+    reason names the floor used and its instrument."""
+    from perflab.attach import verdict as vmod
+
+    ok = floor is not None
+    return vmod._row("whatif", BASELINE, "between_run_floor", "value", floor, "%", "steady",
+                     "ok" if ok else "unsupported", how)
+
+
 # ------------------------------------------------------------------ the runs
 
 @dataclass
@@ -546,6 +598,13 @@ class Plan:
     pairs: dict[str, list[tuple[dict, int]]] = field(default_factory=dict)
     failed: dict[str, dict | None] = field(default_factory=dict)
     count: int = 0
+    since_base: int = 0  # intervention runs since the last baseline run
+
+    def wants_base(self) -> bool:
+        """Run the next baseline repeat? Always while the bracketed floor lacks its three,
+        and after an intervention run (its bracket); a repeat for the floor alone only where
+        the budget has room."""
+        return len(self.bases) < BRACKET_BASES or self.since_base > 0 or self.fits(1)
 
     def fits(self, runs: int) -> bool:
         return self.budget is None or \
@@ -632,7 +691,10 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
                                 f"{time.perf_counter() - plan.started:.0f} s spent, "
                                 f"~{plan.est:.0f} s a run)"))
                 continue
+            if p is None and not plan.wants_base():
+                continue
             rc2, ev2, _ = plan.run(p)
+            plan.since_base = 0 if p is None else plan.since_base + 1
             if p is None:
                 problem = rerun_problem(ev, rc2, ev2, command)
                 if problem:
@@ -649,7 +711,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
                 rows.append(Row(p, NOT_APPLICABLE, f"not applied: {pr.get('error') or pr.get('detail')}"))
             else:
                 plan.pairs.setdefault(p, []).append((ev2, len(plan.bases) - 1))
-        floor = floor_pct([float(np.median(steady_ms(b))) for b in plan.bases])
+        floor, _ = floor_of(plan.bases, size)
         pending = []
         for p, prs in plan.pairs.items():
             dec = judge_runs(run_diffs(plan.bases, prs, size), floor, max_n)
@@ -663,7 +725,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
         todo = schedule(pending, repeats=1)
         print(f"perflab whatif: round {rnd + 1}: still undecided: {', '.join(pending)}",
               file=sys.stderr)
-    floor = floor_pct([float(np.median(steady_ms(b))) for b in plan.bases])
+    floor, floor_how = floor_of(plan.bases, size)
     for p, ev2 in plan.failed.items():
         if p not in plan.pairs:
             rows.append(Row(p, FAILED, f"the patched run raised: {traceback_tail(ev2)}"))
@@ -681,8 +743,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
     head = [f"# perflab whatif: {' '.join(command)}", "",
             f"- baseline: {len(plan.bases)} runs, {steps} steps each ({warmup} warm-up), "
             f"seed {seed}; between-run floor "
-            + (f"±{floor:.2g} % (perflab.instruments.stats.process_floor_pct)" if floor is not None
-               else "not measured (fewer than two baseline runs)"),
+            + (f"±{floor:.2g} % ({floor_how})" if floor is not None else floor_how),
             f"- diagnosis: {d.verdict} (perflab.attach.verdict); its interventions ran first",
             f"- each change: per-block ({size} steps, mean wall) log differences against the baseline runs "
             "either side of it, decided by the stopping rule (perflab.instruments.sequential.compare) "
@@ -692,7 +753,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
     md = markdown(rows, head)
     print(md)
     io.atomic_write_text(out_dir / "whatif.md", md)
-    io.write_results(out_dir / "whatif.csv", rows_csv(rows))
+    io.write_results(out_dir / "whatif.csv", [*rows_csv(rows), floor_row(floor, floor_how)])
     print(f"whatif: {out_dir / 'whatif.md'}, rows: {out_dir / 'whatif.csv'}", file=sys.stderr)
     return 0
 

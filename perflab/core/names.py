@@ -29,7 +29,17 @@ ROOFLINE_FRACTION = "roofline_fraction"
 #: the one name of each quantity most experiments write (one owner: import it from here)
 STEP_LATENCY = "step_latency"  # ms per training step (the row's statistic says which)
 THROUGHPUT = "throughput"  # examples per second
+#: an adaptive A/B's calls counted in block pairs of the fixed contract's length: the pair
+#: count its A/A floor is looked up at (shorter blocks are noisier: counting them as pairs of
+#: the floor's own length would hold the A/B to too narrow a floor)
+SAMPLING_FIXED_PAIRS = "sampling_fixed_pairs"
 PHASE_SHARE = "phase_share"  # a phase's share of the step (%)
+#: a quantity sampled in rounds until decided (sampling.rule adaptive): the row's reason is
+#: its one line, "decided: ..." or "undecided within budget (...)"
+#: (perflab.instruments.sequential.Decision.line); its value and unit say what was sampled:
+#: an A/B's block pairs run (unit "blocks", the line also leads its window), a share's or the
+#: A/A floor's estimate (unit "%")
+SAMPLING_DECISION = "sampling_decision"
 #: the sync boundaries a timed row names (its ``sync_boundary`` column)
 SYNCED_CALL = "synchronized at both ends of each call"
 SYNCED_PHASES = "device synchronized at each phase boundary"

@@ -71,6 +71,19 @@ parts:
   default: [clock, events, process, aa, planted, profiler, peers]
 """
 
+#: under a budget (sampling.rule adaptive) the A/A runs at least this many block pairs
+#: before its floor's precision is judged (a floor for medians of fewer pairs than
+#: FLOOR_REFERENCE_PAIRS is wider: a short A/A errs towards calling a difference noise,
+#: never towards a finding)
+AA_MIN_BLOCKS = 6
+#: the params each optional part reads (``parts``): a part that does not run costs none of
+#: them (perflab.pipeline.preflight's estimate skips them); ``peers`` also runs the helper
+#: once at timing.repeats
+PART_PARAMS = {"process": ("process_repeats",), "planted": ("planted_blocks",),
+               "profiler": ("profiler_steps",),
+               "peers": ("peer_repeats", "peer_min_run_time_s", "do_bench_warmup_ms",
+                         "do_bench_rep_ms")}
+
 #: its sizes at the test contract (`scale: tiny`, config/test.yaml): the smallest that
 #: still run every code path
 SCALES = {"tiny": {'floor_repeats': 50, 'process_repeats': 1, 'aa_blocks': 6, 'aa_inner': 3, 'profiler_steps': 4, 'peer_min_run_time_s': 0.05, 'do_bench_warmup_ms': 5, 'do_bench_rep_ms': 10}}

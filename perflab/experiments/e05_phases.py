@@ -81,6 +81,9 @@ UNINSTRUMENTED_TOTAL = "uninstrumented_total"
 #: its row of how many blocks the phased and uninstrumented steps alternated in (absent in a
 #: run from before they did: one series after the other)
 INTERLEAVED_BLOCKS = "interleaved_blocks"
+#: under a budget, the deciding shares sampled until decided (variants of the
+#: SAMPLING_DECISION rows): input wait + host-to-device, and the optimizer, per step
+INPUT_SHARE_DECISION, OPTIMIZER_SHARE_DECISION = "input_share", "optimizer_share"
 SUM_MINUS_TOTAL = "sum_minus_total"
 #: one phase's time per step (ms), and its share of the sum of the phase medians (%)
 PHASE_TIME = "phase_time"

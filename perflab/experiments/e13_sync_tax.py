@@ -247,6 +247,9 @@ def _pair_title(r: pd.DataFrame, prefix: str, label: str) -> str:
 
 #: C30, C31: the tax is below this share of the step (C30: and positive)
 TAX_MAX_PCT = 5
+#: the thresholds (the tax, % of the step) C30 and C31 set each pair against: its adaptive
+#: A/B samples until each is decided (Context.interleaved's ``stop_at``)
+STOP_AT = {CONTROLLED: (0.0, TAX_MAX_PCT), SMALL: (TAX_MAX_PCT,)}
 
 
 def _tax_claim(ev: Evidence, prefix: str, *, real: bool) -> Verdict:

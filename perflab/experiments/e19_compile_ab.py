@@ -8,12 +8,13 @@ E19 and E20 alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from perflab.instruments import ab
+from perflab.instruments.sequential import NO_CHANGE
 from perflab.kit.claims import Decision, Evidence, Part, ab_against, claim, judge_parts
 from perflab.kit.experiment import Experiment
 from perflab.kit.tables import Missing, make_table, pick, rows_of
@@ -165,9 +166,16 @@ def _time_rel_pct(speedup: float) -> float:
     return 100 * (1 / speedup - 1)
 
 
-def _speedup_beyond(ev: Evidence, prefix: str, speedup: float) -> Decision:
-    """Is the pair's effect decided against the time change a ``speedup`` would be?"""
-    return ab_against(ev, ENTRY.eid, difference_variant(prefix), _time_rel_pct(speedup))
+#: the thresholds (compiled time as a change from eager's, %) C40 sets each pair against:
+#: its adaptive A/B samples until each is decided (Context.interleaved's ``stop_at``)
+STOP_AT = {MLP: tuple(_time_rel_pct(x) for x in NEUTRAL_SPEEDUP),
+           POINTWISE: (_time_rel_pct(POINTWISE_SPEEDUP_ABOVE),)}
+
+
+def _beyond(ev: Evidence, prefix: str, threshold_pct: float) -> Decision:
+    """Is the pair's effect decided against a threshold of :data:`STOP_AT` (the time change
+    a speedup would be)?"""
+    return ab_against(ev, ENTRY.eid, difference_variant(prefix), threshold_pct)
 
 
 @claim("C40", "E19", "torch.compile is neutral on the GEMM-bound MLP and a large speedup on the pointwise chain",
@@ -181,15 +189,14 @@ def _compile_split(ev):
     pointwise = ev.value(eid, comparison_variant(POINTWISE), SPEEDUP)
     # neutral is a band: decided when the pair's effect is clear of both its edges (an
     # effect inside the noise is not evidence of neutrality)
-    edges = sorted((_speedup_beyond(ev, MLP, x) for x in NEUTRAL_SPEEDUP),
-                   key=lambda d: not d[0])
+    edges = sorted((_beyond(ev, MLP, t) for t in STOP_AT[MLP]), key=lambda d: not d[0])
     band = (all(ok for ok, _ in edges), edges[-1][1])
     lo, hi = NEUTRAL_SPEEDUP
     return judge_parts(
         Part(lo <= mlp <= hi, f"MLP {mlp:.3f}x", band, name="neutral on the MLP",
              mechanism="compile changes the GEMM-bound MLP beyond noise"),
         Part(pointwise > POINTWISE_SPEEDUP_ABOVE, f"pointwise {pointwise:.2f}x",
-             _speedup_beyond(ev, POINTWISE, POINTWISE_SPEEDUP_ABOVE),
+             _beyond(ev, POINTWISE, *STOP_AT[POINTWISE]),
              name="a large speedup on the pointwise chain",
              mechanism="Inductor's fusion does not pay on the pointwise chain here"))
 
@@ -198,9 +205,12 @@ def _compile_split(ev):
 
 
 def compare_with_eager(ctx, prefix: str, eager: Callable[[], Any],
-                       compiled: Callable[[], Any], batch_size: int,
-                       **kw: Any) -> dict[str, float]:
+                       compiled: Callable[[], Any], batch_size: int, *,
+                       stop_at: Sequence[float] = NO_CHANGE, **kw: Any) -> dict[str, float]:
     """Correctness, then the interleaved eager/compiled pair, then the speedup, as rows.
+
+    ``stop_at``: the thresholds (% change of compiled from eager) a claim sets the pair
+    against (:data:`STOP_AT` for E19's), which an adaptive pair samples until decided.
 
     Variants ``<prefix>/eager``, ``<prefix>/compiled`` (its rows and samples
     marked compiled) and ``<prefix>/compiled_vs_eager`` (max_abs_diff, speedup): the
@@ -217,14 +227,16 @@ def compare_with_eager(ctx, prefix: str, eager: Callable[[], Any],
             unit="abs", n=1, execution="compiled",
             window="one forward of each on the same input and state",
             sync_boundary="outputs compared on the host", **kw)
-    res = timing.interleaved_ab(eager, compiled, blocks=p["blocks"], inner=p["inner"],
-                                warmup=t["warmup"], sync=ctx.sync)
-    window = f"{p['blocks']} interleaved blocks of {p['inner']} after warmup {t['warmup']}"
+    res = ctx.interleaved(eager, compiled, blocks=p["blocks"], inner=p["inner"],
+                          warmup=t["warmup"], variant=f"{compiled_v}_minus_{eager_v}",
+                          stop_at=stop_at, **kw)
+    window = timing.ab_window(res, t["warmup"])
+    n_blocks = len(res.a_blocks)
     d = ctx.ab(res, a=eager_v, b=compiled_v, batch_size=batch_size,
                window=window, metric=FORWARD_LATENCY, **kw)
     compiling.mark_execution(ctx, compiled_v, "compiled")
     ctx.row(variant=v, metric=SPEEDUP, value=d["a"] / d["b"], unit="x", statistic="median",
-            n=p["blocks"], execution="compiled", window=f"eager median / compiled median "
+            n=n_blocks, execution="compiled", window=f"eager median / compiled median "
             f"({window})", sync_boundary="synchronized at both ends of each call; blocks "
             "interleaved AB/BA", **kw)
     return {**d, "window": window}

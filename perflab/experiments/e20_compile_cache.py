@@ -255,6 +255,9 @@ def _first_call_panel(ax: "Axes", r: pd.DataFrame, curves: dict[str, tuple]) -> 
 WARM_FIRST_CALL_BELOW = 0.5
 #: C41: the cold and warm steady states must agree within this share
 STEADY_AGREES_WITHIN = 0.1
+#: the thresholds (% of the fresh code's time) C41 sets the cache-loaded pair against: its
+#: adaptive A/B samples until both are decided (Context.interleaved's ``stop_at``)
+STEADY_STOP_AT = (-100 * STEADY_AGREES_WITHIN, 100 * STEADY_AGREES_WITHIN)
 
 
 @claim("C41", "E20", "a warm Inductor cache cuts the first compiled call; steady state is the same",

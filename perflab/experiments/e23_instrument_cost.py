@@ -164,6 +164,9 @@ def figure(rows: pd.DataFrame, samples: pd.DataFrame) -> "Figure":
 
 #: C42: per-phase synchronization costs less than this share of the step
 PHASE_SYNC_COST_MAX_PCT = 10
+#: the thresholds (cost, % of the step) C42 sets each instrument's pair against: its
+#: adaptive A/B samples until each is decided (Context.interleaved's ``stop_at``)
+STOP_AT = {PHASE_SYNC: (PHASE_SYNC_COST_MAX_PCT,)}
 
 
 @claim("C42", "E23",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from perflab.core.names import STEP_LATENCY
+from perflab.core.names import SAMPLING_FIXED_PAIRS, STEP_LATENCY
 from perflab.experiments.c00_calibration import (
     AA_DIFFERENCE,
     AA_FLOOR,
@@ -98,7 +98,9 @@ def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.Da
     effect_pct, ci_low_ms, ci_high_ms, p, in_job (the verdict written by the
     job), exceeds_floor, verdict (``resolved`` or ``inconclusive`` under the floor).
     """
-    ok = frame[(frame.status == "ok") & frame.metric.str.startswith("ab_")]
+    # with each adaptive A/B's pair count in the fixed contract's pairs (ab_pairs reads it)
+    ok = frame[(frame.status == "ok") & (frame.metric.str.startswith("ab_")
+                                         | (frame.metric == SAMPLING_FIXED_PAIRS))]
     out = []
     for (eid, variant), g in ok.groupby(["experiment", "variant"], sort=False):
         m = dict(zip(g.metric, g.value.astype(float)))
@@ -127,7 +129,12 @@ def ab_comparisons(frame: pd.DataFrame, floor_pct: float | None = None) -> pd.Da
 
 
 def ab_pairs(rows: pd.DataFrame) -> float | None:
-    """The block pairs of one A/B (the ``n`` of its ``ab_effect`` row), None if not written."""
+    """The block pairs of one A/B, in the fixed contract's pairs: an adaptive A/B's shorter
+    blocks count as the pairs they fill (its ``sampling_fixed_pairs`` row; shorter blocks
+    are noisier), any other's is the ``n`` of its ``ab_effect`` row. None if not written."""
+    filled = rows[rows.metric == SAMPLING_FIXED_PAIRS]
+    if not filled.empty and not pd.isna(filled.value.iloc[0]):
+        return float(filled.value.iloc[0])
     hit = rows[rows.metric == "ab_effect"]
     if hit.empty or "n" not in hit or pd.isna(hit.n.iloc[0]):
         return None

@@ -150,3 +150,81 @@ def _difference_rows(ctx: Any, pc: PairedCost, av: str, bv: str, variant: str, m
                 window=window + "; B - A block by block",
                 sync_boundary="difference of block medians measured next to each other",
                 statistics=BLOCK_STATISTICS, block=list(range(len(pc.block_diffs))), **kw)
+
+
+def decision_row(ctx: Any, variant: str, decision: Any, floor_pct: Any, most: int,
+                 extra: str = "", **kw: Any) -> str:
+    """The row of an adaptive A/B's stopping decision (metric ``sampling_decision``, value:
+    the block pairs run); its window starts with the decision's line ("decided: ..." or
+    "undecided within budget (...)"), which the tables and claims read. ``floor_pct``: the
+    floor the rule stopped against (a number, None, or ``floor(pairs)``:
+    perflab.instruments.sequential.against). Returns the line."""
+    from perflab.core.names import SAMPLING_DECISION
+
+    line = decision.line(unit="%", what="blocks")
+    now, end = ((floor_pct(decision.n), floor_pct(most)) if callable(floor_pct)
+                else (floor_pct, floor_pct))
+    basis = ("against a floor of 0 (no A/A floor in this job: only the exclusion of each "
+             "threshold decides)" if now is None else
+             f"against the A/A floor of {now:.3g}%" + ("" if end == now else
+             f" for the {decision.n} pairs run (within it: {end:.3g}%, the floor for the "
+             f"budget's {most})"))
+    ctx.row(variant=variant, metric=SAMPLING_DECISION, value=float(decision.n), unit="blocks",
+            n=decision.n, reason=line, window=f"{line}{DECISION_SEP} change {basis}; at most "
+            f"{most} blocks{extra}",
+            sync_boundary="perflab.instruments.sequential.against on the per-block relative "
+            "differences of the interleaved block medians", **kw)
+    return line
+
+
+def fixed_pairs_row(ctx: Any, variant: str, pairs: int, calls: int, fixed_calls: int,
+                    **kw: Any) -> float:
+    """The row (metric ``sampling_fixed_pairs``) of how many of the fixed contract's block
+    pairs of ``fixed_calls`` calls an adaptive A/B's ``pairs`` pairs of ``calls`` fill: the
+    pair count its A/A floor is looked up at (shorter blocks are noisier;
+    perflab.experiments.floors.ab_pairs reads it). Returns that count."""
+    from perflab.core.names import SAMPLING_FIXED_PAIRS
+
+    filled = fixed_pairs(pairs, calls, fixed_calls)
+    ctx.row(variant=variant, metric=SAMPLING_FIXED_PAIRS, value=filled, unit="block pairs",
+            n=pairs, window=f"{pairs} pairs of {calls} calls in pairs of the fixed "
+            f"contract's {fixed_calls} calls", sync_boundary="counted", **kw)
+    return filled
+
+
+def fixed_pairs(pairs: int, calls: int, fixed_calls: int) -> float:
+    """The fixed contract's block pairs of ``fixed_calls`` calls that ``pairs`` pairs of
+    ``calls`` calls fill."""
+    return pairs * calls / fixed_calls
+
+
+#: what separates the decision's line from the rest of its row's window
+DECISION_SEP = "; per-block"
+
+
+def decision_line(window: str) -> str:
+    """The decision's line out of a ``sampling_decision`` row's window."""
+    return window.split(DECISION_SEP)[0]
+
+
+def undecided(window: str, threshold: float | None = None) -> bool:
+    """Whether a ``sampling_decision`` row's window says the stopping rule ran out of budget
+    undecided: such an A/B supports no change either way, whatever its medians say.
+
+    ``threshold``: undecided on that one threshold (% of A): an A/B stopped on a claim's
+    thresholds lists each with its state ("-50 % (higher), 0 % (undecided)"); one it did not
+    stop on (not listed) was not asked, so the rule says nothing of it. A line without such
+    a list is the one threshold 0."""
+    import re
+
+    from perflab.instruments import sequential as seq
+
+    line = decision_line(window)
+    if not line.startswith(seq.UNDECIDED):
+        return False
+    parts = re.findall(r"(-?[0-9.e+-]+) % \(([a-z ]+)\)", line)
+    if threshold is None:
+        return True
+    if not parts:
+        return threshold == 0
+    return any(float(t) == threshold and state == seq.UNDECIDED for t, state in parts)

@@ -295,6 +295,30 @@ def aa_floor_pct(a_blocks: Sequence[float], b_blocks: Sequence[float], *,
     return float(np.quantile(np.abs(rel), confidence))
 
 
+def aa_floor_interval_pct(a_blocks: Sequence[float], b_blocks: Sequence[float], *,
+                          pairs: int | None = None, level: float = 0.90,
+                          n_outer: int = 100, n_resamples: int = 400,
+                          seed: int = 0) -> tuple[float, float]:
+    """How precisely :func:`aa_floor_pct` is known from these blocks: the ``level``
+    percentile interval of the floor over bootstrap resamples of the block pairs (each
+    resample's floor recomputed, ``n_resamples`` inner draws; seeded). A precision to stop
+    measuring the floor on, not a decision: the floor is an estimate that comparisons
+    read, and they need it only so closely."""
+    a_arr, b_arr = np.asarray(a_blocks, dtype=float), np.asarray(b_blocks, dtype=float)
+    if a_arr.size < 2 or a_arr.size != b_arr.size:
+        raise ValueError("an A/A floor's interval needs as many blocks of A as of B (at "
+                         "least two)")
+    rng = np.random.default_rng(seed)
+    floors = []
+    for _ in range(n_outer):
+        idx = rng.integers(0, a_arr.size, a_arr.size)
+        floors.append(aa_floor_pct(a_arr[idx], b_arr[idx], pairs=pairs,
+                                   n_resamples=n_resamples, seed=int(rng.integers(2 ** 31))))
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(floors, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
 def process_floor_pct(*groups: Sequence[float],
                       confidence: float = AA_FLOOR_CONFIDENCE) -> float:
     """The between-process A/A floor in %: how far one fresh process's statistic lands from
@@ -331,6 +355,57 @@ def process_floor_pct(*groups: Sequence[float],
     s = float(np.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df))
     q = float(student_t.ppf(0.5 + confidence / 2, df)) * np.sqrt(2) * s
     return float(100 * np.expm1(q))
+
+
+def bracketed_floor_pct(aa_log_pct: Sequence[float], *,
+                        confidence: float = AA_FLOOR_CONFIDENCE) -> float:
+    """The between-run floor of a *bracketed* comparison in %: how far one run's statistic
+    lands from the geometric mean of the runs either side of it when all three ran the same
+    code, as a two-sided prediction bound at ``confidence``.
+
+    It bounds what an interleaved A/B (B, I, B, I, B, ...) reads when each intervention run
+    is compared with the geometric mean of the baseline runs before and after it
+    (perflab.attach.whatif): that bracket removes a machine's drift that is linear over the
+    pair, and so does this floor's A/A analogue, where :func:`process_floor_pct` treats the
+    runs as exchangeable and counts the drift as noise.
+
+    ``aa_log_pct``: for each interior run i of R >= 3 consecutive runs of one contract, in
+    order, ``a_i = 100 ln(x_i / sqrt(x_{i-1} x_{i+1}))`` of the statistic the comparisons use
+    (m = R - 2 values). Model: ``ln x_i = drift_i + e_i``, the ``e_i`` independent
+    N(0, sigma^2), the drift linear over any three neighbours; then ``a = D e`` with ``D``'s
+    rows ``(-1/2, 1, -1/2)``, so ``Cov(a) = sigma^2 C`` with ``C`` 1.5 on the diagonal, -1
+    beside it, 1/4 two off, 0 beyond (overlapping brackets share runs: neighbours correlate
+    at -2/3). The rows of ``D`` span the space orthogonal to a constant and a linear trend, so
+    ``s^2 = a' C^-1 a / m`` is the residual variance of a straight line fitted to the m + 2
+    log values, ``m s^2 / sigma^2`` is chi-square with exactly ``df = m = R - 2`` degrees of
+    freedom (the correlation is accounted for, not ignored), and a further bracketed
+    comparison of the same code, ``e - (e' + e'')/2``, has variance ``1.5 sigma^2`` and mean 0:
+    the floor is ``100 (exp(q/100) - 1)`` with ``q = t(1/2 + confidence/2, df) sqrt(1.5) s``.
+
+    Where it is approximate, it errs wide: drift that bends within a bracket adds to the
+    ``a_i`` as to the comparisons (a wider floor, not a narrower one); a comparison made of
+    several runs' blocks (a change re-run in rounds) varies less than the one run the floor
+    predicts. The comparison's two baseline runs are among the R, so it is not independent of
+    ``s``; the seeded simulations (tests/test_stats_bracketed.py) show the rate of A/A
+    comparisons outside the floor at or below ``1 - confidence``. Few runs give a wide
+    Student factor (R = 3: df 1, t 12.7; R = 4: 4.30; R = 6: 2.78), never an optimistic one.
+    """
+    from scipy.stats import t as student_t
+
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    a = np.asarray(aa_log_pct, dtype=float)
+    if a.ndim != 1 or a.size < 1:
+        raise ValueError("a bracketed floor needs the A/A log ratio of at least one run between "
+                         f"two others (three runs), got {a.size} values")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"a bracketed floor needs finite log ratios, got {a}")
+    m = a.size
+    cov = 1.5 * np.eye(m) - np.eye(m, k=1) - np.eye(m, k=-1) \
+        + 0.25 * (np.eye(m, k=2) + np.eye(m, k=-2))
+    s2 = float(a @ np.linalg.solve(cov, a)) / m
+    q = float(student_t.ppf(0.5 + confidence / 2, m)) * np.sqrt(1.5 * s2)
+    return float(100 * np.expm1(q / 100))
 
 
 #: metrics of the rows :func:`judgement_rows` writes under an A/B's difference variant

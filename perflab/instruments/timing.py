@@ -13,10 +13,12 @@ All durations are returned in milliseconds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+
+from perflab.instruments.sequential import NO_CHANGE
 
 Step = Callable[[], object]
 Sync = Callable[[], None]
@@ -356,14 +358,21 @@ def interleaved_ab(
     calls; the spread of block values is the block-to-block noise an effect
     must exceed before it is called resolved.
     """
-    import statistics
-
     for _ in range(warmup):
         fa()
         fb()
     sync()
     res = ABResult()
-    for i in range(blocks):
+    _ab_blocks(res, fa, fb, blocks, inner, sync)
+    return res
+
+
+def _ab_blocks(res: ABResult, fa: Step, fb: Step, count: int, inner: int, sync: Sync) -> None:
+    """``count`` more block pairs of an interleaved A/B, appended to ``res`` (the AB/BA order
+    continues from the pairs already there)."""
+    import statistics
+
+    for i in range(len(res.order), len(res.order) + count):
         order = ab_order(i)
         res.order.append(order)
         for side in order:
@@ -375,7 +384,88 @@ def interleaved_ab(
             else:
                 res.b_samples.extend(block)
                 res.b_blocks.append(statistics.median(block))
-    return res
+
+
+#: block pairs per round of an adaptive A/B: even, so each round is balanced AB/BA
+ROUND_BLOCKS = 4
+
+
+def ab_window(res: ABResult, warmup: int) -> str:
+    """The window of an interleaved A/B as it ran (an adaptive one's blocks are its own)."""
+    n = len(res.a_blocks)
+    return f"{n} interleaved blocks of {len(res.a_samples) // max(1, n)} after warmup {warmup}"
+
+
+def block_diffs_pct(a_blocks: list[float], b_blocks: list[float]) -> list[float]:
+    """Per-block relative differences B vs A in % (the sequential rule's observations)."""
+    return [100.0 * (b - a) / a for a, b in zip(a_blocks, b_blocks)]
+
+
+def rounds_until_decided(run_round: Callable[[int], tuple[list[float], list[float]]], *,
+                         floor_pct, max_blocks: int, thresholds: Sequence[float] = NO_CHANGE,
+                         round_blocks: int = ROUND_BLOCKS,
+                         expired: Callable[[], bool] = lambda: False):
+    """The adaptive A/B's loop, apart from the clock: ``run_round(k)`` runs ``k`` more block
+    pairs and returns all block medians so far (A's, B's); rounds go on until the per-block
+    differences are decided against every one of ``thresholds`` (% of A: the claim's; 0, the
+    A/B's own question, by default) by :func:`perflab.instruments.sequential.against`,
+    ``max_blocks`` are spent, the rule says more would not decide it, or ``expired()`` (the
+    job's budget). ``floor_pct``: the A/A floor (%), or ``floor(n)`` for ``n`` block pairs
+    (a claim holds an A/B to the floor of its own pairs), or None. Returns the last
+    :class:`perflab.instruments.sequential.Decision`."""
+    from perflab.instruments import sequential as seq
+
+    n, d = 0, None
+    while n < max_blocks:
+        a, b = run_round(min(round_blocks, max_blocks - n))
+        diffs = block_diffs_pct(a, b)
+        n = len(diffs)
+        d = seq.against(diffs, thresholds, floor_pct, max_n=max_blocks)
+        if d.decided or d.futile or expired():
+            break
+    return d
+
+
+#: an adaptive A/B's blocks are this many times shorter than the fixed contract's (at least
+#: one call): the rule needs about ten block pairs to decide even a clear change, so short
+#: blocks are where the time is saved (scripts/bench_sequential.py: W01's one stretch a block)
+ADAPTIVE_SPLIT = 3
+#: an adaptive A/B times at most this many times the fixed contract's calls (the simulations'
+#: power at twice the floor is for twice the fixed count)
+MAX_CALLS_FACTOR = 2
+
+
+def adaptive_sizes(blocks: int, inner: int) -> tuple[int, int]:
+    """(at most this many block pairs, calls per block) of the adaptive twin of a fixed A/B of
+    ``blocks`` pairs of ``inner`` calls: blocks :data:`ADAPTIVE_SPLIT` x shorter, at most
+    :data:`MAX_CALLS_FACTOR` x the fixed calls."""
+    small = max(1, -(-inner // ADAPTIVE_SPLIT))
+    return max(ROUND_BLOCKS, MAX_CALLS_FACTOR * blocks * inner // small), small
+
+
+def sequential_ab(fa: Step, fb: Step, *, max_blocks: int, inner: int, warmup: int, sync: Sync,
+                  floor_pct, thresholds: Sequence[float] = NO_CHANGE,
+                  round_blocks: int = ROUND_BLOCKS, deadline_s: float | None = None):
+    """:func:`interleaved_ab` in rounds of ``round_blocks`` pairs that stops as soon as the
+    per-block difference is decided against each of ``thresholds`` and the A/A floor
+    (:func:`rounds_until_decided`: issue 40's stopping rule, valid under looking after every
+    round), or ``max_blocks`` or ``deadline_s`` (seconds from now) are spent. Returns (the
+    :class:`ABResult` of the blocks actually run, the decision)."""
+    for _ in range(warmup):
+        fa()
+        fb()
+    sync()
+    res = ABResult()
+    end = None if deadline_s is None else time.perf_counter() + deadline_s
+
+    def run_round(k: int) -> tuple[list[float], list[float]]:
+        _ab_blocks(res, fa, fb, k, inner, sync)
+        return res.a_blocks, res.b_blocks
+
+    decision = rounds_until_decided(
+        run_round, floor_pct=floor_pct, max_blocks=max_blocks, thresholds=thresholds,
+        round_blocks=round_blocks, expired=lambda: end is not None and time.perf_counter() >= end)
+    return res, decision
 
 
 @dataclass

@@ -48,6 +48,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from perflab.core.names import SAMPLING_DECISION
 from perflab.core.rows import Absent, Rows, Unmeasured
 from perflab.instruments import ab
 
@@ -128,6 +129,7 @@ def _floor(ev: Evidence, eid: str | None = None, variant: str | None = None) -> 
     pairs = None
     if eid is not None and ev.has(eid):
         own = ev.of(eid)
+        # an adaptive A/B's shorter blocks count as the fixed contract's pairs they fill
         pairs = ev.floors.ab_pairs(own[own.variant == variant])
     # C00's rows, split off once per run (Rows.of), not the whole frame on every claim
     return ev.floors.noise_floor_pct(ev.of(ev.aa_source), pairs)
@@ -152,6 +154,8 @@ def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | 
     p = next((x for x in (ev.maybe(eid, variant, m, "value") for m in (ab.WILCOXON_P, "ab_p"))
               if x is not None), None)
     alone = f"the A/B alone: p={p:.3g}" if p is not None else "the A/B's own flag"
+    if (stopped := sampling_undecided(ev, eid, variant)) is not None:
+        return False, f"not resolved: {stopped}; {alone}"
     floor = _floor(ev, eid, variant)
     if floor is None:
         return False, f"{no_floor(ev)}; {alone}"
@@ -166,6 +170,19 @@ def aa_floor(ev: Evidence, eid: str, variant: str, effect: float) -> Decision | 
 
 
 NOISE_SOURCES.append(aa_floor)
+
+
+def sampling_undecided(ev: Evidence, eid: str, variant: str, threshold_pct: float = 0.0
+                       ) -> str | None:
+    """The stopping rule's line where an adaptive A/B ran out of budget undecided on
+    ``threshold_pct`` (0: any change; its ``sampling_decision`` row,
+    perflab.instruments.ab.decision_row), else None: an undecided comparison supports
+    nothing, whatever its medians say. An A/B stopped on other thresholds only (a claim's
+    own) was not asked about this one: None."""
+    if ev.maybe(eid, variant, SAMPLING_DECISION, "value") is None:
+        return None
+    window = str(ev.row(eid, variant, SAMPLING_DECISION, "value")["window"])
+    return ab.decision_line(window) if ab.undecided(window, threshold_pct) else None
 
 
 def resolved(ev: Evidence, eid: str, variant: str, effect: float, *,

@@ -650,6 +650,17 @@ def contract(cfg: Mapping[str, Any], eid: str) -> dict:
         "workloads": {n: _workload_entry(cfg, n) for n in sorted(names)},
         "params": dict(cfg["experiments"].get(eid, {})),
     }
+    # the sampling contract, where the user set one: the rule and this job's budget share
+    # only (absent, the job runs the default rule and its contract - its cache key - is
+    # unchanged; under rule fixed a share changes nothing, so it is left out)
+    samp = cfg.get("sampling") or {}
+    share = (samp.get("job_budget_s") or {}).get(eid)
+    mine_s = {k: v for k, v in (("rule", samp.get("rule")),
+                                ("job_budget_s", None if share is None
+                                 or samp.get("rule") == "fixed" else {eid: share}))
+              if v is not None}
+    if mine_s:
+        out["sampling"] = mine_s
     # the user's values a scale would have changed, where this job uses them
     mine = (f"experiments.{eid}.", "timing.", *(f"workloads.{n}." for n in names))
     kept = {k: v for k, v in cfg.get("scale_kept", {}).items()

@@ -35,7 +35,7 @@ from typing import Any
 CALL_COUNTS = ("repeats", "spread_repeats", "host_return_repeats", "steps", "iterations",
                "finite_steps", "running_mean_steps", "profiler_steps",
                "peak_calls", "snapshot_steps", "steady_step", "warmup",
-               "wait", "active")
+               "wait", "active", "sync_steps")
 #: C00's fresh processes (interpreter, torch import, device init: three kinds): seconds each,
 #: not step calls. (C00's ``floor_repeats`` time empty calls and the clock: no step at all)
 PROCESS_S, PROCESS_KINDS = 3.0, 3
@@ -51,6 +51,9 @@ SWEEPS = ("batches", "seqs", "precisions", "ks", "modes", "workers", "optimizers
 CEILING_SWEEPS = ("dtypes", "matmul_sizes")
 #: int params that add that many further runs of the whole measurement (E08's replicates)
 REPEATS_OF_RUN = ("replicates",)
+#: jobs that never run the helper at timing.repeats: R01 times its ceilings and then the
+#: step once, R02 traces its own few steps (``wait``, ``warmup``, ``active``, ``sync_steps``)
+NO_HELPER = ("R01", "R02")
 #: full-batch steps the pre-flight times (after one untimed)
 TIMED_STEPS = 5
 #: set by ``perflab diagnose`` to the spec and answer of the pre-flight child it ran itself,
@@ -65,10 +68,16 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
     each count, loop and interleaved pair its params name, times each sweep's length, and
     scaled by its largest batch over the controlled workload's. Params in seconds
     (``min_run_time_s``...) are added as time. Compiling and process start-up are not
-    counted.
+    counted. A C00 that runs only some ``parts`` is counted for those, and the jobs in
+    ``NO_HELPER`` for their own counts only.
     """
-    p, t = contract.get("params", {}), contract.get("timing", {})
-    calls = float(t.get("warmup", 0) + t.get("repeats", 0))
+    p, t = _running(contract.get("params", {})), contract.get("timing", {})
+    helper = "parts" not in p or "peers" in p["parts"]  # C00 without peers: no helper run
+    calls = float(t.get("warmup", 0) + t.get("repeats", 0)) if helper else 0.0
+    if contract.get("experiment") in NO_HELPER:
+        calls = 0.0
+    elif not helper and _int(p.get("aa_blocks")):
+        calls = 2.0 * t.get("warmup", 0)  # the A/A's warmup, each side
     calls += sum(p[k] for k in CALL_COUNTS if _int(p.get(k)))
     calls += sum(sum(p[k]) for k in CALL_LISTS if isinstance(p.get(k), list))
     if isinstance(p.get("loops"), list) and _int(p.get("loop_rounds")):
@@ -91,6 +100,16 @@ def step_calls(contract: Mapping[str, Any]) -> tuple[float, float]:
     if _int(p.get("process_repeats")):
         seconds += p["process_repeats"] * PROCESS_KINDS * PROCESS_S
     return calls * sweep * scale, seconds
+
+
+def _running(p: Mapping[str, Any]) -> dict[str, Any]:
+    """``p`` without the params of C00's parts that do not run (its ``parts``)."""
+    if "parts" not in p:
+        return dict(p)
+    from perflab.experiments.c00_calibration import PART_PARAMS
+
+    idle = {k for part, keys in PART_PARAMS.items() if part not in p["parts"] for k in keys}
+    return {k: v for k, v in p.items() if k not in idle}
 
 
 def _planned(p: Mapping[str, Any]) -> int:
@@ -289,6 +308,9 @@ def _steady(times: list[float], compiling: list[float], seen) -> dict[str, Any]:
     out: dict[str, Any] = {"compile_steps": len(compiling),
                            "compiler": seen.as_dict() if seen.compiled else None}
     out["step_ms"] = sorted(times)[len(times) // 2] if times else None
+    # the fastest timed step: closest to the warmed, steady step the jobs time (on a loaded
+    # CPU the pre-flight's few early steps read 5-9x the jobs' median); --budget splits by it
+    out["step_min_ms"] = min(times) if times else None
     if not times:
         out["no_steady_step"] = (f"every one of the {len(compiling)} timed steps compiled "
                                  f"({seen.cause() or 'see the compiler'}): no steady step to "

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from perflab.core.io import log_to  # noqa: F401  (scripts import it from here t
 from perflab.core.names import STEP_LATENCY
 from perflab.experiments.catalogue import EXPERIMENTS
 from perflab.instruments import ab, compiler_watch, stats, steps, timing, workloads
+from perflab.instruments.sequential import NO_CHANGE
 from perflab.pipeline import config as cfgmod
 
 #: the experiment scripts, whose code is part of each result's instrument code
@@ -65,6 +66,12 @@ class Context:
         self.samples: list[dict[str, Any]] = []
         #: the A/A noise floor (%) A/B judgements are held to in this job; None: not known
         self.noise_floor_pct: float | None = None
+        #: the run's A/A floor (%) an adaptive A/B stops against (:meth:`interleaved`), as
+        #: ``stop_floor(pairs)`` for an A/B of ``pairs`` of the fixed contract's block pairs
+        #: (C00's narrows as pairs grow), read from C00's results where they were written
+        #: before this job; None: not known. Only when to stop reads it: the judgement rows
+        #: and the claims look the floor up themselves, at the same pair count.
+        self.stop_floor: Callable[[float], float | None] | None = None
         self._defaults: dict[str, Any] = {
             "experiment": eid,
             "device": str(self.device),
@@ -260,6 +267,42 @@ class Context:
         return {"a": pc.a_median, "b": pc.b_median, "diff": pc.diff, "p": pc.judgement.p,
                 "resolved": pc.resolved}
 
+    def interleaved(self, fa: timing.Step, fb: timing.Step, *, blocks: int, inner: int,
+                    warmup: int, variant: str, stop_at: Sequence[float] = NO_CHANGE,
+                    **kw: Any) -> timing.ABResult:
+        """The run's sampling contract applied to an interleaved A/B of ``blocks`` pairs of
+        ``inner`` calls: under the fixed rule exactly that (:func:`timing.interleaved_ab`);
+        under the adaptive one (the default) its twin (:func:`timing.sequential_ab`: blocks
+        of :func:`timing.adaptive_sizes`, stopped when the per-block change is decided
+        against each of ``stop_at`` and :attr:`stop_floor`), plus a ``sampling_decision`` row
+        for the difference ``variant`` ("decided: ..." or "undecided within budget ...",
+        which the claims read) and a ``sampling_fixed_pairs`` row (the floor's pair count).
+
+        ``stop_at``: the thresholds (change of B vs A, % of A) the claims set this change
+        against, as the experiment declares them (0: "faster"/"slower"; 5: "costs under 5 %";
+        both edges of a band). The floor is the one the claim will use: for the fixed
+        contract's pairs the short blocks fill so far, and, for "within the floor", for the
+        most the budget allows. ``kw``: the rows' further columns (mode, execution)."""
+        from perflab.kit import sampling
+
+        if sampling.rule(self.contract) == sampling.FIXED:
+            return timing.interleaved_ab(fa, fb, blocks=blocks, inner=inner, warmup=warmup,
+                                         sync=self.sync)
+        most, small = timing.adaptive_sizes(blocks, inner)
+        at = self.stop_floor
+
+        def floor(n: int) -> float | None:  # n short pairs: the floor of the pairs they fill
+            return None if at is None else at(ab.fixed_pairs(n, small, inner))
+
+        res, d = timing.sequential_ab(fa, fb, max_blocks=most, inner=small, warmup=warmup,
+                                      sync=self.sync, floor_pct=floor, thresholds=stop_at)
+        line = ab.decision_row(self, variant, d, floor, most,
+                               f" of {small} calls (the fixed contract: {blocks} of {inner})",
+                               **kw)
+        ab.fixed_pairs_row(self, variant, d.n, small, inner, **kw)
+        self.log(f"{variant}: {line}")
+        return res
+
     def judgement(self, j: stats.Judgement, *, variant: str, window: str, unit: str = "ms",
                   **kw: Any) -> None:
         """The rows of a :class:`perflab.instruments.stats.Judgement` under an A/B's difference variant."""
@@ -355,6 +398,30 @@ def _private_compile_cache(contract: Mapping[str, Any]):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _run_floor(csv: str | None) -> Callable[[float], float | None] | None:
+    """The run's A/A floor (%) as ``floor(pairs)`` (C00's bound for an A/B of that many
+    block pairs, :func:`perflab.experiments.floors.noise_floor_pct`) where C00's results lie
+    beside this job's, or one folder up (a job of several, such as E20's cold one, writes
+    into its experiment's own folder; the pipeline runs C00 first); None without them (the
+    adaptive A/B then stops only when each threshold is excluded)."""
+    from perflab.experiments import floors
+
+    if csv is None:
+        return None
+    name = f"{EXPERIMENTS[floors.EID].slug}.csv"
+    here = Path(csv)
+    c00 = next((d / name for d in (here.parent, here.parent.parent) if (d / name).is_file()),
+               None)
+    if c00 is None or c00 == here:
+        return None
+    import pandas as pd
+
+    frame = pd.read_csv(c00)
+    if floors.noise_floor_pct(frame) is None:
+        return None
+    return lambda pairs: floors.noise_floor_pct(frame, pairs)
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -386,6 +453,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         # training produces them, unless the contract says to flush them (CPU default)
         torch.set_flush_denormal(bool(contract.get("flush_denormal", False)))
         ctx = Context(eid, contract, log)
+        ctx.stop_floor = _run_floor(outputs.get("csv"))
         ctx.outputs = {k: v for k, v in outputs.items() if k not in ("csv", "samples", "provenance")}
         gpu_index = ctx.device.index or 0
         started = _now()

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from perflab.core import io
-from perflab.core.names import PHASES
+from perflab.core.names import PHASES, SAMPLING_DECISION
 from perflab.core.rows import Missing, Rows
 from perflab.experiments import d01_data_parallel as d01
 from perflab.experiments import e01_lying_benchmark as e01
@@ -63,6 +63,7 @@ from perflab.experiments import e13_sync_tax
 from perflab.experiments import floors as calibration
 from perflab.experiments import r01_roofline as r01
 from perflab.experiments import r02_step_trace as r02
+from perflab.experiments.c00_calibration import AA_FLOOR
 from perflab.experiments.d01_data_parallel import overlap
 from perflab.instruments import compiler_watch as cw
 
@@ -196,6 +197,31 @@ class Finding:
         return LABELS[self.bottleneck]
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """One quantity a job sampled in rounds under the run's budget (its SAMPLING_DECISION
+    row): where it came from and its line, "decided: ..." or "undecided within budget ..."."""
+
+    source: str
+    line: str
+
+    @property
+    def decided(self) -> bool:
+        return self.line.startswith("decided")
+
+
+#: the A/A floor's sampling row (C00's AA_FLOOR variant), as :func:`sampled` names it
+FLOOR_SOURCE = f"C00 {AA_FLOOR[0]}"
+
+
+def sampled(frame: pd.DataFrame) -> list[Sampled]:
+    """The SAMPLING_DECISION rows of a run, in the order written."""
+    if frame.empty or "metric" not in frame:
+        return []
+    rows = frame[frame.metric == SAMPLING_DECISION]
+    return [Sampled(f"{r.experiment} {r.variant}", str(r.reason)) for r in rows.itertuples()]
+
+
 @dataclass
 class Diagnosis:
     verdict: str
@@ -206,6 +232,17 @@ class Diagnosis:
     #: the other candidate when the deciding number sits near its threshold (:func:`_rival`):
     #: another run may pick it, so the headline names both, in the order of ORDER
     rival: str = ""
+    #: what each quantity sampled under a budget came to (:func:`sampled`), empty without one
+    sampled: list[Sampled] = field(default_factory=list)
+
+    @property
+    def cut_short(self) -> list[Sampled]:
+        """The sampled evidence the budget ran out on that the verdict rests on: a deciding
+        quantity left undecided, or the A/A floor not at its precision where a near-threshold
+        note reads it (elsewhere the floor decides nothing)."""
+        near = any(f.borderline for f in self.findings)
+        return [s for s in self.sampled if not s.decided
+                and (near or not s.source.startswith(FLOOR_SOURCE))]
 
     @property
     def label(self) -> str:
@@ -253,13 +290,22 @@ def _fmt(v: float | None, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
+def _decided(r: _Rows, source: str) -> bool:
+    """Was ``source`` ("E05 input_share") sampled under a budget and decided?"""
+    return any(s.source == source and s.decided for s in sampled(r.rows))
+
+
 def _near(r: _Rows, value: float, threshold: float, what: str,
-          spread: tuple[Reading, Reading] | None = None) -> str:
+          spread: tuple[Reading, Reading] | None = None, sampled_as: str = "") -> str:
     """Why ``value`` (% of the step) may read the other way in another run, or "".
 
     Within this run's A/A floor (C00, % of the step) of the threshold, or the threshold
-    inside the per-step spread (R02's p25..p75 of the same share).
+    inside the per-step spread (R02's p25..p75 of the same share) — unless the share was
+    sampled under a budget and decided (``sampled_as``): its anytime-valid interval clears
+    the threshold, the stronger evidence of the two.
     """
+    if sampled_as and _decided(r, sampled_as):
+        return ""
     floor = calibration.noise_floor_pct(r.rows)
     if floor is not None and abs(value - threshold) < floor:
         return (f"{what} ({value:.1f}%) is within this run's A/A floor ({floor:.2g}%, C00) "
@@ -307,7 +353,8 @@ def _input_pipeline(r: _Rows) -> Finding:
     f = Finding("input_pipeline", FITS if ok else RULED_OUT,
                 f"the loader's wait + host-to-device are {share:.1f}% of the step "
                 f"({'>=' if ok else '<'} {INPUT_SHARE_PCT:g}%, E05){fed}", [wait, h2d])
-    f.borderline = _near(r, share, INPUT_SHARE_PCT, "the input share")
+    f.borderline = _near(r, share, INPUT_SHARE_PCT, "the input share",
+                         sampled_as=f"{e05.EID} {e05.INPUT_SHARE_DECISION}")
     return f
 
 
@@ -535,7 +582,8 @@ def _optimizer(r: _Rows) -> Finding:
                 + ("" if largest == "optimizer" else f"; {largest} is larger "
                    f"({shares[largest].value:.1f}%)"), evidence)
     if largest == "optimizer":
-        f.borderline = _near(r, opt.value, OPTIMIZER_SHARE_PCT, "the optimizer share")
+        f.borderline = _near(r, opt.value, OPTIMIZER_SHARE_PCT, "the optimizer share",
+                             sampled_as=f"{e05.EID} {e05.OPTIMIZER_SHARE_DECISION}")
     return f
 
 
@@ -762,6 +810,7 @@ def diagnose(frame: pd.DataFrame) -> Diagnosis:
                    "(see what each needs)", findings))
     d.measured = w01_whatif.beside_hypothesis(frame, HYPOTHESES.get(d.verdict, ()))
     d.rival, _ = _rival(findings, d.verdict)
+    d.sampled = sampled(frame)
     return d
 
 
@@ -816,6 +865,16 @@ def render_markdown(d: Diagnosis) -> str:
     if near:
         lines += ["**Near a threshold** (another run may decide it the other way): "
                   + "; ".join(f"{f.label} — {f.borderline}" for f in near) + ".", ""]
+    if d.sampled:
+        lines += ["Sampling (each quantity measured in rounds until decided or its share of "
+                  "the budget was spent):"]
+        lines += [f"- `{x.source}`: {x.line}" for x in d.sampled]
+        lines.append("")
+    if d.cut_short:
+        lines += ["**Cut short by the budget:** this verdict lacks "
+                  + "; ".join(f"`{x.source}` decided" for x in d.cut_short)
+                  + " (undecided within budget, above): a larger --budget, or the run "
+                  "without one, would measure it further.", ""]
     lines += [f"**Next intervention:** {d.intervention}. Then remeasure: the hypothesis holds "
               "only if the step time moves beyond its noise.", ""]
     lines += [*d.measured, ""] if d.measured else []

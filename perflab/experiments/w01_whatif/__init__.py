@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from perflab.core.names import SAMPLING_DECISION
 from perflab.experiments import (
     ConfigProblem,
     ConfigView,
@@ -174,6 +175,7 @@ class Outcome:
     correct: bool | None = None  # None: no check, or not decidable (check_verdict says)
     check: str = ""
     check_verdict: str = "no check"  # whatif.OK, MISMATCH, NOT_DECIDABLE, or "no check"
+    sampling: str = ""  # the adaptive A/B's decision line; "" under the fixed rule
 
     @property
     def gain_pct(self) -> float | None:
@@ -220,7 +222,14 @@ def outcome(frame: pd.DataFrame, name: str) -> Outcome | None:
     judged = calibration.verdict_of(frame, EID, ch) if floor is not None else None
     change = rel if effect is None else effect
     verdict = UNRESOLVED if judged != "resolved" else FASTER if change < 0 else SLOWER
-    o = Outcome(name, verdict, reason="" if floor is not None else NO_FLOOR,
+    sampled = pick(r, ch, SAMPLING_DECISION, "value")
+    sampling = "" if isinstance(sampled, Missing) else str(
+        r[(r.variant == ch) & (r.metric == SAMPLING_DECISION)].window.iloc[0])
+    sampling = ab.decision_line(sampling)
+    if ab.undecided(sampling):
+        # the stopping rule ran out of budget before deciding: no change is called either way
+        verdict = UNRESOLVED
+    o = Outcome(name, verdict, reason="" if floor is not None else NO_FLOOR, sampling=sampling,
                 change_pct=change,
                 ci_pct=(100 * lo / base, 100 * hi / base) if None not in (lo, hi, base) else None,
                 throughput_pct=_value(r, ch, THROUGHPUT_REL))
@@ -369,13 +378,14 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
                 o.check_verdict, o.check_verdict),
             "check": o.check,
             "job_s": _cell(r, o.name, JOB, JOB_WALL),
+            "sampling": o.sampling or "fixed count",
         })
         records.append(rec)
     return make_table(records, ["rank", "intervention", "what", "verdict", "time_change_pct",
                                 "ci_low_pct", "ci_high_pct", "throughput_change_pct",
                                 "bound_pct", "bound", "explained", "peak_change_mib",
                                 "first_call_cost_s", "break_even_steps", "correct", "check",
-                                "job_s", "why"])
+                                "job_s", "sampling", "why"])
 
 
 def markdown(frame: pd.DataFrame) -> str:
@@ -391,7 +401,7 @@ def markdown(frame: pd.DataFrame) -> str:
     cols = [c for c in ("rank", "intervention", "verdict", "time_change_pct", "ci_low_pct",
                         "ci_high_pct", "throughput_change_pct", "bound_pct", "explained",
                         "peak_change_mib", "first_call_cost_s", "break_even_steps", "correct",
-                        "job_s", "why") if c in t.columns]
+                        "job_s", "sampling", "why") if c in t.columns]
     shown = t[cols].map(lambda v: f"{v:.3g}" if isinstance(v, float) and not math.isnan(v)
                         else ("" if v is None or (isinstance(v, float) and math.isnan(v))
                               else str(v)))
@@ -400,7 +410,8 @@ def markdown(frame: pd.DataFrame) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in shown.itertuples(index=False)]
     r = rows_of(EID, frame)
     # the floor of the interventions' own block pairs (each A/B is judged against it)
-    pairs = [calibration.ab_pairs(g) for _, g in r[r.metric == "ab_effect"].groupby("variant")]
+    pairs = [calibration.ab_pairs(g) for _, g in r.groupby("variant")
+             if (g.metric == "ab_effect").any()]
     floor = calibration.noise_floor_pct(frame, min((p for p in pairs if p), default=None))
     total, span = (pick(r, v, JOB_WALL, "value") for v in (ALL_JOBS, SPAN))
     if not isinstance(total, Missing):

@@ -1,0 +1,143 @@
+"""A run's wall budget (``perflab diagnose --budget 60s``), split across its jobs.
+
+The split is what the pre-flight measured, not a guess: each job costs a start (the
+process start the pre-flight child paid, or with the fork server only the build and first
+step it paid: a fork skips the interpreter and torch import) plus its share of step calls.
+The start-ups come off the top; the rest goes to each job in proportion to the seconds its
+fixed-count contract would take (``preflight.estimate_s``); a job that runs a fixed count
+whatever its budget (R01, R02) is given what that count takes, and one that only
+corroborates (E06) a small fixed share. The shares are
+written into the config as ``sampling.job_budget_s`` (perflab.kit.sampling reads them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+#: the jobs that sample until decided and stop at their share (rule adaptive); every other
+#: job runs its fixed count, so its share is what that count takes
+ADAPTIVE = ("C00", "E05", "W01")
+#: the jobs that only corroborate (E06, the second instrument): each stops at a small
+#: fixed share of what the start-ups leave, or at its fixed count if that is less
+CORROBORATING = ("E06",)
+CORROBORATION_SHARE = 0.10
+#: the least share an adaptive job is given: a few rounds
+MIN_JOB_S = 2.0
+
+
+class BudgetError(ValueError):
+    """A budget that cannot pay for the run's start-ups: one line."""
+
+
+def start_s(answer: Mapping, child_wall_s: float, fork_server: bool) -> float:
+    """One job's measured start cost: the pre-flight child's wall minus its timed steps and
+    lock wait; with the fork server only its check (build and first step), since a fork
+    inherits the server's interpreter and imports."""
+    check = float(answer.get("check_s") or 0.0)
+    if fork_server:
+        return check
+    return max(child_wall_s - float(answer.get("steps_s") or 0.0)
+               - float(answer.get("lock_wait_s") or 0.0), check)
+
+
+def least_s(contracts: Mapping[str, Mapping], fixed_s: Mapping[str, float]
+            ) -> dict[str, float]:
+    """The least share each adaptive job can use: the fraction of its fixed count it runs
+    before its first look (C00: AA_MIN_BLOCKS of its A/A's pairs; E05: one of its blocks),
+    at least MIN_JOB_S."""
+    from perflab.experiments.c00_calibration import AA_MIN_BLOCKS
+
+    first = {"C00": lambda p: AA_MIN_BLOCKS / max(1, p.get("aa_blocks") or 1),
+             "E05": lambda p: 1 / max(1, p.get("blocks") or 1)}
+    out = {}
+    for e in (e for e in fixed_s if e in ADAPTIVE):
+        part = first.get(e, lambda p: 0.0)((contracts.get(e) or {}).get("params", {}))
+        out[e] = max(MIN_JOB_S, min(1.0, part) * fixed_s[e])
+    return out
+
+
+def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
+          other_jobs: int = 1, least: Mapping[str, float] | None = None) -> dict[str, float]:
+    """{"start-up": s, eid: s, ...} summing to ``total_s`` (what is left of the budget once
+    the pre-flight has run).
+
+    ``fixed_s``: each measuring job's seconds under the fixed-count contract; ``other_jobs``:
+    starts that measure nothing (Snakemake with its fork server, the diagnosis view). A job
+    that does not stop on its budget (not in ``ADAPTIVE``) is given what its fixed count
+    takes: splitting time it will spend anyway would make the estimate wrong; a job that only
+    corroborates (``CORROBORATING``) gets at most ``CORROBORATION_SHARE`` of what the
+    start-ups leave; the adaptive jobs share the rest in proportion to their fixed-count
+    seconds."""
+    startup = start_each_s * (len(fixed_s) + other_jobs)
+    reserved = {e: (min(s, CORROBORATION_SHARE * max(0.0, total_s - startup))
+                    if e in CORROBORATING else s)
+                for e, s in fixed_s.items() if e not in ADAPTIVE}
+    left = total_s - startup - sum(reserved.values())
+    adaptive = {e: max(s, 1e-9) for e, s in fixed_s.items() if e in ADAPTIVE}
+    floor = {e: (least or {}).get(e, MIN_JOB_S) for e in adaptive}
+    if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):
+        need = startup + sum(reserved.values()) + MIN_JOB_S * len(adaptive)
+        raise BudgetError(f"budget {total_s:.0f} s does not cover the start-up of "
+                          f"{len(fixed_s) + other_jobs} jobs ({startup:.0f} s measured) and "
+                          f"the jobs that run a fixed count ({sum(reserved.values()):.0f} s): "
+                          f"give at least {need:.0f} s beyond the pre-flight")
+    wsum, spare = sum(adaptive.values()), left - sum(floor.values())
+    if spare < 0:
+        # the first rounds are estimated beyond what is left: each adaptive job runs them
+        # anyway (fewer decide nothing), so the shares follow them and the estimate
+        # (estimate_s with ``least``) says the run will overrun, rather than refusing on an
+        # estimate from the pre-flight's few early steps
+        fsum = sum(floor.values())
+        return {"start-up": startup, **reserved,
+                **{e: left * floor[e] / fsum for e in adaptive}}
+    # each adaptive job its first rounds, then the rest by its fixed count's weight
+    out = {"start-up": startup, **reserved,
+           **{e: floor[e] + spare * w / wsum for e, w in adaptive.items()}}
+    return {k: out[k] for k in ["start-up", *fixed_s]}
+
+
+def estimate_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
+               least: Mapping[str, float] | None = None) -> float:
+    """The whole run's expected wall: start-ups plus each job's time, which is its fixed-count
+    time when that fits its share and its share when not (a job stops at its budget) — but
+    never less than its first rounds (``least``), which it runs whatever its share."""
+    least = least or {}
+    return shares["start-up"] + sum(
+        max(min(shares[e], fixed_s[e]), min(least.get(e, 0.0), fixed_s[e])) for e in fixed_s)
+
+
+def estimate_low_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
+                   least: Mapping[str, float]) -> float:
+    """The run's wall if every adaptive job decides at its first look (its ``least``): an
+    adaptive job that decides early stops well inside its share, so :func:`estimate_s` is
+    the high end and this the low end."""
+    return shares["start-up"] + sum(
+        min(fixed_s[e], least[e]) if e in least else min(shares[e], fixed_s[e])
+        for e in fixed_s)
+
+
+def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
+         estimate: float, low: float | None = None) -> str:
+    """``budget 60 s: start-up 12 s, C00 8 s, E05 10 s, ...; estimated 30-48 s``."""
+    parts = ", ".join(f"{k} {v:.0f} s" for k, v in shares.items())
+    span = "" if low is None or round(low) >= round(estimate) else f"{preflight_s + low:.0f}-"
+    return (f"budget {total_s:.0f} s: pre-flight {preflight_s:.0f} s (spent), {parts}; "
+            f"estimated {span}{preflight_s + estimate:.0f} s from the command to the verdict"
+            + (" (the low end if every adaptive job decides at its first look)" if span
+               else ""))
+
+
+def write_config(path, shares: Mapping[str, float], total_s: float,
+                 processes: Mapping[str, int] | None = None) -> None:
+    """The ``sampling`` section as a config file for Snakemake's ``--configfile`` (its
+    ``--config`` reads a nested number as a string). An experiment that runs ``processes[e]``
+    processes (claim_processes) gives each its part of its share."""
+    import yaml
+
+    from perflab.core import io
+
+    jobs = {e: round(float(s) / (processes or {}).get(e, 1), 2)
+            for e, s in shares.items() if e != "start-up"}
+    text = yaml.safe_dump({"sampling": {"rule": "adaptive", "budget_s": round(total_s, 2),
+                                        "job_budget_s": jobs}}, sort_keys=False)
+    io.atomic_write_text(path, text)

@@ -1,0 +1,314 @@
+"""perflab diagnose --budget: parsing, the split, the sampling contract, and the adaptive
+loop E05 samples its deciding shares in (issue 40). Counts and ordering, never times."""
+
+import itertools
+
+import numpy as np
+import pytest
+import yaml
+
+from perflab.instruments import budgeted
+from perflab.kit import sampling
+from perflab.pipeline import budget
+from perflab.pipeline import config as cfgmod
+
+
+def test_cli_rejects_a_bad_budget_in_one_line(capsys):
+    from perflab import cli
+
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["diagnose", "mlp", "--budget", "1.5x"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--budget" in err[-1] and "1.5x" in err[-1]
+
+
+FIXED = {"C00": 30.0, "E05": 60.0, "R01": 5.0, "R02": 2.0}
+
+
+def test_split_sums_to_the_budget_and_reserves_fixed_jobs():
+    shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2)
+    assert sum(shares.values()) == pytest.approx(60.0)
+    assert shares["start-up"] == pytest.approx(2.0 * 6)
+    # the jobs that run a fixed count get what it takes; the adaptive ones share the rest
+    assert shares["R01"] == 5.0 and shares["R02"] == 2.0
+    # each its first rounds (MIN_JOB_S without a contract), the rest by its fixed weight
+    m = budget.MIN_JOB_S
+    assert shares["E05"] - m == pytest.approx(2 * (shares["C00"] - m))
+    assert list(shares) == ["start-up", *FIXED]
+
+
+def test_split_too_small_a_budget_says_how_much():
+    with pytest.raises(budget.BudgetError, match="at least"):
+        budget.split(10.0, FIXED, start_each_s=2.0, other_jobs=2)
+
+
+def test_the_split_is_printed_and_the_estimate_does_not_exceed_fixed():
+    shares = budget.split(300.0, FIXED, start_each_s=2.0, other_jobs=2)
+    est = budget.estimate_s(shares, FIXED)
+    # a budget above what the fixed counts take: each job stops at its fixed time at most
+    assert est == pytest.approx(12.0 + sum(FIXED.values()))
+    line = budget.line(310.0, shares, 10.0, est)
+    assert line.startswith("budget 310 s: pre-flight 10 s (spent), start-up 12 s, C00 ")
+    assert all(e in line for e in FIXED)
+
+
+def test_write_config_is_read_by_the_sampling_accessors(tmp_path):
+    shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2)
+    path = tmp_path / "sampling.yaml"
+    budget.write_config(path, shares, 60.0)
+    cfg = yaml.safe_load(path.read_text())
+    assert sampling.rule(cfg) == "adaptive" and sampling.budget_s(cfg) == 60.0
+    assert sampling.job_budget_s(cfg, "E05") == pytest.approx(shares["E05"], abs=0.01)
+
+
+def _resolved(extra=None):
+    with open(cfgmod.ROOT / "config" / "config.yaml") as fh:
+        base = yaml.safe_load(fh)
+    return cfgmod.resolve({**base, "workload": "mlp", "device": "cpu", "run": "C00,E05",
+                           **(extra or {})}, check_device=False)
+
+
+def test_rule_fixed_is_its_own_contract_and_carries_no_share():
+    """A fixed-count run measures otherwise than the default adaptive one: its contract (the
+    cache key) differs, so switching the rule never reuses the other rule's results; a budget
+    share changes nothing under fixed, so it stays out of the contract."""
+    plain = _resolved()
+    fixed = _resolved({"sampling": {"rule": "fixed"}})
+    fixed_shared = _resolved({"sampling": {"rule": "fixed", "budget_s": 60,
+                                           "job_budget_s": {"E05": 10.0}}})
+    for eid in ("C00", "E05"):
+        assert cfgmod.contract(plain, eid) != cfgmod.contract(fixed, eid)
+        assert cfgmod.contract(fixed, eid) == cfgmod.contract(fixed_shared, eid)
+    assert sampling.rule(cfgmod.contract(fixed, "E05")) == sampling.FIXED
+
+
+def test_a_budget_share_enters_only_its_jobs_contract():
+    cfg = _resolved({"sampling": {"budget_s": 60, "job_budget_s": {"E05": 10.0}}})
+    e05 = cfgmod.contract(cfg, "E05")
+    assert sampling.job_budget_s(e05, "E05") == 10.0
+    assert cfgmod.contract(cfg, "C00") == cfgmod.contract(_resolved(), "C00")
+
+
+def test_schema_refuses_a_bad_rule():
+    with pytest.raises(cfgmod.ConfigError):
+        _resolved({"sampling": {"rule": "sometimes"}})
+
+
+def _synthetic(center, spread=4.0, per_round=5, seed=0):
+    """take(i): per-step shares around ``center`` (%); a fake clock of one second a round."""
+    rng = np.random.default_rng(seed)
+    return lambda i: {"input_share": list(center + spread * rng.standard_normal(per_round))}
+
+
+def _clock():
+    ticks = itertools.count()
+    return lambda: float(next(ticks))
+
+
+def test_adaptive_stops_early_on_a_clear_case():
+    out = budgeted.until_decided(_synthetic(60.0), {"input_share": 25.0}, budget_s=1000,
+                                 max_n=200, clock=_clock())
+    assert out.reason == budgeted.DECIDED
+    assert out.decisions["input_share"].state == "above"
+    assert out.rounds * 5 < 200 / 4  # far below the fixed count's max
+
+
+def test_adaptive_runs_to_its_budget_on_a_share_on_its_threshold():
+    budget_rounds = 12
+    out = budgeted.until_decided(_synthetic(25.0), {"input_share": 25.0},
+                                 budget_s=budget_rounds, max_n=10_000, clock=_clock())
+    assert out.reason == budgeted.BUDGET
+    assert not out.decisions["input_share"].decided
+    assert out.rounds >= budget_rounds // 2
+    assert "undecided within budget" in out.decisions["input_share"].line("%", "steps")
+
+
+def test_adaptive_waits_for_every_deciding_share():
+    rng = np.random.default_rng(1)
+
+    def take(i):
+        return {"a": list(60 + rng.standard_normal(5)), "b": list(25 + rng.standard_normal(5))}
+
+    out = budgeted.until_decided(take, {"a": 25.0, "b": 25.0}, budget_s=None, max_n=60)
+    assert out.decisions["a"].decided and not out.decisions["b"].decided
+    assert out.reason in (budgeted.MAX_N, budgeted.FUTILE)
+
+
+def test_until_precise_stops_when_precise_and_not_before_min_rounds():
+    seen = []
+    n, reason, _ = budgeted.until_precise(seen.append, lambda: len(seen) >= 4, budget_s=None,
+                                          max_rounds=100, clock=_clock())
+    assert (n, reason) == (4, budgeted.PRECISE)
+    # a budget of one round's time: the minimum still runs, then the budget stops it
+    seen.clear()
+    n, reason, _ = budgeted.until_precise(seen.append, lambda: False, budget_s=1.5,
+                                          max_rounds=100, min_rounds=3, clock=_clock())
+    assert (n, reason) == (3, budgeted.BUDGET)
+    seen.clear()
+    n, reason, _ = budgeted.until_precise(seen.append, lambda: False, budget_s=None,
+                                          max_rounds=7, clock=_clock())
+    assert (n, reason) == (7, budgeted.MAX_N)
+
+
+def test_the_floors_interval_narrows_with_more_pairs_and_holds_the_floor():
+    from perflab.instruments import stats
+
+    rng = np.random.default_rng(3)
+    a, b = 10 + rng.normal(0, 0.3, 96), 10 + rng.normal(0, 0.3, 96)
+    widths = []
+    for n in (8, 96):
+        lo, hi = stats.aa_floor_interval_pct(a[:n], b[:n], pairs=8)
+        assert lo <= stats.aa_floor_pct(a[:n], b[:n], pairs=8) <= hi
+        widths.append(hi - lo)
+    assert widths[1] < widths[0] / 2
+
+
+def test_the_second_instrument_gets_a_small_share_not_its_fixed_count():
+    fixed = {**FIXED, "E06": 40.0}
+    shares = budget.split(100.0, fixed, start_each_s=2.0, other_jobs=2)
+    left = 100.0 - shares["start-up"]
+    assert shares["E06"] == pytest.approx(budget.CORROBORATION_SHARE * left)
+    assert sum(shares.values()) == pytest.approx(100.0)
+    # when its fixed count costs less than the share, that is what it gets
+    cheap = budget.split(100.0, {**FIXED, "E06": 1.0}, start_each_s=2.0, other_jobs=2)
+    assert cheap["E06"] == 1.0
+
+
+def test_the_estimate_counts_only_the_parts_c00_runs_and_r02s_own_steps():
+    from perflab.pipeline import preflight
+
+    cfg = _resolved({"run": "C00,R02"})
+    c00 = cfgmod.contract(cfg, "C00")
+    diag = {**c00, "params": {**c00["params"], "parts": ["clock", "aa"]}}
+    calls, extra = preflight.step_calls(diag)
+    p, t = c00["params"], c00["timing"]
+    assert calls == 2 * p["aa_blocks"] * p["aa_inner"] + 2 * t["warmup"]
+    assert extra == 0  # no fresh processes, no peer timers
+    assert preflight.step_calls(c00)[0] > calls and preflight.step_calls(c00)[1] > 0
+    r02 = cfgmod.contract(cfg, "R02")
+    assert preflight.step_calls(r02)[0] == sum(
+        r02["params"].get(k, 0) for k in ("wait", "warmup", "active", "sync_steps", "steps"))
+
+
+def _decision_row(eid, variant, line):
+    from perflab.core.names import SAMPLING_DECISION
+
+    return {"experiment": eid, "variant": variant, "workload": "w", "model": "m",
+            "input_shape": "[1]", "dtype": "float32", "device": "cpu", "device_name": "d",
+            "mode": "train", "execution": "eager", "metric": SAMPLING_DECISION, "window": "w",
+            "sync_boundary": "s", "statistic": "mean", "value": 30.0, "unit": "%", "n": 40,
+            "status": "ok", "reason": line}
+
+
+def _diagnosis(*lines):
+    import pandas as pd
+
+    from perflab.instruments import sequential as seq
+    from perflab.views import diagnose
+
+    rng = np.random.default_rng(0)
+    decisions = {
+        "decided": seq.decide(list(60 + rng.standard_normal(40)), 25.0),
+        "undecided": seq.decide(list(25 + 4 * rng.standard_normal(40)), 25.0, max_n=40),
+    }
+    rows = [_decision_row("E05", f"q{i}", decisions[k].line("%", "steps"))
+            for i, k in enumerate(lines)]
+    from perflab.core import io
+
+    return diagnose.diagnose(pd.DataFrame(rows, columns=io.COLUMNS)), diagnose
+
+
+def test_diagnosis_md_says_decided_or_undecided_and_what_a_cut_short_verdict_lacked():
+    d, view = _diagnosis("decided", "undecided")
+    md = view.render_markdown(d)
+    assert "`E05 q0`: decided: above 25 %" in md
+    assert "`E05 q1`: undecided within budget (40 steps" in md
+    assert "Cut short by the budget:** this verdict lacks `E05 q1` decided" in md
+    assert [s.source for s in d.cut_short] == ["E05 q1"]
+
+
+def test_a_verdict_whose_sampled_evidence_is_decided_is_not_cut_short():
+    d, view = _diagnosis("decided")
+    md = view.render_markdown(d)
+    assert "Sampling" in md and "Cut short" not in md
+    plain, _ = _diagnosis()
+    assert "Sampling" not in view.render_markdown(plain) and plain.sampled == []
+
+
+def test_an_experiment_of_two_processes_gives_each_half_its_share(tmp_path):
+    shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2)
+    path = tmp_path / "sampling.yaml"
+    budget.write_config(path, shares, 60.0, {"E05": 2})
+    cfg = yaml.safe_load(path.read_text())
+    assert sampling.job_budget_s(cfg, "E05") == pytest.approx(shares["E05"] / 2, abs=0.01)
+    assert sampling.job_budget_s(cfg, "C00") == pytest.approx(shares["C00"], abs=0.01)
+
+
+def test_each_adaptive_job_gets_at_least_its_first_rounds():
+    contracts = {"C00": {"params": {"aa_blocks": 12}}, "E05": {"params": {"blocks": 10}}}
+    least = budget.least_s(contracts, FIXED)
+    assert least["C00"] == pytest.approx(30.0 * 6 / 12) and least["E05"] == pytest.approx(6.0)
+    shares = budget.split(40.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+    assert shares["C00"] >= least["C00"] and shares["E05"] >= least["E05"]
+    assert sum(shares.values()) == pytest.approx(40.0)
+    # a budget short of the first rounds: they run anyway, so the shares follow them and
+    # the estimate says the run will overrun (no refusal on an estimate)
+    short = budget.split(35.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+    assert sum(short.values()) == pytest.approx(35.0)
+    assert short["C00"] / short["E05"] == pytest.approx(least["C00"] / least["E05"])
+    assert budget.estimate_s(short, FIXED, least) > 35.0
+
+
+def test_an_imprecise_floor_cuts_a_verdict_short_only_where_a_note_reads_it():
+    import pandas as pd
+
+    from perflab.core import io
+    from perflab.views import diagnose
+
+    floor = _decision_row("C00", "aa", "undecided within budget: the A/A floor is 3.6 % (...)")
+    far = diagnose.diagnose(pd.DataFrame([floor], columns=io.COLUMNS))
+    assert far.sampled and not far.cut_short  # no finding near its threshold: nothing rests on it
+    far.findings[0].borderline = "the input share (26%) is within this run's A/A floor"
+    assert [s.source for s in far.cut_short] == ["C00 aa"]
+
+
+def test_the_estimate_is_a_range_from_first_looks_to_spent_shares():
+    contracts = {"C00": {"params": {"aa_blocks": 12}}, "E05": {"params": {"blocks": 10}}}
+    least = budget.least_s(contracts, FIXED)
+    shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+    lo, hi = budget.estimate_low_s(shares, FIXED, least), budget.estimate_s(shares, FIXED)
+    assert lo < hi <= 60.0 + 1e-9
+    assert hi - lo == pytest.approx(sum(min(shares[e], FIXED[e]) - least[e]
+                                        for e in ("C00", "E05")))
+    assert f"estimated {10 + lo:.0f}-{10 + hi:.0f} s from the command" in \
+        budget.line(70, shares, 10.0, hi, lo)
+
+
+def test_a_share_decided_by_its_anytime_interval_is_not_near_its_threshold():
+    import pandas as pd
+
+    from perflab.core import io
+    from perflab.core.names import PHASES
+    from perflab.experiments.c00_calibration import AA_FLOOR
+    from perflab.views import diagnose
+
+    def row(eid, variant, metric, value, reason=""):
+        return {**_decision_row(eid, variant, reason), "metric": metric, "value": value,
+                "statistic": "value"}
+
+    shares = {p: 5.0 for p in PHASES}
+    shares.update(input_wait=20.0, host_to_device=1.0, optimizer=40.0, forward=14.0,
+                  backward=10.0)
+    base = [row("E05", f"sync/{p}", "phase_share", v) for p, v in shares.items()]
+    base.append(row("C00", AA_FLOOR[0], AA_FLOOR[1], 30.0))  # a wide floor: both shares near
+
+    def finding(extra, name):
+        d = diagnose.diagnose(pd.DataFrame(base + extra, columns=io.COLUMNS))
+        return next(f for f in d.findings if f.bottleneck == name)
+
+    assert finding([], "optimizer").borderline  # the floor alone: near
+    decided = _decision_row("E05", "optimizer_share", "decided: above 25 % (...)")
+    undecided = _decision_row("E05", "optimizer_share", "undecided within budget (...)")
+    assert finding([decided], "optimizer").borderline == ""
+    assert finding([undecided], "optimizer").borderline
+    assert finding([decided], "input_pipeline").borderline  # its own share was not decided
