@@ -37,6 +37,7 @@ _STARTED_UNIX = time.time()  # `perflab run` splits its command's time from here
 
 from perflab.experiments.catalogue import EXPERIMENTS  # noqa: E402 (after the start time)
 from perflab.instruments import workloads  # noqa: E402
+from perflab.kit import sampling  # noqa: E402
 from perflab.pipeline import budget as budgetmod  # noqa: E402
 from perflab.pipeline import config as cfgmod  # noqa: E402
 from perflab.pipeline import preflight  # noqa: E402
@@ -472,7 +473,7 @@ def _workload_args(s, name: str) -> None:
         s.add_argument("--no-whatif", action="store_true",
                        help=f"skip the what-if step ({WHATIF}: each intervention measured)")
     if name != "check":
-        s.add_argument("--budget", type=_budget, default=None,
+        s.add_argument("--budget", type=sampling.budget_arg, default=None,
                        help="wall time from the command to the verdict (90, 90s, 1.5m), split "
                        "across the jobs from the pre-flight's step time; each job samples "
                        "until its numbers are decided or its share is spent (default: none)")
@@ -598,16 +599,6 @@ def parser() -> argparse.ArgumentParser:
     for name, (_, helptext, description, add_args) in SUBCOMMANDS.items():
         add_args(sub.add_parser(name, help=helptext, description=description))
     return p
-
-
-def _budget(text: str) -> float:
-    """An argparse type: ``--budget`` in seconds (``perflab.kit.sampling.parse_budget_s``)."""
-    from perflab.kit import sampling
-
-    try:
-        return sampling.parse_budget_s(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(kind):

@@ -317,18 +317,11 @@ _VALUED = ("--steps", "--seconds", "--budget", "--contract", "--warmup", "--out"
 
 
 def add_arguments(p) -> None:
-    import argparse
 
     p.add_argument("--steps", type=int, help="stop after N timed steady steps")
-    from perflab.kit.sampling import parse_budget_s
+    from perflab.kit import sampling
 
-    def budget(text):
-        try:
-            return parse_budget_s(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    p.add_argument("--budget", "--seconds", dest="seconds", type=budget, default=60.0,
+    p.add_argument("--budget", "--seconds", dest="seconds", type=sampling.budget_arg, default=60.0,
                    help="the most wall time from the command to the verdict: 60, 60s, 2m "
                    "(default 60s); the script stops sooner once the verdict is decided "
                    "(--seconds: the same, kept for compatibility)")

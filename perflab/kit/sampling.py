@@ -28,6 +28,17 @@ def parse_budget_s(text: str) -> float:
     return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
+def budget_arg(text: str) -> float:
+    """:func:`parse_budget_s` as an argparse ``type=``: a bad value is argparse's one-line
+    usage error naming the option, before anything runs."""
+    import argparse
+
+    try:
+        return parse_budget_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _section(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (config or {}).get("sampling") or {}
 
