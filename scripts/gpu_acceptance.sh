@@ -1,0 +1,46 @@
+#!/bin/bash
+# The GPU acceptance runs of issues 40 (a verdict in a minute) and 42 (the what-if on an
+# unmodified script), one part per call of a lent GPU machine (each part fits in 10 minutes).
+#
+#   bash scripts/gpu_acceptance.sh whatif   OUT   # CUDA patch tests + whatif on the known-answer scripts
+#   bash scripts/gpu_acceptance.sh diagnose OUT   # perflab diagnose --no-whatif --budget 60s (mlp: both contracts)
+#
+# Run from the repository root with perflab (and, for `diagnose`, Snakemake) importable.
+# Every step has its own time-out, so one that hangs costs its own slot, not the rest;
+# each step's whole output is kept under OUT/<part>/, the lines that decide it are echoed.
+set -u
+part=${1:?whatif or diagnose}; out=${2:?output directory}
+case $part in whatif|diagnose) ;; *) echo "unknown part: $part (whatif or diagnose)" >&2; exit 2 ;; esac
+dir=$out/$part; mkdir -p "$dir"
+export PYTHONPATH=$PWD:$PWD/examples${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+git rev-parse --short HEAD > "$dir/commit.txt" 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$dir/gpu.txt"
+python -c "import torch, sys; print(torch.__version__, sys.version.split()[0])" | tee -a "$dir/gpu.txt"
+
+step() {  # name, seconds, command...: run it, say its exit status and wall time
+    local name=$1 limit=$2; shift 2; echo "=== $name"
+    local start=$(date +%s)
+    timeout "$limit" "$@" > "$dir/$name.log" 2>&1
+    echo "rc=$? wall=$(( $(date +%s) - start ))s"
+}
+whatif() { local name=$1 limit=$2; shift 2
+    step "$name" "$limit" python -m perflab.attach.whatif --out "$dir/$name" "$@"
+    grep -E "faster|slower|undecided|FAILED|not run|does not apply" "$dir/$name.log" | tail -14; }
+diagnose() { local name=$1 limit=$2; shift 2
+    step "$name" "$limit" python scripts/bench_diagnose.py "$@" --device cuda --no-whatif --budget 60s
+    grep -iE "verdict|waiting|wall|estimate|agree|total" "$dir/$name.log" | tail -12; }
+
+case $part in
+whatif)
+    step pytest 100 python -m pytest tests/test_attach_patches.py -q -x -p no:cacheprovider
+    tail -3 "$dir/pytest.log"
+    whatif input 100 --budget 80s -- python examples/scripts/input_bound.py --delay-ms 4
+    whatif optim 100 --budget 80s -- python examples/scripts/optimizer_bound.py
+    whatif recompile 110 --budget 95s --only compile_dynamic -- python examples/scripts/recompile.py
+    whatif tiny 160 --budget 145s -- python examples/scripts/tiny_kernels.py ;;
+diagnose)
+    diagnose mlp 220 mlp --contract both
+    for ex in slow_loader tiny_kernels syncing_loss many_params; do
+        diagnose "$ex" 85 "bottlenecks.$ex:make_step" --contract adaptive
+    done ;;
+esac
