@@ -387,6 +387,11 @@ def test_host_gate_flags_steal_and_other_work():
     # a child with 5 s at the start leaves the tree: its past does not make ours negative
     left = env.host_contention(_cpu(gone=5.0), _cpu(busy=10, idle=10, own=9.8, clock=10))
     assert left["own_busy_cores"] == pytest.approx(0.98)
+    # one that we reap moves its whole life (5 s before, 1 s since) into our reaped time:
+    # counted once, not twice (a second on 2 cores once read 3.5 cores of the job's own)
+    reaped = env.host_contention({**_cpu(own=2.0, gone=5.0), "own_tree_ppid": {1: 0, 2: 1}},
+                                 _cpu(busy=10, idle=10, own=2.0 + 1.0 + 6.0, clock=10))
+    assert reaped["own_busy_cores"] == pytest.approx(0.2)  # 1 s ours, 1 s the child's
 
 
 def test_host_gate_sees_a_process_spinning_beside_the_job():

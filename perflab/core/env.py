@@ -268,15 +268,17 @@ def host_cpu_times() -> dict[str, float] | None:
         ([int(x) / tick for x in head[1:9]] + [0.0] * 8)[:8]
     own = resource.getrusage(resource.RUSAGE_SELF)
     return {"busy_s": user + nice + system + irq + softirq, "idle_s": idle + iowait,
-            "steal_s": steal, "own_tree_s": _process_tree_cpu_s(os.getpid(), tick),
+            "steal_s": steal, **_process_tree_cpu_s(os.getpid(), tick),
             "own_page_faults": float(own.ru_minflt + own.ru_majflt),
             "clock_s": time.monotonic()}
 
 
-def _process_tree_cpu_s(root: int, tick: int) -> dict[int, float]:
-    """CPU seconds of ``root`` and of each of its descendants, by pid (``/proc/<pid>/stat``:
-    user and system time, and that of the children each has reaped), so a job's own worker
-    processes are not counted as other work on the machine."""
+def _process_tree_cpu_s(root: int, tick: int) -> dict[str, dict[int, float]]:
+    """``own_tree_s``: CPU seconds of ``root`` and of each of its descendants, by pid
+    (``/proc/<pid>/stat``: user and system time, and that of the children each has reaped), so
+    a job's own worker processes are not counted as other work on the machine;
+    ``own_tree_ppid``: each one's parent, to tell a child its parent reaped (its time moves
+    into the parent's) from one that left the tree."""
     procs: dict[int, tuple[int, float]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -291,12 +293,25 @@ def _process_tree_cpu_s(root: int, tick: int) -> dict[int, float]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
-    tree, todo = {}, [root]
+    tree, parent, todo = {}, {}, [root]
     while todo:
         pid = todo.pop()
-        tree[pid] = procs.get(pid, (0, 0.0))[1]
+        parent[pid], tree[pid] = procs.get(pid, (0, 0.0))
         todo.extend(children.get(pid, []))
-    return tree
+    return {"own_tree_s": tree, "own_tree_ppid": parent}
+
+
+def _own_cpu_s(before: dict[str, Any], after: dict[str, Any]) -> float:
+    """The CPU seconds the job's process tree spent between two snapshots: each process of
+    the tree at the end, less what it had at the start. A child that its parent in the tree
+    reaped meanwhile adds its whole life to the parent's reaped time, so what it had at the
+    start is taken off once more (else it is counted twice: a job's second read 3.5 busy
+    cores on a 2-core machine); one that left the tree otherwise takes its time with it."""
+    was, now = before["own_tree_s"], after["own_tree_s"]
+    grown = sum(max(0.0, cpu - was.get(pid, 0.0)) for pid, cpu in now.items())
+    ppid = before.get("own_tree_ppid", {})
+    reaped = sum(cpu for pid, cpu in was.items() if pid not in now and ppid.get(pid) in now)
+    return max(0.0, grown - reaped)
 
 
 def host_contention(before: dict[str, float] | None,
@@ -313,11 +328,8 @@ def host_contention(before: dict[str, float] | None,
     """
     if not before or not after:
         return None
-    d = {k: after[k] - before[k] for k in before if k != "own_tree_s"}
-    # each process of the tree at the end, less what it had at the start (a process that
-    # left the tree meanwhile, e.g. a child another process reaped, takes its time with it)
-    d["own_cpu_s"] = sum(max(0.0, cpu - before["own_tree_s"].get(pid, 0.0))
-                         for pid, cpu in after["own_tree_s"].items())
+    d = {k: after[k] - before[k] for k in before if not k.startswith("own_tree")}
+    d["own_cpu_s"] = _own_cpu_s(before, after)
     total = d["busy_s"] + d["idle_s"] + d["steal_s"]
     if d["clock_s"] <= 0 or total <= 0:
         return None
