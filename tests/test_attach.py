@@ -145,6 +145,9 @@ def test_steady_steps_that_compile_are_recompiling_and_first_call_compiles_are_n
 def test_the_plan_times_only_stretches_with_the_hooks_on_and_off():
     kinds = [observers.plan(k) for k in range(30)]
     assert kinds[:observers.SYNC_STEPS] == ["syncs"] * observers.SYNC_STEPS
+    # the step the profiler's window closes in (its trace written) is not timed
+    first = kinds.index("settle")
+    assert kinds[first - 1] == "profiled" and kinds[first + 1] in evmod.TIMED
     timed = [k for k in kinds if k in evmod.TIMED]
     assert timed[:observers.STRETCH] == ["observed"] * observers.STRETCH
     assert timed[observers.STRETCH:2 * observers.STRETCH] == ["bare"] * observers.STRETCH

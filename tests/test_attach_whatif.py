@@ -122,10 +122,27 @@ def test_diagnosis_first_and_budget(tmp_path, monkeypatch, real_ev):
     rc, md, calls = _go(tmp_path, monkeypatch, real_ev, plan, {n: _Entry() for n in names},
                         budget=0.0)
     assert rc == 0 and all(c is None for c in calls)
-    # three baselines for the bracketed floor whatever the budget; the fourth, which brackets
-    # no intervention run, only where the budget has room (here none)
-    assert len(calls) == 3, calls
+    # no change fits: no baseline repeat either (a floor that gates nothing is not worth a
+    # run; an H100's 80 s once went to three baselines and no change)
+    assert len(calls) == 1, calls
     assert all("not run: budget" in _row(md, n) for n in names)
+
+
+def test_a_change_is_run_when_its_bracket_and_the_floor_fit():
+    """The runs a change commits the plan to: itself, the baseline after it, and the floor's
+    missing baselines, not every baseline later in the round (15 s runs, 80 s budget: two
+    changes and their three baselines fit, where the old count let none run)."""
+    plan = wf.Plan(["x.py"], None, Path("."), None, budget=80.0, params={}, est=15.0)
+    plan.bases = [{}]
+    assert plan.owed() == 3 and plan.fits(plan.owed())
+    assert not plan.wants_base()  # no change ran yet: no repeat for the floor alone
+    plan.pairs["loader_workers"] = [({}, 0)]
+    plan.since_base = 1
+    assert plan.wants_base()  # its bracket
+    plan.bases, plan.since_base = [{}, {}, {}], 0
+    assert plan.owed() == 2
+    plan.budget = 10.0  # not even one more run
+    assert not plan.fits(plan.owed()) and not plan.wants_base()
 
 
 def test_nondeterministic_baseline_is_not_checked_and_loss_mismatch(tmp_path, monkeypatch,
@@ -200,7 +217,8 @@ def test_energy_per_step_and_example_with_interval(tmp_path, monkeypatch, real_e
 
 
 def test_cannot_rerun_is_named(tmp_path, monkeypatch, real_ev):
-    monkeypatch.setattr(wf, "patches", lambda: {})
+    # one change to run, so a baseline repeat brackets it (with none, none is repeated)
+    monkeypatch.setattr(wf, "patches", lambda: {"loader_workers": _Entry()})
     n = []
 
     def runner(command, settings, out_dir):

@@ -3,8 +3,8 @@
 Which steps count for what (their ``kind``, set by :func:`perflab.attach.observers.plan`):
 
 - ``warmup``: the first steps (first calls, compilation, allocator growth): reported apart;
-- ``syncs``, ``work``, ``profiled``: steps an instrument slowed (host reads located, work
-  counted, the profiler): never timed;
+- ``syncs``, ``work``, ``profiled``, ``settle``: steps an instrument slowed (host reads
+  located, work counted, the profiler, the profiler's trace written): never timed;
 - ``observed`` (phase hooks on) and ``bare`` (phase hooks off, only the step clock): the
   steady state. The step's wall time is read from both; the phases from ``observed``; the
   observers' cost is ``observed`` against ``bare``, stretch by stretch (paired);
