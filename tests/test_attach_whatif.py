@@ -466,3 +466,25 @@ def test_a_change_of_twice_the_floor_is_decided(tmp_path, monkeypatch, real_ev):
                            range(100, 160))
     decided = sum(v.startswith(wf.FASTER) for v, _ in got)
     assert decided >= 0.7 * len(got), (decided, floor, got[:5])
+
+
+def test_a_light_run_is_estimated_without_the_first_baselines_instruments():
+    """The first baseline's profiled window, its trace written in the settle step, and the
+    ceilings after its last step are not in the later runs: the budget's estimate of a run
+    leaves them out (an H100's 23.8 s first run, 7.4 s of it the trace)."""
+    kinds = ["warmup"] * 3 + ["syncs"] * 2 + ["work"] + ["profiled"] * 4 + ["settle"] + \
+        ["observed", "bare"] * 10
+    dt = {"settle": 7.4, "profiled": 0.12, "work": 0.15}
+    t, steps = 5.0, []
+    for i, k in enumerate(kinds):
+        t += dt.get(k, 0.075)
+        steps.append({"index": i, "kind": k, "t_end_s": t,
+                      "wall_ms": 75.0 if k in ("observed", "bare") else None})
+    ev = {"steps": steps, "last_step_s": t, "process_s": t + 2.0}
+    light = wf.light_wall_s(ev, 23.8)
+    extra = (7.4 - 0.075) + 4 * (0.12 - 0.075) + (0.15 - 0.075) + 2.0
+    assert light == pytest.approx(23.8 - extra)
+    # nothing of theirs in a run: its wall as it is
+    plain = {"steps": [s for s in steps if s["kind"] not in wf.FIRST_ONLY],
+             "last_step_s": t, "process_s": t}
+    assert wf.light_wall_s(plain, 12.0) == pytest.approx(12.0)

@@ -107,6 +107,25 @@ def schedule(names: list[str], every: int = 2, repeats: int = 3) -> list[str | N
 
 # ------------------------------------------------------------------ reading one run
 
+#: step kinds only the first baseline runs (its instruments: work counted, the profiler's
+#: window and the trace written at its close); the later, lighter runs skip their cost
+FIRST_ONLY = ("work", "profiled", "settle")
+
+
+def light_wall_s(ev: dict, wall_s: float) -> float:
+    """What a run without the first baseline's instruments takes: ``wall_s`` less their
+    steps' time beyond a steady step's and what the child did after its last step (the
+    ceilings). The budget's first estimate of a run: the first baseline's wall counts them
+    (23.8 s on an H100, 7.4 s of it the trace, where a repeat took 13-16 s)."""
+    steady = steady_ms(ev)
+    step_s = float(np.median(steady)) / 1e3 if steady else 0.0
+    ends = [(r["kind"], r["t_end_s"]) for r in ev.get("steps", []) if r.get("t_end_s") is not None]
+    extra = sum(max(0.0, t - t0 - step_s)
+                for (_, t0), (kind, t) in zip(ends, ends[1:]) if kind in FIRST_ONLY)
+    tail = max(0.0, float(ev.get("process_s") or 0.0) - float(ev.get("last_step_s") or 0.0))
+    return max(wall_s - extra - tail, 0.2 * wall_s)
+
+
 def steady_ms(ev: dict) -> list[float]:
     """The wall of every timed step after the warm-up, in step order, recompiling steps
     included: what an intervention that removes recompiles (compile_dynamic) saves is in
@@ -593,7 +612,8 @@ class Plan:
     budget: float | None
     params: dict
     started: float = field(default_factory=time.perf_counter)
-    est: float = 0.0  # seconds a run takes (the first baseline's wall)
+    est: float = 0.0  # seconds a run takes: light_wall_s of the first, then the runs' mean
+    walls: list[float] = field(default_factory=list)  # the walls of the runs after the first
     bases: list[dict] = field(default_factory=list)
     pairs: dict[str, list[tuple[dict, int]]] = field(default_factory=dict)
     failed: dict[str, dict | None] = field(default_factory=dict)
@@ -627,6 +647,9 @@ class Plan:
         spec = {"name": p, **self.params.get(p, {})} if p else None
         rc, ev, wall = self.runner(self.command, self.settings(spec, self.count == 1),
                                    self.out_dir / f"{tag}-{n}")
+        if self.count > 1:
+            self.walls.append(wall)
+            self.est = float(np.mean(self.walls))
         state = ("FAILED" if not ran(rc, ev) else
                  f"median step {np.median(steady_ms(ev)):.3g} ms")
         print(f"[{self.count}] {tag} #{n}: {state}, {wall:.1f} s "
@@ -671,7 +694,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
         print(f"perflab whatif: the baseline run gave no timed steps: "
               f"{runmod.outcome_line(rc, ev, command)}; {traceback_tail(ev)}", file=sys.stderr)
         return rc or 1
-    plan.est = wall
+    plan.est = light_wall_s(ev, wall)
     plan.bases.append(ev)
     d, s, _ = vmod.judge(ev, out_dir / "baseline-1")
     print(f"baseline: verdict {d.verdict}", file=sys.stderr)
@@ -691,8 +714,8 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
     size = block_size(n_steps)
     max_n = max_runs * max(1, n_steps // size)
     first = schedule(names)
-    print(f"perflab whatif: round 1: {len(first)} more runs of ~{wall:.0f} s each, "
-          f"~{wall * len(first):.0f} s: " + ", ".join(p or BASELINE for p in first)
+    print(f"perflab whatif: round 1: {len(first)} more runs of ~{plan.est:.0f} s each, "
+          f"~{plan.est * len(first):.0f} s: " + ", ".join(p or BASELINE for p in first)
           + (f"; budget {budget:.0f} s" if budget else "")
           + f"; undecided changes get up to {max_runs} runs", file=sys.stderr)
     todo = first
