@@ -197,6 +197,33 @@ def test_on_cuda_a_step_is_timed_by_the_device_not_by_the_host_running_ahead(mon
     assert obs.steps[2]["phases_ms"]["backward"] == 20.0
 
 
+def test_on_cuda_the_observers_step_end_work_is_not_the_steps(monkeypatch):
+    """A host-bound step on CUDA: the device idles while the observers do their step-end work
+    (here 50 ms: the evidence file written, the profiler's trace); the step is timed from the
+    start mark after that work, so each step reads its own 30 ms. Without start marks (an
+    older evidence's shape) it is timed from the last step's end."""
+    monkeypatch.setattr(observers.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(observers.torch.cuda, "synchronize", lambda: None)
+    for starts, expect in ((True, [30.0, 30.0, 30.0]), (False, [30.0, 80.0, 80.0])):
+        obs = observers.Observer({"warmup": 0, "no_profile": True}, "/dev/null")
+        obs.cuda, obs.steady_t0 = True, 0.0
+        obs._mark(-1, observers.STEP_END)
+        for i in range(3):
+            if starts:
+                obs._mark(i, observers.STEP_START)
+            for phase, ms in {"forward": 10.0, "backward": 20.0}.items():
+                obs._mark(i, phase)
+                _FakeEvent.now[0] += ms
+            obs._mark(i, observers.STEP_END)
+            _FakeEvent.now[0] += 50.0  # the observers' work after the step's end
+            obs.steps.append({"index": i, "kind": "observed", "wall_ms": 1.0,
+                              "phases_ms": {"forward": 0.5, "backward": 0.5}})
+        obs._resolve(block=True)
+        obs._device_times()
+        assert [r["wall_ms"] for r in obs.steps] == expect
+        assert obs.steps[2]["phases_ms"] == {"forward": 10.0, "backward": 20.0}
+
+
 def test_rows_keep_the_csv_contract_and_name_the_script_and_its_hash(tmp_path):
     from perflab.core import io
 

@@ -61,8 +61,11 @@ FORWARDS_FOR_INFERENCE = 8
 #: how often the evidence file is rewritten while the script runs (s): a killed child keeps
 #: what it had
 FLUSH_S = 5.0
-#: the label of a step's end among the device clock's marks
-STEP_END = "step end"
+#: the labels of a step's end, and of its start once the observers' own step-end work is
+#: done (memory and Dynamo's counters, the energy counter, the evidence file, the stop rule's
+#: look, the plan's next instrument): on CUDA a step is timed from the one to the other, so
+#: that work, which leaves a host-bound step's device idle, is not read as the step's
+STEP_END, STEP_START = "step end", "step start"
 #: what a step's time is read by (the evidence's ``step_clock``)
 DEVICE_CLOCK = ("CUDA events at each step end and phase boundary, in stream order: the "
                 "device's time, its waits for the host included (the host's in host_wall_ms)")
@@ -265,13 +268,15 @@ class Observer:
             nxt = self._marks[i + 1][2]
             if not block and not nxt.query():
                 break
-            if label not in (None, STEP_END):
+            if label not in (None, STEP_END, STEP_START):
                 d = self._device.setdefault(step, {})
                 d[label] = d.get(label, 0.0) + ev.elapsed_time(nxt)
             done = i + 1
-        ends = [(s, ev) for s, lab, ev in self._marks[:done + 1] if lab == STEP_END]
-        for (_, a), (s, b) in zip(ends, ends[1:]):
-            self._device.setdefault(s, {})["_step"] = a.elapsed_time(b)
+        marks = self._marks[:done + 1]
+        starts = {s: ev for s, lab, ev in marks if lab == STEP_START}
+        ends = [(s, ev) for s, lab, ev in marks if lab == STEP_END]
+        for (_, a), (s, b) in zip(ends, ends[1:]):  # from its start, else the last step's end
+            self._device.setdefault(s, {})["_step"] = starts.get(s, a).elapsed_time(b)
         # keep from the last resolved step end on: the next step's start
         keep = max((i for i, (_, lab, _) in enumerate(self._marks[:done + 1])
                     if lab == STEP_END), default=0)
@@ -582,6 +587,7 @@ class Observer:
         self._check_budget()  # the stop rule's look too is the observers' work, not a step's
         self._last_end = _clock()  # the observers' own step-end work (the plan's next
         # instrument, the evidence file, the look) is not the next step's: its wall starts here
+        self._mark(len(self.steps), STEP_START)  # and on the device's clock
         self.enter("logging")
 
     def _energy_j(self) -> float | None:
