@@ -39,9 +39,9 @@ whatif)
         tail -3 "$dir/pytest.log"
     whatif input 100 --budget 80s -- python examples/scripts/input_bound.py --delay-ms 4
     whatif optim 100 --budget 80s -- python examples/scripts/optimizer_bound.py
-    # a run compiles a graph per length (~30 s on an H100): the change, its bracket and the
-    # floor's two more baselines are four runs after the first
-    whatif recompile 150 --budget 130s --only compile_dynamic -- python examples/scripts/recompile.py
+    # a run compiles 8 graphs, one per length (the first 51 s on an H100): the change, its
+    # bracket and the floor's missing baseline are three runs after the first
+    whatif recompile 200 --budget 180s --only compile_dynamic -- python examples/scripts/recompile.py
     whatif tiny 160 --budget 145s -- python examples/scripts/tiny_kernels.py ;;
 diagnose)
     diagnose mlp 220 mlp --contract both
