@@ -4,6 +4,7 @@
 #
 #   bash scripts/gpu_acceptance.sh whatif   OUT   # CUDA patch tests + whatif on the known-answer scripts
 #   bash scripts/gpu_acceptance.sh diagnose OUT   # perflab diagnose --no-whatif --budget 60s (mlp: both contracts)
+#   STEPS="optim recompile" ...: only those steps; PERFLAB_COMMIT=<sha>: the commit to record
 #
 # Run from the repository root with perflab (and, for `diagnose`, Snakemake) importable.
 # Every step has its own time-out, so one that hangs costs its own slot, not the rest;
@@ -13,7 +14,8 @@ part=${1:?whatif or diagnose}; out=${2:?output directory}
 case $part in whatif|diagnose) ;; *) echo "unknown part: $part (whatif or diagnose)" >&2; exit 2 ;; esac
 dir=$out/$part; mkdir -p "$dir"
 export PYTHONPATH=$PWD:$PWD/examples${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-git rev-parse --short HEAD > "$dir/commit.txt" 2>/dev/null
+# the commit the tree is, as the caller knows it: a copied tree's git metadata may be older
+echo "${PERFLAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" > "$dir/commit.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$dir/gpu.txt"
 python -c "import torch, sys; print(torch.__version__, sys.version.split()[0])" | tee -a "$dir/gpu.txt"
 
