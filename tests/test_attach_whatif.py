@@ -488,3 +488,27 @@ def test_a_light_run_is_estimated_without_the_first_baselines_instruments():
     plain = {"steps": [s for s in steps if s["kind"] not in wf.FIRST_ONLY],
              "last_step_s": t, "process_s": t}
     assert wf.light_wall_s(plain, 12.0) == pytest.approx(12.0)
+
+
+def test_a_change_inside_a_wide_floor_runs_again_to_narrow_it():
+    """Decided inside the floor, but its interval excludes no change: run again (its run and
+    the bracket add baselines, so the floor narrows) while the baselines are fewer than
+    NARROW_BASES; one whose interval holds 0, a decided speed-up, an undecided one at its
+    last run, or no floor: not for that reason."""
+    from perflab.instruments import sequential as seq
+
+    rng = np.random.default_rng(3)
+    shown = list(-30 + 4 * rng.standard_normal(20))  # -30 % on the log scale, clear of 0
+    wide = wf.judge_runs(shown, 220.0, 45)
+    assert wide.state == seq.WITHIN_FLOOR and wide.high < 0
+    assert wf.another_run(wide, 220.0, 1, 3, 4) == "narrow"
+    assert wf.another_run(wide, 220.0, 1, 3, wf.NARROW_BASES) == ""  # enough baselines
+    assert wf.another_run(wide, 220.0, 3, 3, 4) == ""  # its last run
+    assert wf.another_run(wide, None, 1, 3, 4) == ""
+    nothing = wf.judge_runs(list(4 * rng.standard_normal(20)), 220.0, 45)
+    assert nothing.state == seq.WITHIN_FLOOR and nothing.low < 0 < nothing.high
+    assert wf.another_run(nothing, 220.0, 1, 3, 4) == ""  # no change shown: nothing to narrow
+    faster = wf.judge_runs(shown, 10.0, 45)
+    assert faster.state == seq.FASTER and wf.another_run(faster, 10.0, 1, 3, 4) == ""
+    edge = wf.judge_runs(list(-5 + 8 * rng.standard_normal(8)), 5.0, 45)
+    assert not edge.decided and wf.another_run(edge, 5.0, 1, 3, 4) == "undecided"
