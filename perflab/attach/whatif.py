@@ -743,7 +743,7 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
           + f"; undecided changes get up to {max_runs} runs", file=sys.stderr)
     todo = first
     for rnd in range(1, max_runs + 1):
-        for i, p in enumerate(todo):
+        for p in todo:
             if p is not None and not plan.fits(plan.owed()):
                 if rnd == 1:
                     rows.append(Row(p, NOT_RUN, f"not run: budget ({budget:.0f} s; "
@@ -782,11 +782,10 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
         if not pending or rnd == max_runs:
             break
         todo = schedule(pending, repeats=1)
-        print(f"perflab whatif: round {rnd + 1}: "
-              + "; ".join(f"{label}: {', '.join(ps)}" for label, ps in (
-                  ("still undecided", [p for p in pending if why[p] == "undecided"]),
-                  ("inside the floor, run again to narrow it",
-                   [p for p in pending if why[p] == "narrow"])) if ps), file=sys.stderr)
+        said = {"undecided": "still undecided", "narrow": "inside the floor, run again to narrow it"}
+        print(f"perflab whatif: round {rnd + 1}: " + "; ".join(
+            f"{said[k]}: {', '.join(p for p in pending if why[p] == k)}"
+            for k in said if any(why[p] == k for p in pending)), file=sys.stderr)
     floor, floor_how = floor_of(plan.bases, size)
     for p, ev2 in plan.failed.items():
         if p not in plan.pairs:
