@@ -128,21 +128,24 @@ def test_diagnosis_first_and_budget(tmp_path, monkeypatch, real_ev):
     assert all("not run: budget" in _row(md, n) for n in names)
 
 
-def test_a_change_is_run_when_its_bracket_and_the_floor_fit():
-    """The runs a change commits the plan to: itself, the baseline after it, and the floor's
-    missing baselines, not every baseline later in the round (15 s runs, 80 s budget: two
-    changes and their three baselines fit, where the old count let none run)."""
-    plan = wf.Plan(["x.py"], None, Path("."), None, budget=80.0, params={}, est=15.0)
+def test_a_change_is_run_when_it_and_its_bracket_fit():
+    """The runs a change commits the plan to: itself and the baseline after it, not the
+    floor's missing third nor every baseline later in the round (an H100's 17 s runs after a
+    34 s first, 80 s budget: the first change and its bracket fit, where the count that
+    reserved the floor's third let none run). The third baseline runs where it fits."""
+    plan = wf.Plan(["x.py"], None, Path("."), None, budget=80.0, params={}, est=17.0)
+    plan.started -= 34.0
     plan.bases = [{}]
-    assert plan.owed() == 3 and plan.fits(plan.owed())
+    assert plan.owed() == 2 and plan.fits(plan.owed())
     assert not plan.wants_base()  # no change ran yet: no repeat for the floor alone
-    plan.pairs["loader_workers"] = [({}, 0)]
-    plan.since_base = 1
-    assert plan.wants_base()  # its bracket
-    plan.bases, plan.since_base = [{}, {}, {}], 0
-    assert plan.owed() == 2
-    plan.budget = 10.0  # not even one more run
-    assert not plan.fits(plan.owed()) and not plan.wants_base()
+    plan.pairs["fused_optimizer"] = [({}, 0)]
+    plan.since_base, plan.started = 1, plan.started - 17.0
+    assert not plan.fits(plan.owed())  # a second change and the bracket: 102 s > 80 s
+    assert plan.wants_base()  # its bracket runs whatever the budget
+    plan.bases, plan.since_base, plan.started = [{}, {}], 0, plan.started - 17.0
+    assert not plan.wants_base()  # 68 s spent: a third baseline (85 s) does not fit
+    plan.budget = 90.0
+    assert plan.wants_base()  # it does now: the bracketed floor
 
 
 def test_nondeterministic_baseline_is_not_checked_and_loss_mismatch(tmp_path, monkeypatch,
