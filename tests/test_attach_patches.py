@@ -326,8 +326,8 @@ def test_channels_last_on_a_conv_model_only(tmp_path, conv):
 ])
 def test_a_cuda_only_patch_on_a_cpu_run_says_why(tmp_path, conv, name, why, monkeypatch):
     monkeypatch.setenv(patches.ALLOC_ENV, "max_split_size_mb:64")
-    cmd = [str(SCRIPTS / "input_bound.py"), "--epochs", "1", "--delay-ms", "0"] \
-        if name == "loader_pinned" else [str(conv), "20"]
+    cmd = [str(SCRIPTS / "input_bound.py"), "--epochs", "1", "--delay-ms", "0", "--device",
+           "cpu"] if name == "loader_pinned" else [str(conv), "20"]
     ev = observe(tmp_path, cmd, patch={"name": name, "backend": "eager"})
     assert not ev["patch"]["applied"] and ev["patch"]["error"].startswith(why), ev["patch"]
     assert patches.REGISTRY[name].applies(ev) == "the script does not run on CUDA"

@@ -152,7 +152,8 @@ def test_nondeterministic_baseline_is_not_checked_and_loss_mismatch(tmp_path, mo
                                                                       real_ev):
     reg = {"loader_workers": _Entry()}
     rc, md, _ = _go(tmp_path, monkeypatch, real_ev, {"loader_workers": (1.0, {})}, reg,
-                    base_losses=[[2.0, 1.9, 1.8], [2.0, 1.95, 1.7]])
+                    base_losses=[[2.0, 1.9, 1.8], [2.0, 1.9, 1.8], [2.0, 1.95, 1.7]])
+    # (the first is the diagnosis run's: never compared, the baselines after it differ)
     assert "not deterministic run to run: correctness not checked" in md
     assert " ok" not in _row(md, "loader_workers").split("|")[9]
     # deterministic baseline, losses off by 10%: a mismatch, not ok
@@ -416,6 +417,38 @@ def test_floor_falls_back_labelled_below_three_baselines():
     # the plan's first round: at least four baselines, one between each pair of interventions
     assert [p for p in wf.schedule(["a"])] == ["a", None, None, None]
     assert wf.schedule(["a", "b"]) == ["a", None, None, "b", None]
+    # ... and one before the first: the diagnosis run is no baseline
+    assert wf.schedule(["a", "b"], opening=True) == [None, "a", None, None, "b", None]
+    assert wf.schedule([], opening=True) == [None, None, None]  # (no change: none runs)
+
+
+def test_the_profiled_diagnosis_run_is_never_a_baseline(tmp_path, monkeypatch, real_ev):
+    """Its instruments move its step time (an H100: 80 ms against its light repeats' 60):
+    compared, it made a no-op read as a 25 % speed-up and the floor ±380 %. Here it is 1.35x
+    slower than every later run; a change that does nothing must not read faster, and the
+    floor comes from the light baselines alone."""
+    inner = _runner(real_ev, {"loader_workers": (1.0, {})})
+
+    def runner(command, settings, out_dir):
+        rc, ev, wall = inner(command, settings, out_dir)
+        if len(inner.calls) == 1:  # the diagnosis run
+            assert out_dir.name == "diagnosis" and not settings["no_profile"]
+            for r in ev["steps"]:
+                r["wall_ms"] = r["wall_ms"] and r["wall_ms"] * 1.35
+        else:
+            assert settings["no_profile"] and out_dir.name != "diagnosis"
+        return rc, ev, wall
+    runner.calls = inner.calls
+    monkeypatch.setattr(wf, "patches", lambda: {"loader_workers": _Entry()})
+    assert wf.whatif([str(SCRIPTS / "input_bound.py")], out=str(tmp_path), runner=runner) == 0
+    md = (tmp_path / "whatif.md").read_text()
+    assert inner.calls[:3] == [None, None, "loader_workers"], inner.calls  # diagnosis, opening
+    row = _row(md, "loader_workers")
+    assert row.split("|")[2].strip() not in (wf.FASTER, wf.SLOWER), row
+    n_base = int(re.search(r"- baseline: (\d+) runs", md).group(1))
+    assert n_base == inner.calls.count(None) - 1  # every run but the diagnosis
+    floor = float(re.search(r"between-run floor ±([0-9.]+) %", md).group(1))
+    assert floor < 10, floor  # the light runs' 1 % jitter, not the diagnosis run's 35 %
 
 
 def _sim_runner(ev, rng, effect, kind):

@@ -151,6 +151,14 @@ def _short(p: Path, roots: list[Path]) -> str:
         else p.name
 
 
+def uses_cuda() -> bool:
+    """Whether the script's run uses CUDA: CUDA initialized *and* memory allocated on it. A
+    CPU model compiled on a GPU machine initializes CUDA (Inductor asks for the device's
+    properties) without running anything there, and on an H100 read as a CUDA run."""
+    return (torch.cuda.is_available() and torch.cuda.is_initialized()
+            and torch.cuda.max_memory_allocated() > 0)
+
+
 class Observer:
     """Everything observed in one run of the script; :meth:`evidence` is what is written."""
 
@@ -594,8 +602,7 @@ class Observer:
         """The device's cumulative energy counter now (J), opened at the first step end."""
         if self._energy is None:
             from perflab.instruments.energy import EnergyMeter
-            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-            self._energy = EnergyMeter.open(cuda)
+            self._energy = EnergyMeter.open(uses_cuda())
         return self._energy.read_j()
 
     def _advance(self, now: float) -> None:
@@ -603,7 +610,7 @@ class Observer:
         n = len(self.steps)
         if self._kind == "warmup" and n >= self.s.get("warmup", 3):
             self.steady_t0 = now
-            self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            self.cuda = uses_cuda()
             self._mark(n - 1, STEP_END)  # the last warm-up step's end: the first steady start
             if self.unit == "optimizer step" and self.models:
                 self._phase_hooks(on=True)  # narrowed to the outermost modules

@@ -88,12 +88,14 @@ def order(names: list[str], verdict: str) -> list[str]:
     return head + [n for n in names if n not in head]
 
 
-def schedule(names: list[str], every: int = 2, repeats: int = 3) -> list[str | None]:
-    """The run order after a baseline: None = a baseline repeat, between every ``every``
-    interventions and at the end; at least ``repeats`` repeats (the first round: three, four
-    baselines, so the bracketed floor has two degrees of freedom, Student factor 4.3 where
-    three baselines give 12.7; the plan skips a repeat beyond the third that brackets no
-    intervention run when the budget has no room for it)."""
+def schedule(names: list[str], every: int = 2, repeats: int = 3,
+             opening: bool = False) -> list[str | None]:
+    """The run order: None = a baseline run, between every ``every`` interventions and at the
+    end; at least ``repeats`` of them after the first intervention; ``opening``: one before
+    it too (the first round: the diagnosis run is no baseline, see :func:`whatif`). The first
+    round's four baselines give the bracketed floor two degrees of freedom, Student factor
+    4.3 where three give 12.7; the plan skips a baseline that brackets no intervention run
+    when the budget has no room for it."""
     out: list[str | None] = []
     for i, n in enumerate(names):
         out.append(n)
@@ -102,7 +104,7 @@ def schedule(names: list[str], every: int = 2, repeats: int = 3) -> list[str | N
     out.append(None)
     while out.count(None) < repeats:
         out.insert(len(out) // 2 if names else 0, None)
-    return out
+    return [None, *out] if opening and names else out
 
 
 # ------------------------------------------------------------------ reading one run
@@ -644,20 +646,23 @@ class Plan:
     since_base: int = 0  # intervention runs since the last baseline run
 
     def wants_base(self) -> bool:
-        """Run the next baseline repeat? Always after an intervention run (its bracket); a
-        repeat for the floor alone (the bracketed floor's third) only where the budget has
-        room, and none before any intervention has run: a floor that gates nothing is not
-        worth a run (the budget cut every change)."""
+        """Run the next baseline? Always after an intervention run (its bracket); the opening
+        one only where an intervention and its bracket fit after it; one for the floor alone
+        (the bracketed floor's third) only where the budget has room, and none before any
+        intervention has run: a floor that gates nothing is not worth a run."""
         if self.since_base > 0:
             return True
+        if not self.bases:
+            return self.fits(3)
         return bool(self.pairs or self.failed) and self.fits(1)
 
     def owed(self) -> int:
         """The runs an intervention run commits the plan to: itself and the baseline after it
-        (its bracket). The floor's third baseline is not owed: an H100's 80 s budget on a
-        17 s run (34 s for the profiled first) once left no change measured because the
-        count reserved it; two baselines give the exchangeable floor, said as the fallback."""
-        return 2
+        (its bracket), and the one before it if none has run. The floor's third baseline is
+        not owed: an H100's 80 s budget on a 17 s run (34 s for the profiled first) once left
+        no change measured because the count reserved it; two baselines give the exchangeable
+        floor, said as the fallback."""
+        return 2 if self.bases else 3
 
     def fits(self, runs: int) -> bool:
         return self.budget is None or \
@@ -665,17 +670,18 @@ class Plan:
 
     def run(self, p: str | None) -> tuple[int, dict | None, float]:
         self.count += 1
-        tag = p or "baseline"
+        first = self.count == 1
+        tag = "diagnosis" if first else p or "baseline"
         n = len(self.pairs.get(p, [])) + 1 if p else len(self.bases) + 1
         spec = {"name": p, **self.params.get(p, {})} if p else None
-        rc, ev, wall = self.runner(self.command, self.settings(spec, self.count == 1),
-                                   self.out_dir / f"{tag}-{n}")
+        rc, ev, wall = self.runner(self.command, self.settings(spec, first),
+                                   self.out_dir / (tag if first else f"{tag}-{n}"))
         if self.count > 1:
             self.walls.append(wall)
             self.est = float(np.mean(self.walls))
         state = ("FAILED" if not ran(rc, ev) else
                  f"median step {np.median(steady_ms(ev)):.3g} ms")
-        print(f"[{self.count}] {tag} #{n}: {state}, {wall:.1f} s "
+        print(f"[{self.count}] {tag}{'' if first else f' #{n}'}: {state}, {wall:.1f} s "
               f"({time.perf_counter() - self.started:.0f} s spent)", file=sys.stderr)
         return rc, ev, wall
 
@@ -712,14 +718,17 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
                 "no_profile": not first, "no_work": not first}
 
     plan = Plan(command, settings, out_dir, runner or runmod.run_child, budget, params or {})
+    # the diagnosis run: profiled and its work counted, so its steps are not a baseline's (an
+    # H100's optimizer-bound script: 80 ms a step against its light repeats' 60; a CPU's
+    # CNN: 67 against 75), and it is never compared; the baselines are light runs like the
+    # interventions', from the first after it
     rc, ev, wall = plan.run(None)
     if not ran(rc, ev):
-        print(f"perflab whatif: the baseline run gave no timed steps: "
+        print(f"perflab whatif: the diagnosis run gave no timed steps: "
               f"{runmod.outcome_line(rc, ev, command)}; {traceback_tail(ev)}", file=sys.stderr)
         return rc or 1
     plan.est = light_wall_s(ev, wall)
-    plan.bases.append(ev)
-    d, s, _ = vmod.judge(ev, out_dir / "baseline-1")
+    d, s, _ = vmod.judge(ev, out_dir / "diagnosis")
     print(f"baseline: verdict {d.verdict}", file=sys.stderr)
     registry = patches()
     rows: list[Row] = []
@@ -736,12 +745,12 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
     n_steps = len(steady_ms(ev))
     size = block_size(n_steps)
     max_n = max_runs * max(1, n_steps // size)
-    first = schedule(names)
+    first = schedule(names, opening=True)
     print(f"perflab whatif: round 1: {len(first)} more runs of ~{plan.est:.0f} s each, "
           f"~{plan.est * len(first):.0f} s: " + ", ".join(p or BASELINE for p in first)
           + (f"; budget {budget:.0f} s" if budget else "")
           + f"; undecided changes get up to {max_runs} runs", file=sys.stderr)
-    todo = first
+    todo = first if names else []
     for rnd in range(1, max_runs + 1):
         for p in todo:
             if p is not None and not plan.fits(plan.owed()):
@@ -803,7 +812,8 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
     spent = time.perf_counter() - plan.started
     head = [f"# perflab whatif: {' '.join(command)}", "",
             f"- baseline: {len(plan.bases)} runs, {steps} steps each ({warmup} warm-up), "
-            f"seed {seed}; between-run floor "
+            f"seed {seed}, light as the interventions' (the profiled diagnosis run before them "
+            "is not compared: its instruments move its step time); between-run floor "
             + (f"±{floor:.2g} % ({floor_how})" if floor is not None else floor_how),
             f"- diagnosis: {d.verdict} (perflab.attach.verdict); its interventions ran first",
             f"- each change: per-block ({size} steps, mean wall) log differences against the baseline runs "
