@@ -38,7 +38,7 @@ diagnose() { local name=$1 limit=$2; shift 2
 case $part in
 whatif)
     # the CUDA patch tests only (the rest run in CI): a fresh child each, ~10 s on an H100
-    step pytest 150 python -m pytest tests/test_attach_patches.py -k cuda -q -p no:cacheprovider &&
+    step pytest 150 python -m pytest tests/test_attach_patches.py -k "${PYTEST_K:-cuda}" -x -q -p no:cacheprovider &&
         tail -3 "$dir/pytest.log"
     whatif input 100 --budget 80s -- python examples/scripts/input_bound.py --delay-ms 4
     # a 34 s profiled first run, then ~17 s each: fused, foreach, their bracket, the floor's third
