@@ -258,6 +258,8 @@ def test_sites_and_bf16_autocast_moves_the_losses(tmp_path, conv):
     assert plus.startswith("+ with torch.autocast('cpu', dtype=torch.bfloat16): loss = ")
     ast.parse(plus[2:])
     assert patches.edit_for("autocast_bf16", a, {"device": "cpu"}) == bf16["patch"]["edit"]
+    # from the patched run alone: the device it acted on, not the default 'cuda'
+    assert patches.edit_for("autocast_bf16", bf16) == bf16["patch"]["edit"]
 
 
 def test_fp16_autocast_with_a_grad_scaler_keeps_the_unscaled_loss(tmp_path, clipped):

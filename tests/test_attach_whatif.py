@@ -104,6 +104,11 @@ def test_inside_floor_unresolved_beyond_faster_failed_and_not_applicable(tmp_pat
     assert rc == 0
     assert calls.count(None) >= 3, calls  # the first baseline plus at least two repeats
     assert _row(md, "loader_workers").split("|")[2].strip().startswith(wf.FASTER)
+    # the batch unchanged: the gain per example is the step's, from the same judged change
+    for name in ("loader_workers", "loader_pinned"):
+        cells = _row(md, name).split("|")
+        step, example = float(cells[3].split()[0]), float(cells[5].split()[0])
+        assert example == pytest.approx(-step, abs=0.11), cells
     # no change: decided inside the floor, or undecided, never a speed-up
     assert _row(md, "loader_pinned").split("|")[2].strip().startswith((wf.WITHIN, wf.UNRESOLVED))
     failed = _row(md, "fused_optimizer")
@@ -157,9 +162,18 @@ def test_nondeterministic_baseline_is_not_checked_and_loss_mismatch(tmp_path, mo
     assert "not deterministic run to run: correctness not checked" in md
     assert " ok" not in _row(md, "loader_workers").split("|")[9]
     # deterministic baseline, losses off by 10%: a mismatch, not ok
-    check = wf.loss_check("loader_workers", [[2.0, 1.9], [2.0, 1.9]], [2.2, 2.1])
+    check = wf.loss_check("fused_optimizer", [[2.0, 1.9], [2.0, 1.9]], [2.2, 2.1])
     assert check.startswith("MISMATCH")
     assert wf.loss_check("loader_workers", [[2.0, 1.9], [2.0, 1.9]], [2.0, 1.9]).startswith("ok")
+    # workers draw their own random numbers: off by 10 % is not checked, never ok nor mismatch
+    other = wf.loss_check("loader_workers", [[2.0, 1.9], [2.0, 1.9]], [2.2, 2.1])
+    assert other.startswith("not checked: each DataLoader worker"), other
+    # rounding compounds over the K steps: K times one step's tolerance (reordered: 1e-4)
+    base5 = [[2.0, 1.9, 1.8, 1.7, 1.6]] * 2
+    drift = [v * (1 + 2.8e-4) for v in base5[0]]  # a CPU's channels-last after 5 steps
+    assert wf.loss_check("channels_last", base5, drift).startswith("ok")
+    assert wf.loss_check("channels_last", base5[:1] * 2, [v * 1.002 for v in base5[0]]
+                         ).startswith("MISMATCH")
 
 
 def test_stopping_rule_verdicts_against_the_floor():

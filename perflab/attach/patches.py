@@ -145,7 +145,8 @@ def edit_for(name: str, ev: dict, params: dict | None = None) -> str:
             site = next(iter((ev.get("sites") or {}).get(p.site) or []), "")
         if not site:
             return ""
-    return p.edit(site, {**p.params, **(params or {})})
+    acted = {"device": rec["device"]} if rec.get("name") == name and rec.get("device") else {}
+    return p.edit(site, {**p.params, **acted, **(params or {})})
 
 
 def parse_spec(text: str) -> dict:
