@@ -523,12 +523,13 @@ SUBCOMMANDS = {
                  lambda s: _workload_args(s, "diagnose")),
     "whatif": (whatif,
                "measure each intervention that applies (W01)",
-               "Measure every intervention that applies to the workload (fused optimizer, "
-               "autocast, torch.compile, loader workers, pinned memory, ...), each in a fresh "
-               "process against the baseline, and print them ranked by measured gain with "
-               "their 95% intervals. Arguments after -- go to Snakemake. Of an unmodified "
-               "script instead: perflab whatif [options] -- python train.py ARGS "
-               "(python -m perflab.attach.whatif --help; docs/whatif-script.md).",
+               "Of your own script, unchanged: perflab whatif [--budget 3m] -- python "
+               "train.py ARGS (its options: python -m perflab.attach.whatif --help; "
+               "docs/whatif-script.md). Of a workload TARGET (the form below): measure every "
+               "intervention that applies (fused optimizer, autocast, torch.compile, loader "
+               "workers, pinned memory, ...), each in a fresh process against the baseline, "
+               "ranked by measured gain with their 95% intervals; with a TARGET, arguments "
+               "after -- go to Snakemake.",
                lambda s: _workload_args(s, "whatif")),
     "run": (lambda args, extra: run(args, extra),
             "run an unmodified training script, observed: what the machine is waiting for",

@@ -63,8 +63,14 @@ def check_script(command: list[str]) -> None:
         raise RunError(f"{command[0]} does not parse: line {exc.lineno}: {exc.msg}") from None
 
 
-def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, dict | None, float]:
-    """Run the script observed; (its exit status, the evidence or None, wall s)."""
+#: a quiet child's output (stdout and stderr), in its run directory
+CHILD_LOG = "output.log"
+
+
+def run_child(command: list[str], settings: dict, out_dir: Path,
+              log: bool = False) -> tuple[int, dict | None, float]:
+    """Run the script observed; (its exit status, the evidence or None, wall s). ``log``:
+    its output goes to ``out_dir/output.log``, not the terminal (whatif's many runs)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     evidence = out_dir / "evidence.json"
     evidence.unlink(missing_ok=True)
@@ -78,8 +84,9 @@ def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, d
     env.update(patches.child_env(settings.get("patch"), env))
     started = time.perf_counter()
     settings["popen_unix"] = time.time()
+    sink = open(out_dir / CHILD_LOG, "w") if log else None  # noqa: SIM115 (closed below)
     child = subprocess.Popen([sys.executable, "-m", "perflab.attach.bootstrap", *command],
-                             env=env)
+                             env=env, stdout=sink, stderr=subprocess.STDOUT if log else None)
     try:
         rc = child.wait(timeout=settings.get("hard_limit_s"))
     except KeyboardInterrupt:  # the user stops it: the child got the signal too
@@ -88,6 +95,8 @@ def run_child(command: list[str], settings: dict, out_dir: Path) -> tuple[int, d
         child.send_signal(signal.SIGKILL)
         rc = child.wait()
     wall = time.perf_counter() - started
+    if sink:
+        sink.close()
     ev = json.loads(evidence.read_text()) if evidence.is_file() else None
     return rc, ev, wall
 

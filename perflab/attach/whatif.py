@@ -741,7 +741,12 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
                 "patch": patch, "seed": seed, "loss_steps": loss_steps,
                 "no_profile": not first, "no_work": not first}
 
-    plan = Plan(command, settings, out_dir, runner or runmod.run_child, budget, params or {})
+    def child(cmd, run_settings, run_dir):
+        # the diagnosis run's output on the terminal (the user sees their script start, and
+        # a traceback where it breaks); every later run's in its directory's output.log
+        return runmod.run_child(cmd, run_settings, run_dir, log=bool(run_settings["no_profile"]))
+
+    plan = Plan(command, settings, out_dir, runner or child, budget, params or {})
     # the diagnosis run: profiled and its work counted, so its steps are not a baseline's (an
     # H100's optimizer-bound script: 80 ms a step against its light repeats' 60; a CPU's
     # CNN: 67 against 75), and it is never compared; the baselines are light runs like the
@@ -846,11 +851,41 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
             f"- {plan.count} runs, {spent:.0f} s" + (f" of a {budget:.0f} s budget" if budget else ""),
             "- energy: " + (rows_energy_note(rows) or "no intervention measured")]
     md = markdown(rows, head)
-    print(md)
+    print(summary(rows, head[2:4]))
     io.atomic_write_text(out_dir / "whatif.md", md)
     io.write_results(out_dir / "whatif.csv", [*rows_csv(rows), floor_row(floor, floor_how)])
     print(f"whatif: {out_dir / 'whatif.md'}, rows: {out_dir / 'whatif.csv'}", file=sys.stderr)
     return 0
+
+
+def summary(rows: list[Row], head: list[str]) -> str:
+    """The terminal's one screen: a line per measured change (verdict, change and interval,
+    where), the rows that did not run grouped by why, and the first speed-up's diff;
+    whatif.md has every column (bound, first-call cost, memory, energy, losses)."""
+    out = [*head, ""]
+    measured = [r for r in ranked(rows) if r.change_pct is not None]
+    width = max((len(r.name) for r in rows), default=10)
+    for r in measured:
+        ci = (f" ({r.ci_pct[0]:+.1f}..{r.ci_pct[1]:+.1f})" if r.ci_pct and all(
+            math.isfinite(v) for v in r.ci_pct) else "")
+        where = r.site.partition(": ")[0] or "?"
+        out.append(f"  {r.name:<{width}}  {r.verdict.split(':')[0]:<16} "
+                   f"{r.change_pct:+.1f} %{ci} [{r.runs} run{'s' * (r.runs != 1)}]  {where}"
+                   + ("  losses: " + r.check.split(":")[0] if not r.check.startswith("ok")
+                      else ""))
+    for verdict in (FAILED, NOT_RUN, NOT_APPLICABLE):
+        group = [r for r in rows if r.verdict == verdict and r.change_pct is None]
+        if group:
+            why = {r.reason.split(" (")[0] for r in group}
+            out.append(f"  {verdict}: {', '.join(r.name for r in group)}"
+                       + (f" ({next(iter(why))})" if len(why) == 1 else ""))
+    best = next((r for r in measured if r.verdict == FASTER and r.edit), None)
+    if best:
+        out += ["", f"the change to make ({best.name}, {best.change_pct:+.1f} % a step), at "
+                f"{best.site.partition(': ')[0]}:", *("  " + x for x in best.edit.splitlines())]
+    elif not any(r.verdict == FASTER for r in measured):
+        out += ["", "no change measured faster beyond the between-run floor"]
+    return "\n".join(out)
 
 
 def rows_energy_note(rows: list[Row]) -> str:
