@@ -207,7 +207,10 @@ def _preflight(args, cfg: dict, env: dict) -> int:
             return 1
     spec = preflight.workload_spec(cfg)
     t0 = time.perf_counter()
-    answer = preflight.run_child(spec, timeout_s=args.timeout, env=env)
+    # a --budget's estimate costs R01 and R02 from probes of their instruments (a second)
+    probe = None if getattr(args, "budget", None) is None else \
+        {**(os.environ if env is None else env), preflight.PROBE_ENV: "1"}
+    answer = preflight.run_child(spec, timeout_s=args.timeout, env=probe or env)
     child_s = time.perf_counter() - t0
     if not answer["ok"]:
         print(f"perflab: {answer['error']}", file=sys.stderr)
@@ -259,7 +262,8 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     eids = _budget_eids(args, cfg)
     contracts = {e: cfgmod.contract(cfg, e) for e in eids}
     fixed = preflight.estimate_s(contracts.values(),
-                                 float(answer.get("step_min_ms") or answer["step_ms"]))
+                                 float(answer.get("step_min_ms") or answer["step_ms"]),
+                                 answer.get("probes"))
     # an experiment of claim_processes runs that many processes, each its fixed count
     procs = {e: 1 + sum(1 for x, _ in cfgmod.process_jobs(cfg) if x == e) for e in eids}
     fixed = {e: procs[e] * (_measured_wall_s(args, cfg, e) or fixed.get(e, 0.0))
@@ -303,6 +307,7 @@ def _snakemake(args, cfg: dict, run: str, targets: list[str], snakemake_args: li
         env = _env()
         rc = _preflight(args, cfg, env)
         if rc != 0:
+            args.preflight_failed = True  # nothing ran: no verdict to draw (its one line said why)
             return rc, workdir
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
            "--directory", str(workdir), "--cores", str(args.cores), "--keep-going",
@@ -369,6 +374,8 @@ def _diagnose_run(args, cfg: dict, run: str, snakemake_args: list[str],
     # each result file a target: a deleted one is measured again (config.result_files)
     targets = [] if args.report else [str(md_rel), *cfgmod.result_files(cfg, eids)]
     rc, workdir = _snakemake(args, cfg, run, targets, snakemake_args, env)
+    if getattr(args, "preflight_failed", False):
+        return rc  # a verdict of nothing measured would only restate the pre-flight's error
     md = workdir / md_rel
     if rc != 0 and not _dry(args, snakemake_args) \
             and not (md.is_file() and md.stat().st_mtime >= started):

@@ -339,6 +339,9 @@ def test_first_call_cost_and_break_even(real_ev):
     same = _variant(real_ev, 1.0, rng, noise=0.0)
     same["first_step_s"] = 5.0
     assert wf.measured_row("x", _Entry(), bases, [(same, 0)], 5.0, 30, 2, {}).break_even_steps is None
+    # halved, but the floor (±150 %) does not resolve it: no break-even on an unresolved saving
+    wide = wf.measured_row("x", _Entry(), bases, [(new, 0)], 150.0, 30, 2, {})
+    assert wide.verdict != wf.FASTER and wide.break_even_steps is None, wide.verdict
 
 
 def test_a_later_round_that_raises_keeps_the_measured_runs(tmp_path, monkeypatch, real_ev):

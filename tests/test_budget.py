@@ -25,6 +25,26 @@ def test_cli_rejects_a_bad_budget_in_one_line(capsys):
 FIXED = {"C00": 30.0, "E05": 60.0, "R01": 5.0, "R02": 2.0}
 
 
+def test_a_budget_too_small_stops_before_any_job_and_prints_no_verdict(tmp_path):
+    """The pre-flight says how much it needs in one line; no job ran, so no verdict is drawn
+    (a newcomer read a whole 'undetermined' diagnosis of nothing under that line)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "perflab", "diagnose", "mlp", "--device", "cpu", "--no-whatif",
+         "--budget", "2s", "--configfile", str(root / "config" / "test.yaml"),
+         "--directory", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "give at least" in proc.stderr, proc.stderr[-2000:]
+    assert "Verdict" not in proc.stdout and not (tmp_path / "results").exists(), proc.stdout
+
+
 def test_split_sums_to_the_budget_and_reserves_fixed_jobs():
     shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2)
     assert sum(shares.values()) == pytest.approx(60.0)
@@ -188,6 +208,51 @@ def test_the_estimate_counts_only_the_parts_c00_runs_and_r02s_own_steps():
     r02 = cfgmod.contract(cfg, "R02")
     assert preflight.step_calls(r02)[0] == sum(
         r02["params"].get(k, 0) for k in ("wait", "warmup", "active", "sync_steps", "steps"))
+
+
+def test_r01_and_r02_are_costed_from_probes_of_their_instruments():
+    """R01's ceilings run at matmul and copy speed and R02's window at the profiler's, not at
+    the step's: with probes, a slow matmul or a slow profiler makes them cost more, the step
+    time alone barely moves them (the 2-core CPU: R01 4.0 s, R02 2.2 s measured against the
+    step-call estimate's 1 and 0 s)."""
+    from perflab.pipeline import preflight
+
+    cfg = _resolved({"run": "R01,R02"})
+    r01, r02 = cfgmod.contract(cfg, "R01"), cfgmod.contract(cfg, "R02")
+    p = r01["params"]
+    n = max(p["matmul_sizes"])
+    probes = {"matmul_flops": 2 * n ** 3 / 0.1,  # the largest matmul: 100 ms a call
+              "host_memcpy_ms_per_mib": 0.1, "profile_window_s": 3.0}
+    est = preflight.estimate_s([r01, r02], 1.0, probes)
+    reps = p["repeats"] + 2
+    dtypes = len(set(p["dtypes"])) + 1
+    # at least the largest size's samples in every dtype, each 100 ms
+    assert est["R01"] > reps * 0.1 * dtypes
+    window = r02["params"]["warmup"] + r02["params"]["active"]
+    assert est["R02"] >= window * 1.0  # 3 s for the probe's 3 steps: 1 s a profiled step
+    faster = preflight.estimate_s([r01, r02], 1.0, {**probes, "matmul_flops": probes[
+        "matmul_flops"] * 100, "profile_window_s": 0.3})
+    assert faster["R01"] < est["R01"] / 2 and faster["R02"] < est["R02"] / 5
+    # without probes: the step calls, as before
+    assert preflight.estimate_s([r02], 1.0)["R02"] == preflight.step_calls(r02)[0] / 1e3
+
+
+def test_the_probes_are_measured_on_the_step(tmp_path):
+    import torch
+
+    from perflab.pipeline import preflight
+
+    lin = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+
+    def step():
+        opt.zero_grad()
+        lin(torch.randn(32, 64)).square().mean().backward()
+        opt.step()
+
+    got = preflight.probe_instruments(step, "cpu", lambda: None)
+    assert set(got) == {"profile_window_s", "matmul_flops", "host_memcpy_ms_per_mib"}
+    assert all(np.isfinite(v) and v > 0 for v in got.values()), got
 
 
 def _decision_row(eid, variant, line):

@@ -497,7 +497,9 @@ def measured_row(name: str, entry, bases: list[dict], pairs: list[tuple[dict, in
     base_first = float(np.median([first_call_ms(b) for b in bases]))
     row.first_call_cost_ms = float(np.median([first_call_ms(ev) for ev in new_evs])) - base_first
     saving = float(np.mean(base_steps) - np.mean(new_steps))  # the wall per step, mean
-    if saving > 0 and row.first_call_cost_ms > 0:
+    if verdict == FASTER and saving > 0 and row.first_call_cost_ms > 0:
+        # only a saving the floor resolves pays anything back (a newcomer read "compile:
+        # +10857 ms (17160 steps)" on a change within the floor)
         row.break_even_steps = row.first_call_cost_ms / saving
     recompiles = (len(bases[0].get("recompiles") or []), len(new_evs[0].get("recompiles") or []))
     if any(recompiles):
@@ -631,7 +633,8 @@ def rows_csv(rows: list[Row]) -> list[dict]:
                 continue  # no recompile on either side: no row
             ok = value is not None and math.isfinite(value)
             why = (r.energy_how if metric.startswith("energy") else
-                   "no saving to pay it back" if metric == "break_even_steps" else
+                   "no saving resolved beyond the floor to pay it back"
+                   if metric == "break_even_steps" else
                    "not measured in this run")
             out.append(vmod._row("whatif", r.name, metric, "median", value if ok else None,
                                  unit, "steady", "ok" if ok else "unsupported", "" if ok else why))

@@ -139,14 +139,99 @@ def _controlled_batch(contract: Mapping[str, Any]) -> int | None:
     return b if _int(b) and b else None
 
 
-def estimate_s(contracts: Iterable[Mapping[str, Any]], step_ms: float) -> dict[str, float]:
-    """{experiment: estimated seconds} over the jobs' contracts, at ``step_ms`` a step call."""
+def estimate_s(contracts: Iterable[Mapping[str, Any]], step_ms: float,
+               probes: Mapping[str, float] | None = None) -> dict[str, float]:
+    """{experiment: estimated seconds} over the jobs' contracts, at ``step_ms`` a step call.
+    ``probes`` (:func:`probe_instruments`): R01's and R02's instruments costed from what the
+    pre-flight measured of them, not as step calls (on the 2-core CPU, 4.0 and 2.2 s against
+    an estimate of 1 and 0 s: R01's ceilings run at matmul and copy speed whatever the step,
+    R02's window at the profiler's)."""
     out: dict[str, float] = {}
     for c in contracts:
         calls, extra = step_calls(c)
         eid = str(c.get("experiment", "?"))
-        out[eid] = out.get(eid, 0.0) + calls * step_ms / 1e3 + extra
+        probed = INSTRUMENT_COSTS.get(eid) if probes else None
+        s = probed(_running(c.get("params", {})), c.get("timing", {}), step_ms, probes) \
+            if probed else calls * step_ms / 1e3 + extra
+        out[eid] = out.get(eid, 0.0) + s
     return out
+
+
+#: set by ``perflab diagnose --budget``: the pre-flight child also probes what R01's and R02's
+#: instruments cost on this step and machine (:func:`probe_instruments`)
+PROBE_ENV = "PERFLAB_PREFLIGHT_PROBE"
+#: the probe's profiled window (warm-up, active steps), matmul size and copy size
+PROBE_WINDOW, PROBE_MATMUL_N, PROBE_COPY_MIB = (1, 2), 512, 64
+
+
+def probe_instruments(step, device, sync) -> dict[str, float]:
+    """What the estimate of R01 and R02 needs, measured on the pre-flight's step: the wall of
+    a short profiled window with its trace exported (``profile_window_s``), a float32
+    matmul's rate (``matmul_flops``) and each copy's ms per MiB (``<kind>_ms_per_mib``)."""
+    import tempfile
+
+    import torch
+
+    from perflab.instruments import profiling, roofline, timing
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="perflab-probe-") as tmp:
+        t0 = time.perf_counter()
+        profiling.profile_window(step, device=device, sync=sync, warmup=PROBE_WINDOW[0],
+                                 active=PROBE_WINDOW[1], trace_path=Path(tmp) / "probe.json.gz")
+        out["profile_window_s"] = time.perf_counter() - t0
+    n = PROBE_MATMUL_N
+    mm = roofline.matmul_op(n, torch.float32, device)
+    out["matmul_flops"] = 2 * n ** 3 / (min(timing.time_calls(mm, warmup=1, repeats=3,
+                                                               sync=sync)) / 1e3)
+    kinds = ["host_memcpy"] + (["device_to_device", "host_to_device"]
+                               if torch.device(device).type == "cuda" else [])
+    for kind in kinds:
+        fn, _ = roofline.copy_op(kind, PROBE_COPY_MIB * 2 ** 20, torch.device(device))
+        ms = min(timing.time_calls(fn, warmup=1, repeats=3, sync=sync))
+        out[f"{kind}_ms_per_mib"] = ms / PROBE_COPY_MIB
+    return out
+
+
+def _samples_s(per_call_ms: float, target_ms: float, repeats: int) -> float:
+    """One calibrated measurement of roofline.per_call_ms: its repeats, a warm-up and the
+    inner count's calibration, each sample at least ``target_ms`` long."""
+    return (repeats + 2) * max(target_ms, per_call_ms) / 1e3
+
+
+def _r01_s(p: Mapping[str, Any], t: Mapping[str, Any], step_ms: float,
+           probes: Mapping[str, float]) -> float:
+    """R01: its matmul ceilings (each size, each dtype and the contract's, at the probed
+    float32 rate: upper-leaning where a lower precision is faster), its copies (host memcpy;
+    on CUDA device-to-device and both ways over the link), a cache-resident copy, and the
+    step's phases at ``repeats`` + warm-up calls plus one counted step."""
+    target, reps = float(p.get("target_ms", 5.0)), int(p.get("repeats", 30))
+    dtypes = len(set(p.get("dtypes") or [])) + 1
+    s = sum(_samples_s(2 * n ** 3 / probes["matmul_flops"] * 1e3, target, reps)
+            for n in p.get("matmul_sizes") or []) * dtypes
+    s += _samples_s(float(p.get("host_copy_mib", 256)) * probes["host_memcpy_ms_per_mib"],
+                    target, reps)
+    for kind, times in (("device_to_device", 1), ("host_to_device", 2)):
+        if f"{kind}_ms_per_mib" in probes:
+            s += times * _samples_s(float(p.get("copy_mib", 1024))
+                                    * probes[f"{kind}_ms_per_mib"], target, reps)
+    s += _samples_s(0.0, target, reps)  # the cache-resident copy
+    return s + (reps + int(t.get("warmup", 0)) + 1) * step_ms / 1e3
+
+
+def _r02_s(p: Mapping[str, Any], t: Mapping[str, Any], step_ms: float,
+           probes: Mapping[str, float]) -> float:
+    """R02: its profiled window (warm-up + active steps) at the probe window's cost per step
+    (the profiler's overhead and the trace's export both grow with the steps), the free-running
+    stretches (three of ``active`` steps) and the sync-locating steps."""
+    window = int(p.get("warmup", 3)) + int(p.get("active", 10))
+    per = probes["profile_window_s"] / sum(PROBE_WINDOW)
+    free = (3 * int(p.get("active", 10)) + int(p.get("sync_steps", 3))) * step_ms / 1e3
+    return window * per + free
+
+
+#: the jobs whose instruments, not step calls, set their time, costed from the probes
+INSTRUMENT_COSTS = {"R01": _r01_s, "R02": _r02_s}
 
 
 def _duration(s: float) -> str:
@@ -157,15 +242,17 @@ def _duration(s: float) -> str:
 
 
 def check_estimate(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
-                   step_ms: float) -> str:
+                   step_ms: float, probes: Mapping[str, float] | None = None) -> str:
     """The estimate as a log line; raises SystemExit above the limit without ``allow_long``."""
-    per = estimate_s(contracts, step_ms)
+    per = estimate_s(contracts, step_ms, probes)
     total = sum(per.values())
     top = ", ".join(f"{e} {_duration(s)}" for e, s in sorted(per.items(), key=lambda x: -x[1])[:3])
     limit_h = float(cfg.get("long_run_hours", 4))
     line = (f"estimated measurement time {_duration(total)} for {len(contracts)} job(s) "
             f"(longest: {top}), from the contracts' step calls x {step_ms:.2f} ms, the "
-            "controlled step timed just now; compiling and start-up not counted")
+            "controlled step timed just now" + (", R01 and R02 from probes of their "
+                                                "instruments" if probes else "")
+            + "; compiling and start-up not counted")
     if total > limit_h * 3600 and str(cfg.get("allow_long", False)).lower() != "true":
         sys.exit(f"perflab: {line}. That is above the limit of {limit_h:g} h "
                  "(long_run_hours): pass --config allow_long=true to run it anyway, or lower "
@@ -296,8 +383,12 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
                 (compiling if got.graphs or got.limit_hits else times).append(ms)
         seen = whole.stop()
         workloads.check_finite(spec["target"], loss, f"after {1 + TIMED_STEPS} full-batch steps")
+        if os.environ.get(PROBE_ENV) and out.get("ok"):
+            t_probe = time.perf_counter()
+            out["probes"] = probe_instruments(step, device, sync)
+            out["probe_s"] = round(time.perf_counter() - t_probe, 2)
     out.update(_steady(times, compiling, seen))
-    out["steps_s"] = round(time.perf_counter() - t_steps, 2)
+    out["steps_s"] = round(time.perf_counter() - t_steps, 2)  # with the probes: no start-up
     return out
 
 
@@ -400,7 +491,7 @@ def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
         log(f"checked on {answer['device']}, not {spec['device']} (not visible here): "
             "no time estimate")
     else:
-        log(check_estimate(cfg, contracts, float(answer["step_ms"])))
+        log(check_estimate(cfg, contracts, float(answer["step_ms"]), answer.get("probes")))
 
 
 if __name__ == "__main__":

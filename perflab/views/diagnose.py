@@ -594,8 +594,8 @@ def _compiler(r: _Rows) -> Finding:
     one-time cost, never the verdict)."""
     rows = r.rows[(r.rows.variant == cw.VARIANT) & (r.rows.status == "ok")]
     if rows.empty:
-        return Finding("compiler", NOT_MEASURED, "no job saw torch.compile compile the step "
-                       "(no compiler rows: an eager step, or a run from before the watch)")
+        return Finding("compiler", NOT_MEASURED, "torch.compile never compiled the step "
+                       "(it runs eagerly), so there is no compile or recompile to weigh")
     eid = "E05" if (rows.experiment == "E05").any() else str(rows.experiment.iloc[0])
     fallback = r.get(eid, cw.VARIANT, cw.EAGER_FALLBACK, "value", "bool",
                      "0: no frame hit Dynamo's recompile limit (after it, it runs eager)")
