@@ -70,7 +70,8 @@ def _line(label: str, seconds: float | None, total: float) -> str:
 
 
 #: what the command prints: the budget's split and estimate, and the verdict
-SPLIT = re.compile(r"^budget .*estimated (?:(\d+)-)?(\d+) s from the command to the verdict")
+SPLIT = re.compile(r"^budget .*estimated (?:(\d+)-)?(\d+) s from the command to the verdict"
+                   r"(?:, about (\d+) s)?")
 VERDICT = re.compile(r"^perflab: verdict: (.*)$")
 WAITED = re.compile(r"device \S+ free after ([0-9.]+) s")
 
@@ -83,6 +84,7 @@ def _read_log(log: Path) -> dict:
         if m := SPLIT.match(line):
             out["split"], out["estimate_s"] = line, float(m.group(2))
             out["estimate_low_s"] = float(m.group(1) or m.group(2))
+            out["estimate_mid_s"] = float(m.group(3) or m.group(2))
         elif m := VERDICT.match(line):
             out["verdict"] = m.group(1).split(" — ")[0].strip()
         elif m := WAITED.search(line):
@@ -129,11 +131,13 @@ def bench(a, contract: str) -> dict:
         print(f"  of which waiting for the device lock (another run measuring): "
               f"{got['lock_wait_s']:.1f} s")
     if got["split"]:
-        lo, hi = got["estimate_low_s"], got["estimate_s"]
+        lo, hi, mid = got["estimate_low_s"], got["estimate_s"], got["estimate_mid_s"]
         errs = [100 * (e - total) / total for e in (lo, hi)]
         inside = "inside" if lo <= total <= hi else "outside"
         print(f"  {got['split']}\n  estimate {lo:.0f}-{hi:.0f} s vs wall {total:.1f} s: "
-              f"{errs[0]:+.0f} % / {errs[1]:+.0f} % ({inside} the range)")
+              f"{errs[0]:+.0f} % / {errs[1]:+.0f} % ({inside} the range); about {mid:.0f} s: "
+              f"{100 * (mid - total) / total:+.0f} %")
+        got["estimate_mid_err_pct"] = 100 * (mid - total) / total
         got["estimate_err_pct"] = errs
     try:
         b = bench_pipeline.breakdown(workdir)

@@ -62,11 +62,13 @@ def test_split_too_small_a_budget_says_how_much():
         budget.split(10.0, FIXED, start_each_s=2.0, other_jobs=2)
 
 
-def test_the_split_is_printed_and_the_estimate_does_not_exceed_fixed():
+def test_the_split_is_printed_and_the_estimate_does_not_exceed_twice_fixed():
     shares = budget.split(300.0, FIXED, start_each_s=2.0, other_jobs=2)
     est = budget.estimate_s(shares, FIXED)
-    # a budget above what the fixed counts take: each job stops at its fixed time at most
-    assert est == pytest.approx(12.0 + sum(FIXED.values()))
+    # a budget above what the fixed counts take: an adaptive job (C00, E05) stops at twice
+    # its fixed time at most (its max_n: a fast step's A/A runs to it), the others at theirs
+    assert est == pytest.approx(12.0 + sum(
+        v * (budget.MAX_OVER_FIXED if e in budget.ADAPTIVE else 1) for e, v in FIXED.items()))
     line = budget.line(310.0, shares, 10.0, est)
     assert line.startswith("budget 310 s: pre-flight 10 s (spent), start-up 12 s, C00 ")
     assert all(e in line for e in FIXED)
@@ -346,6 +348,9 @@ def test_the_estimate_is_a_range_from_first_looks_to_spent_shares():
     assert hi - lo == pytest.approx(sum(min(shares[e], FIXED[e]) - least[e]
                                         for e in ("C00", "E05")))
     assert f"estimated {10 + lo:.0f}-{10 + hi:.0f} s from the command" in \
+        budget.line(70, shares, 10.0, hi, lo)
+    # and its middle, the likely wall (neither end is: jobs decide early or run to their max)
+    assert f"to the verdict, about {10 + (lo + hi) / 2:.0f} s (the low end" in \
         budget.line(70, shares, 10.0, hi, lo)
 
 

@@ -23,6 +23,9 @@ CORROBORATING = ("E06",)
 CORROBORATION_SHARE = 0.10
 #: the least share an adaptive job is given: a few rounds
 MIN_JOB_S = 2.0
+#: an adaptive job runs at most this many times its fixed count (C00's A/A: max_rounds;
+#: E05: max_n), so its share is spent up to that, not only up to its fixed count
+MAX_OVER_FIXED = 2
 
 
 class BudgetError(ValueError):
@@ -99,11 +102,13 @@ def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
 def estimate_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
                least: Mapping[str, float] | None = None) -> float:
     """The whole run's expected wall: start-ups plus each job's time, which is its fixed-count
-    time when that fits its share and its share when not (a job stops at its budget) — but
-    never less than its first rounds (``least``), which it runs whatever its share."""
+    time (an adaptive job's: up to MAX_OVER_FIXED times it, where a fast step's A/A runs to
+    its maximum) when that fits its share and its share when not (a job stops at its budget)
+    — but never less than its first rounds (``least``), which it runs whatever its share."""
     least = least or {}
+    most = {e: fixed_s[e] * (MAX_OVER_FIXED if e in ADAPTIVE else 1) for e in fixed_s}
     return shares["start-up"] + sum(
-        max(min(shares[e], fixed_s[e]), min(least.get(e, 0.0), fixed_s[e])) for e in fixed_s)
+        max(min(shares[e], most[e]), min(least.get(e, 0.0), fixed_s[e])) for e in fixed_s)
 
 
 def estimate_low_s(shares: Mapping[str, float], fixed_s: Mapping[str, float],
@@ -121,10 +126,14 @@ def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
     """``budget 60 s: start-up 12 s, C00 8 s, E05 10 s, ...; estimated 30-48 s``."""
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in shares.items())
     span = "" if low is None or round(low) >= round(estimate) else f"{preflight_s + low:.0f}-"
+    # the middle: a job decides early where its step is slow and runs to its maximum where
+    # it is fast, so neither end is the likely wall (the 2-core CPU: the MLP 22-57 s for a
+    # 40.5 s wall, tiny_kernels 18-21 s for 20.3 s)
+    about = f", about {preflight_s + (low + estimate) / 2:.0f} s" if span else ""
     return (f"budget {total_s:.0f} s: pre-flight {preflight_s:.0f} s (spent), {parts}; "
             f"estimated {span}{preflight_s + estimate:.0f} s from the command to the verdict"
-            + (" (the low end if every adaptive job decides at its first look)" if span
-               else ""))
+            + (f"{about} (the low end if every adaptive job decides at its first look)"
+               if span else ""))
 
 
 def write_config(path, shares: Mapping[str, float], total_s: float,
