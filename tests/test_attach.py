@@ -283,7 +283,7 @@ def test_perflab_run_names_the_slow_loader_of_an_unmodified_script(tmp_path):
 @pytest.mark.background
 @pytest.mark.parametrize("script, args, expected", [
     ("optimizer_bound.py", ["--params", "300"], "Verdict: optimizer"),
-    ("recompile.py", ["--backend", "aot_eager"], "Verdict: recompiling"),
+    ("recompile.py", ["--backend", "aot_eager", "--depth", "1"], "Verdict: recompiling"),
     ("leak.py", ["--batch-size", "256"], "memory grows every step"),
 ])
 def test_perflab_run_gives_each_known_answer_on_a_cpu(tmp_path, script, args, expected):

@@ -41,11 +41,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=10_000)
     p.add_argument("--backend", default="inductor")
+    p.add_argument("--depth", type=int, default=4, help="blocks (the tests run 1)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
 
     random.seed(0)
-    model = Tagger().to(args.device)
+    model = Tagger(depth=args.depth).to(args.device)
     step_model = torch.compile(model, dynamic=False, backend=args.backend)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for step in range(args.steps):
