@@ -324,6 +324,17 @@ def test_block_diffs_bracket_a_drifting_machine(real_ev):
     assert all(abs(v) < 1e-6 for v in both)
 
 
+def test_examples_per_step_count_the_micro_batches(real_ev):
+    ev = copy.deepcopy(real_ev)
+    bs = ev["loaders"][0]["batch_size"]
+    assert wf.batch_size(ev) == bs * max(1, round(float(np.median(
+        [r["micro_batches"] for r in ev["steps"] if r.get("micro_batches")]))))
+    for r in ev["steps"]:
+        r["micro_batches"] = 2  # gradient accumulation: two backward calls per optimizer step
+    assert wf.batch_size(ev) == 2 * bs
+    assert wf.batch_size({"steps": ev["steps"]}) is None  # no loader: unknown
+
+
 def test_first_call_cost_and_break_even(real_ev):
     """An intervention 2 s slower to its first step and 5 ms faster a step: +2000 ms paid back
     in about 400 steps; one that saves nothing has no break-even."""

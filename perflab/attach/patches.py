@@ -221,7 +221,8 @@ def oversubscribed(workers: int, threads: int, cores: int) -> str:
     run, in plain python as under perflab). "" when they fit."""
     if workers + threads <= cores:
         return ""
-    return (f"oversubscribed: {workers} workers + {threads} intra-op threads on {cores} "
+    return (f"oversubscribed: {workers} worker{'s' * (workers != 1)} + {threads} intra-op "
+            f"thread{'s' * (threads != 1)} on {cores} "
             "cores (the step's parallel operators wait for descheduled threads: fewer "
             "workers or torch.set_num_threads lower it)")
 

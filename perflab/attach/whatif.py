@@ -218,8 +218,14 @@ def energy_blocks(ev: dict, size: int) -> tuple[list[float], str]:
 
 
 def batch_size(ev: dict) -> int | None:
+    """Examples one step consumes: the DataLoader's batch times the step's micro-batches
+    (backward calls per optimizer step: gradient accumulation of 2 read a 16-example step as
+    8 and doubled its µs per example); None without a loader."""
     sizes = [ld.get("batch_size") for ld in ev.get("loaders", []) if ld.get("batch_size")]
-    return int(sizes[0]) if sizes else None
+    if not sizes:
+        return None
+    micro = [r["micro_batches"] for r in ev.get("steps", []) if r.get("micro_batches")]
+    return int(sizes[0]) * max(1, round(float(np.median(micro))) if micro else 1)
 
 
 def traceback_tail(ev: dict | None, lines: int = 6) -> str:
@@ -849,8 +855,9 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
     spent = time.perf_counter() - plan.started
     head = [f"# perflab whatif: {' '.join(command)}", "",
             f"- baseline: {len(plan.bases)} runs, {steps} steps each ({warmup} warm-up), "
-            f"seed {seed}, light as the interventions' (the profiled diagnosis run before them "
-            "is not compared: its instruments move its step time); between-run floor "
+            f"seed {seed}, each timed as the interventions' runs are (the profiled diagnosis "
+            "run before them is not compared: its instruments move its step time); "
+            "between-run floor "
             + (f"±{floor:.2g} % ({floor_how})" if floor is not None else floor_how),
             f"- diagnosis: {d.verdict} (perflab.attach.verdict); its interventions ran first",
             f"- each change: per-block ({size} steps, mean wall) log differences against the baseline runs "
