@@ -114,6 +114,10 @@ def test_inside_floor_unresolved_beyond_faster_failed_and_not_applicable(tmp_pat
     failed = _row(md, "fused_optimizer")
     assert wf.FAILED in failed and "patched run broke" in failed
     assert "CUDA only" in _row(md, "tf32")
+    # the terminal's screen: the floor's speed-up side in %, the same as the table's rule
+    floor = float(re.search(r"between-run floor ±([0-9.]+) %", md).group(1))
+    screen = wf.summary(wf.ranked([]), [], floor)
+    assert f"faster below {100 * (1 / (1 + floor / 100) - 1):+.1f} %" in screen, screen
     # ranked: the measured speed-up first
     assert md.index("| loader_workers |") < md.index("| loader_pinned |") < md.index("| tf32 |")
     assert (tmp_path / "whatif.csv").is_file()
