@@ -38,6 +38,7 @@ from perflab.experiments.r02_step_trace import (
     DEVICE_TIME,
     FREE_RUNNING,
     FREE_STEP_SHARE,
+    FREE_STRETCHES,
     H2D_COPY,
     IDLE_TIME,
     NO_QUEUE,
@@ -148,8 +149,6 @@ def _blocked_per_step(w, att):
     return per
 
 
-#: free-running stretches of the window's length, timed without the profiler
-FREE_STRETCHES = 3
 
 
 def _free_running(ctx, step, active):

@@ -257,6 +257,23 @@ def test_the_probes_are_measured_on_the_step(tmp_path):
     assert all(np.isfinite(v) and v > 0 for v in got.values()), got
 
 
+def test_a_probe_that_fails_leaves_the_step_time_and_says_why(monkeypatch):
+    """The probes feed an estimate: one that raises is said, never the pre-flight's failure;
+    the estimate then falls back to step calls."""
+    from perflab.pipeline import preflight
+
+    def broken(*a, **k):
+        raise RuntimeError("no profiler here")
+
+    monkeypatch.setattr(preflight, "probe_instruments", broken)
+    monkeypatch.setenv(preflight.PROBE_ENV, "1")
+    monkeypatch.setattr(preflight, "TIMED_STEPS", 2)
+    got = preflight.measure_step({"device": "cpu", "target": "mlp", "tag": "t",
+                                  "dtype": "float32", "params": {"batch": 8, "dim": 32}})
+    assert got["ok"] and got["step_ms"] and "probes" not in got, got
+    assert got["probe_error"] == "RuntimeError: no profiler here"
+
+
 def _decision_row(eid, variant, line):
     from perflab.core.names import SAMPLING_DECISION
 

@@ -35,6 +35,9 @@ ENTRY = Experiment(
     diagnosis=("cpu", "cuda"),
 )
 
+#: free-running stretches of the window's length, timed without the profiler
+FREE_STRETCHES = 3
+
 #: its parameters (config key ``experiments.R02``): a JSON-schema fragment whose defaults
 #: are the chapter's values; perflab.pipeline.config assembles the run's schema from these
 SCHEMA = """\
