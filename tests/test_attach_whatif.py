@@ -262,6 +262,18 @@ def test_cannot_rerun_is_named(tmp_path, monkeypatch, real_ev):
     assert rc == 1 and "consumed its input" in (tmp_path / "whatif.md").read_text()
 
 
+def test_a_diagnosis_run_that_dies_says_its_output(tmp_path, capsys):
+    """The diagnosis run's output goes to its log (one screen), so a script that dies before
+    perflab sees a step (here: a bad argument, argparse's exit 2) says that log's tail."""
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\n"
+                      "p.add_argument('--lr', type=float)\np.parse_args()\n")
+    rc = wf.whatif([str(script), "--lr", "fast"], out=str(tmp_path / "w"))
+    err = capsys.readouterr().err
+    assert rc == 2 and "diagnosis/output.log" in err, err
+    assert "its output's last lines" in err and "invalid float value: 'fast'" in err, err
+
+
 def test_script_form_detection():
     assert wf.is_script_form(["--", "python", "train.py"])
     assert wf.is_script_form(["--", "-m", "pkg.train"])

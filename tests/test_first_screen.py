@@ -105,3 +105,11 @@ def test_report_categories_sort_in_the_chapters_order():
         int(c.split(" ", 1)[0]) if c.split(" ", 1)[0].isdigit() else 10_000, c))
     assert reference.report_category("4 · Localize") == "04 · Localize"
     assert reference.report_category("Other · E99") == "Other · E99"
+
+
+def test_a_phase_whose_name_hides_what_it_holds_says_it():
+    """"logging" is the phase of all else (an attached script's clipping and scheduler): the key
+    says so; a phase whose name is its meaning keeps its bare name."""
+    html = first_screen.stack_html({"forward": 60.0, "logging": 40.0}, "t")
+    assert "logging (and the rest: clipping, scheduler, zero_grad) 40.0%" in html
+    assert "forward 60.0%" in html

@@ -101,6 +101,14 @@ def run_child(command: list[str], settings: dict, out_dir: Path,
     return rc, ev, wall
 
 
+def log_tail(out_dir: Path, lines: int = 12) -> str:
+    """The last lines of a quiet child's output (where a script that died before perflab
+    could record its traceback, e.g. on a bad argument, says why)."""
+    path = out_dir / CHILD_LOG
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
 def outcome_line(rc: int, ev: dict | None, command: list[str]) -> str:
     """How the script ended, in one line (what was observed of it)."""
     if ev is None:

@@ -751,19 +751,24 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
                 "no_profile": not first, "no_work": not first}
 
     def child(cmd, run_settings, run_dir):
-        # the diagnosis run's output on the terminal (the user sees their script start, and
-        # a traceback where it breaks); every later run's in its directory's output.log
-        return runmod.run_child(cmd, run_settings, run_dir, log=bool(run_settings["no_profile"]))
+        # every run's output in its directory's output.log, the diagnosis run's too (its
+        # script's prints and the profiler's own lines took half a newcomer's screen); a
+        # run that breaks says its traceback, and the diagnosis run its log's tail
+        return runmod.run_child(cmd, run_settings, run_dir, log=True)
 
     plan = Plan(command, settings, out_dir, runner or child, budget, params or {})
     # the diagnosis run: profiled and its work counted, so its steps are not a baseline's (an
     # H100's optimizer-bound script: 80 ms a step against its light repeats' 60; a CPU's
     # CNN: 67 against 75), and it is never compared; the baselines are light runs like the
     # interventions', from the first after it
+    print(f"perflab whatif: [1] the diagnosis run (profiled; its output in "
+          f"{out_dir / 'diagnosis' / runmod.CHILD_LOG})", file=sys.stderr)
     rc, ev, wall = plan.run(None)
     if not ran(rc, ev):
+        tail = runmod.log_tail(out_dir / "diagnosis")
         print(f"perflab whatif: the diagnosis run gave no timed steps: "
-              f"{runmod.outcome_line(rc, ev, command)}; {traceback_tail(ev)}", file=sys.stderr)
+              f"{runmod.outcome_line(rc, ev, command)}; {traceback_tail(ev)}"
+              + (f"\nits output's last lines:\n{tail}" if tail else ""), file=sys.stderr)
         return rc or 1
     plan.est = light_wall_s(ev, wall)
     d, s, _ = vmod.judge(ev, out_dir / "diagnosis")

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 #: the chapter's seven phases of one training step, in order
 PHASES = ("input_wait", "host_to_device", "forward", "loss", "backward", "optimizer", "logging")
+#: what a phase's name alone does not say: an attached script's "logging" is everything the
+#: other six phases do not hold (gradient clipping, the scheduler, zero_grad, its logs)
+PHASE_NOTES = {"logging": "and the rest: clipping, scheduler, zero_grad"}
 #: the phases of the training step itself, forward to optimizer (the input arrives before
 #: them, the logging read after): what a profiler range or a memory boundary brackets
 STEP_PHASES = PHASES[PHASES.index("forward"):PHASES.index("optimizer") + 1]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflab.core.names import PHASES
+from perflab.core.names import PHASE_NOTES, PHASES
 from perflab.experiments import e05_phases, r01_roofline, r02_step_trace
 from perflab.kit.tables import Missing, pick, rows_of
 from perflab.views import summary
@@ -74,8 +74,9 @@ def stack_html(parts: dict[str, float], title: str) -> str:
         label = f"{name} {pct:.0f}%" if pct >= 7 else ""
         cells.append(f'<div style="width:{pct:.2f}%;background:{colour}" '
                      f'title="{esc(name)} {pct:.1f}%">{esc(label)}</div>')
+        note = f" ({PHASE_NOTES[name]})" if name in PHASE_NOTES else ""
         keys.append(f'<span class="key"><span class="swatch" style="background:{colour}"></span>'
-                    f'{esc(name)} {pct:.1f}%</span>')
+                    f'{esc(name)}{esc(note)} {pct:.1f}%</span>')
     return (f"<p><strong>{esc(title)}</strong></p><div class=\"stack\">{''.join(cells)}</div>"
             f"<div>{''.join(keys)}</div>")
 
