@@ -122,6 +122,7 @@ def pytest_collection_modifyitems(items):
     """The shared run's readers last but the background tests (stable order), so it runs while
     the others do; and `slow`, like the run they wait for (``-m "not slow"`` leaves them and
     the run out). The background tests after them: their session follows the shared run."""
+    _items_by_id.update((i.nodeid, i) for i in items)
     for item in items:
         if _reads_the_shared_run(item):
             if _in_background(item):
@@ -131,15 +132,51 @@ def pytest_collection_modifyitems(items):
     items.sort(key=_turn)
 
 
+#: the session's items by node id (the timeline's turns)
+_items_by_id: dict = {}
 #: the background session of this one (tests/shared_run.py: Delegated), once started
 _delegated = None
 #: this session's configuration (its hooks serialize the background session's reports)
 _config = None
 
 
+#: when this session started, and when each turn's last test finished (the timeline)
+_t0 = time.time()
+_turn_ended: dict[int, float] = {}
+
+
 def pytest_configure(config):
     global _config
     _config = config
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    import shared_run
+
+    if shared_run.in_background_session():
+        _write_background({"nodeid": nodeid, "finished": True})
+    elif _config is not None:
+        item = _items_by_id.get(nodeid)
+        if item is not None:
+            _turn_ended[_turn(item)] = time.time()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the suite's wall went: this core's own tests, the shared run, the background
+    session on the other core (the wall is about the larger of the two cores' shares: what
+    to lighten when CI nears its limit)."""
+    import shared_run
+
+    if shared_run.in_background_session() or not _turn_ended:
+        return
+    at = lambda t: f"{t - _t0:.0f} s" if t else "not yet"  # noqa: E731
+    parts = [f"{what} ended at {at(_turn_ended[turn])}" for turn, what in
+             ((0, "this session's own tests"), (1, "the shared run's readers"))
+             if turn in _turn_ended]
+    if _delegated is not None:
+        parts.append(f"the background tests ran from {at(_delegated.started_at)} (the shared "
+                     f"run's end, if one ran) to {at(_delegated.end_time())} on the other core")
+    terminalreporter.write_line("suite timeline: " + "; ".join(parts))
 
 
 def _start_background(items, tmp_path_factory, after) -> None:
@@ -215,11 +252,6 @@ def pytest_runtest_logreport(report):
         _write_background({"nodeid": report.nodeid, "finished": False, "report": data})
 
 
-def pytest_runtest_logfinish(nodeid, location):
-    import shared_run
-
-    if shared_run.in_background_session():
-        _write_background({"nodeid": nodeid, "finished": True})
 
 
 @pytest.fixture(scope="session")

@@ -104,6 +104,7 @@ class Delegated:
         self.output = basetemp.parent / f"{basetemp.name}-pytest.out"
         self.env = {**os.environ, REPORTS_ENV: str(self.reports)}
         self.proc: subprocess.Popen | None = None
+        self.started_at = self.ended_at = None
         self._stopped = False
         self._thread = threading.Thread(target=self._start, name="background-tests",
                                         daemon=True)
@@ -112,6 +113,7 @@ class Delegated:
     def _start(self) -> None:
         if self.after is not None:
             self.after.proc.wait()
+        self.started_at = time.time()  # the timeline (tests/conftest.py) says the split
         if self._stopped:
             return
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -119,6 +121,8 @@ class Delegated:
         with open(self.output, "w") as fh:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=fh,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc.wait()
+        self.ended_at = time.time()
 
     def _records(self) -> list[dict]:
         if not self.reports.is_file():
@@ -137,6 +141,17 @@ class Delegated:
             if ended:
                 return None
             time.sleep(POLL_S)
+
+    def end_time(self) -> float | None:
+        """When the background session ended (it may still be writing its last reports when
+        this session has read them all: wait a little for it)."""
+        if self.proc is not None and self.ended_at is None:
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                return None
+            self.ended_at = self.ended_at or time.time()
+        return self.ended_at
 
     def why_not_run(self) -> str:
         tail = self.output.read_text()[-4000:] if self.output.is_file() else ""

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from perflab.attach import EVIDENCE_ENV, SETTINGS_ENV
+from perflab.core.names import PHASE_NOTES
 
 ROOT = Path(__file__).resolve().parents[2]
 _PYTHONS = {"python", "python3", Path(sys.executable).name}
@@ -265,7 +266,9 @@ def render(ev, s, d, extra, command, wall) -> str:
     if s.phase_share_pct:
         lines.append("- **Phases** (mean ms per step, % of the step): " + ", ".join(
             f"{p} {s.phase_mean_ms[p]:.3g} ({s.phase_share_pct[p]:.0f}%)"
-            for p in s.phase_share_pct))
+            for p in s.phase_share_pct)
+            + "".join(f"; {p}: {note}" for p, note in PHASE_NOTES.items()
+                      if p in s.phase_share_pct))
     c = s.cost
     if c:
         lines.append(f"- **Observers' cost**: phase hooks on vs off, {c['pairs']} paired "
