@@ -157,6 +157,22 @@ def test_a_change_is_run_when_it_and_its_bracket_fit():
     assert plan.wants_base()  # it does now: the bracketed floor
 
 
+def test_the_opening_baseline_measures_a_light_run_where_the_first_estimate_fits_none():
+    """An H100's recompiling script: the diagnosis run took 80 s with a cold compile cache, so
+    a light run was estimated at 56 s and a 180 s budget ran nothing; each later run took
+    24-27 s. The opening baseline runs where it alone fits, and its wall sets the estimate."""
+    plan = wf.Plan(["x.py"], None, Path("."), None, budget=180.0, params={}, est=56.0)
+    plan.started -= 80.0
+    assert not plan.fits(plan.owed()) and plan.wants_base()
+    plan.bases, plan.walls, plan.est = [{}], [27.0], 27.0
+    plan.started -= 27.0
+    assert plan.fits(plan.owed())  # the change and its bracket: 107 + 54 s <= 180 s
+    # once a light run is measured, an opening baseline is never run for itself
+    plan = wf.Plan(["x.py"], None, Path("."), None, budget=100.0, params={}, est=40.0)
+    plan.walls = [40.0]
+    assert not plan.wants_base()
+
+
 def test_nondeterministic_baseline_is_not_checked_and_loss_mismatch(tmp_path, monkeypatch,
                                                                       real_ev):
     reg = {"loader_workers": _Entry()}
