@@ -126,6 +126,9 @@ def bench(a, contract: str) -> dict:
           f"{a.device}, --cores {a.cores}{', --report' if a.report else ''}"
           f"{', --no-whatif' if a.no_whatif else ''}): {total:.1f} s from the command to the "
           f"printed verdict (exit status {rc}); verdict: {got['verdict'] or 'none'}; log: {log}")
+    if rc != 0:  # why it stopped, here (the log may be on a machine that is given back)
+        tail = log.read_text(errors="replace").strip().splitlines()[-6:] if log.is_file() else []
+        print("\n".join(f"  | {t}" for t in tail))
     got["lock_wait_s"] += _jobs_lock_wait_s(workdir)
     if got["lock_wait_s"]:
         print(f"  of which waiting for the device lock (another run measuring): "

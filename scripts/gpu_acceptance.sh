@@ -1,9 +1,11 @@
 #!/bin/bash
 # The GPU acceptance runs of issues 40 (a verdict in a minute) and 42 (the what-if on an
-# unmodified script), one part per call of a lent GPU machine (each part fits in 10 minutes).
+# unmodified script), on a lent GPU machine whose calls last at most 10 minutes: `diagnose`
+# fits one call; `whatif`'s steps take two (STEPS="pytest input optim tiny", then
+# STEPS="recompile").
 #
 #   bash scripts/gpu_acceptance.sh whatif   OUT   # CUDA patch tests + whatif on the known-answer scripts
-#   bash scripts/gpu_acceptance.sh diagnose OUT   # perflab diagnose --no-whatif --budget 60s (mlp: both contracts)
+#   bash scripts/gpu_acceptance.sh diagnose OUT   # perflab diagnose --no-whatif --budget ${BUDGET:-60s} (mlp: both contracts)
 #   STEPS="optim recompile" ...: only those steps; PERFLAB_COMMIT=<sha>: the commit to record
 #
 # Run from the repository root with perflab (and, for `diagnose`, Snakemake) importable.
@@ -32,7 +34,7 @@ whatif() { local name=$1 limit=$2; shift 2
     step "$name" "$limit" python -m perflab.attach.whatif --out "$dir/$name" "$@" || return 0
     grep -E "faster|slower|undecided|FAILED|not run|does not apply" "$dir/$name.log" | tail -14; }
 diagnose() { local name=$1 limit=$2; shift 2
-    step "$name" "$limit" python scripts/bench_diagnose.py "$@" --device cuda --no-whatif --budget 60s || return 0
+    step "$name" "$limit" python scripts/bench_diagnose.py "$@" --device cuda --no-whatif --budget "${BUDGET:-60s}" || return 0
     grep -iE "verdict|waiting|wall|estimate|agree|total" "$dir/$name.log" | tail -12; }
 
 case $part in
@@ -43,9 +45,9 @@ whatif)
     whatif input 100 --budget 80s -- python examples/scripts/input_bound.py --delay-ms 4
     # a 34 s profiled first run, then ~17 s each: fused, foreach, their bracket, the floor's third
     whatif optim 130 --budget 110s -- python examples/scripts/optimizer_bound.py
-    # a run compiles 8 graphs, one per length (the first 51 s on an H100): the change, its
-    # bracket and the floor's missing baseline are three runs after the first
-    whatif recompile 200 --budget 180s --only compile_dynamic -- python examples/scripts/recompile.py
+    # a run compiles 8 graphs, one per length (the first 80 s on a fresh H100, 25 s once
+    # Inductor's cache is warm): the change twice, its brackets and the floor's baselines
+    whatif recompile 400 --budget 380s --only compile_dynamic -- python examples/scripts/recompile.py
     whatif tiny 160 --budget 145s -- python examples/scripts/tiny_kernels.py ;;
 diagnose)
     diagnose mlp 220 mlp --contract both

@@ -41,7 +41,14 @@ def test_a_budget_too_small_stops_before_any_job_and_prints_no_verdict(tmp_path)
         capture_output=True, text=True, timeout=300, cwd=root,
         env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
-    assert "give at least" in proc.stderr, proc.stderr[-2000:]
+    # the whole budget that would do, the pre-flight's own seconds in it, and no negative
+    # "budget -3 s" for what a pre-flight longer than the budget left
+    import re
+
+    need = re.search(r"give --budget (\d+)s or more", proc.stderr)
+    spent = re.search(r"the pre-flight took (\d+) s of it", proc.stderr)
+    assert need and spent and int(need[1]) > int(spent[1]) > 2, proc.stderr[-2000:]
+    assert not re.search(r" -\d+ s", proc.stderr), proc.stderr[-2000:]
     assert "Verdict" not in proc.stdout and not (tmp_path / "results").exists(), proc.stdout
 
 

@@ -387,7 +387,7 @@ def _half_run(tmp_path):
         (results / f"{EXPERIMENTS[eid].slug}.json").write_text(
             json.dumps({"contract": config.contract(cfg, eid)}))
     logs = tmp_path / "logs" / cfg["resolved_tag"]
-    logs.mkdir(parents=True)
+    logs.mkdir(parents=True, exist_ok=True)  # the fork server may have made it
     (logs / f"{EXPERIMENTS['E07'].slug}.log").write_text(
         "[E07 +0.1s] FAILED; no result written:\nTraceback (most recent call last):\n"
         f"  File \"optim.py\", line 60\n{FAILED_LINE}\n")
@@ -599,3 +599,37 @@ def test_the_compiler_fits_on_recompiles_or_a_fallback_never_on_one_compile():
     assert f.outcome == diagnose.RULED_OUT
     assert next(f for f in diagnose.diagnose(frame(phases(), BUSY, ROOF)).findings
                 if f.bottleneck == "compiler").outcome == diagnose.NOT_MEASURED
+
+
+def test_the_fork_server_starts_before_the_preflight_and_serves_the_run(monkeypatch, tmp_path):
+    """perflab's command starts the run's fork server before its pre-flight (the imports
+    overlap; the first job found it still importing when the workflow started it after) and
+    hands its socket to Snakemake, whose onstart then starts none; it is stopped at the end.
+    With fork_server false, or a dry run, none is started."""
+    from perflab import cli
+    from perflab.core import forkserver
+    from perflab.pipeline import preflight
+
+    order = []
+    monkeypatch.setattr(forkserver, "start", lambda sock, log, dev: order.append(("start", sock))
+                        or "proc")
+    monkeypatch.setattr(forkserver, "stop", lambda proc, sock: order.append(("stop", sock)))
+    answer = {"ok": True, "device": "cpu", "description": "d", "batch": 16, "step_ms": 1.0}
+    monkeypatch.setattr(preflight, "run_child",
+                        lambda *a, **k: order.append(("preflight",)) or answer)
+    monkeypatch.setattr(cli.console, "run", lambda cmd, env=None, verbose=False: order.append(
+        ("snakemake", env.get(forkserver.ENV_SOCKET))) or 0)
+    argv = ["diagnose", "mlp", "--device", "cpu", "--run", "C00", "--configfile",
+            "config/test.yaml", "--directory", str(tmp_path)]
+    cli.main(argv)
+    sock = order[0][1]
+    assert order[0][0] == "start" and order[1] == ("preflight",), order
+    assert ("snakemake", sock) in order and order[-1] == ("stop", sock), order
+    order.clear()
+    (tmp_path / "off.yaml").write_text("fork_server: false\n")
+    cli.main([*argv, "--configfile", str(tmp_path / "off.yaml")])
+    assert not any(o[0] == "start" for o in order), order
+    assert ("snakemake", None) in order, order
+    order.clear()
+    cli.main([*argv, "-n"])
+    assert not any(o[0] == "start" for o in order), order

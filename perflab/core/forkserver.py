@@ -13,7 +13,8 @@ a fresh interpreter. What a job inherits is the imported code of those libraries
 
 How a job gets there: Snakemake runs the experiment's script as usual; the script's first
 statement, ``delegate(globals())``, finds the server's socket (``PERFLAB_FORK_SERVER``, set
-by the Snakefile before the first job), hands over the script file Snakemake wrote, its argv,
+by perflab's command before its pre-flight, so the server's imports overlap it, or else by
+the Snakefile before the first job), hands over the script file Snakemake wrote, its argv,
 cwd, environment and stdin/stdout/stderr, and waits. A handler process forks the job, relays
 its exit status (a signal as 128 + signal number, as a shell reports it) and kills the job's
 process group if the waiting script is killed (Snakemake cancelling the job). Where no server

@@ -29,7 +29,12 @@ MAX_OVER_FIXED = 2
 
 
 class BudgetError(ValueError):
-    """A budget that cannot pay for the run's start-ups: one line."""
+    """A budget that cannot pay for the run's start-ups: one line; ``need_s``: the least
+    that would, beyond the pre-flight."""
+
+    def __init__(self, message: str, need_s: float):
+        super().__init__(message)
+        self.need_s = need_s
 
 
 def start_s(answer: Mapping, child_wall_s: float, fork_server: bool) -> float:
@@ -80,10 +85,11 @@ def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
     floor = {e: (least or {}).get(e, MIN_JOB_S) for e in adaptive}
     if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):
         need = startup + sum(reserved.values()) + MIN_JOB_S * len(adaptive)
-        raise BudgetError(f"budget {total_s:.0f} s does not cover the start-up of "
-                          f"{len(fixed_s) + other_jobs} jobs ({startup:.0f} s measured) and "
-                          f"the jobs that run a fixed count ({sum(reserved.values()):.0f} s): "
-                          f"give at least {need:.0f} s beyond the pre-flight")
+        raise BudgetError(f"{max(total_s, 0):.0f} s left of the budget does not cover the "
+                          f"start-up of {len(fixed_s) + other_jobs} jobs ({startup:.0f} s "
+                          f"measured) and the jobs that run a fixed count "
+                          f"({sum(reserved.values()):.0f} s): they need at least {need:.0f} s",
+                          need)
     wsum, spare = sum(adaptive.values()), left - sum(floor.values())
     if spare < 0:
         # the first rounds are estimated beyond what is left: each adaptive job runs them

@@ -291,7 +291,11 @@ FORK_SERVER = {}
 def start_fork_server():
     wanted = str(RUN.get("fork_server", True)).lower() == "true"
     if not wanted or not workflow.local_exec or workflow.remote_exec:
+        # a server perflab's command started serves no job of this run
+        os.environ.pop(perflab_forkserver.ENV_SOCKET, None)
         return
+    if os.environ.get(perflab_forkserver.ENV_SOCKET):
+        return  # perflab's command started it before its pre-flight (perflab/cli.py)
     sock = os.path.join(tempfile.gettempdir(), f"perflab-fork-{os.getpid()}.sock")
     log = f"{LOGS}/fork_server.log"
     FORK_SERVER.update(
