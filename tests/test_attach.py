@@ -463,3 +463,12 @@ def test_a_script_that_raises_mid_run_is_judged_on_the_steps_before(tmp_path):
     assert p.returncode == 1
     assert "RuntimeError: diverged" in p.stderr and "raised RuntimeError: diverged" in p.stderr
     assert "**Verdict" in md and "41 observed" in md
+
+
+def test_an_unresolved_cost_says_which_test_held_it_back():
+    """A 95 % interval clear of 0 beside "p=0.062, not resolved" read as a contradiction: the
+    line says the call needs the test and the interval both, or that the floor held it."""
+    from perflab.attach import run as runmod
+
+    assert "p=0.062 >= 0.05" in runmod._unresolved_why(0.062)
+    assert "interval or the A/A floor" in runmod._unresolved_why(0.01)

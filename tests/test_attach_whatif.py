@@ -408,7 +408,7 @@ def test_a_later_round_that_raises_keeps_the_measured_runs(tmp_path, monkeypatch
     assert "[1]" in row and "a later run of it raised" in row and "patched run broke" in row
 
 
-def test_oversubscribed_workers_are_said_in_their_row(tmp_path, monkeypatch, real_ev):
+def test_oversubscribed_workers_are_said_in_their_row(tmp_path, monkeypatch, real_ev, capsys):
     over = patches_mod.oversubscribed(4, 2, 2)
     plan = {"loader_workers": (0.5, {"detail": f"DataLoader(num_workers=0 -> 4); {over}"}),
             "loader_pinned": (1.0, {})}
@@ -417,6 +417,34 @@ def test_oversubscribed_workers_are_said_in_their_row(tmp_path, monkeypatch, rea
     assert rc == 0
     assert over in _row(md, "loader_workers"), _row(md, "loader_workers")
     assert "oversubscribed" not in _row(md, "loader_pinned")
+    # and on the terminal's line of that change (a newcomer saw workers measured slower
+    # there, and the reason only in whatif.md)
+    line = next(t for t in capsys.readouterr().out.splitlines()
+                if t.strip().startswith("loader_workers"))
+    assert over.split(" (")[0] in line, line
+
+
+def test_a_baseline_a_busy_machine_stalled_is_said(tmp_path, monkeypatch, real_ev, capsys):
+    """Identical baseline runs far apart are the machine (a newcomer's 2-core CPU: one at
+    360 ms a step against 45, a floor of ±2600 %): the terminal and whatif.md say which;
+    baselines inside the noise say nothing."""
+    reg = {"loader_workers": _Entry()}
+    rng = np.random.default_rng(1)
+    n = []
+
+    def runner(command, settings, out_dir):
+        n.append(1)
+        slow = 8.0 if len(n) == 4 else 1.0  # the diagnosis, B, change, then a stalled B
+        return 0, _variant(real_ev, 0.5 if settings["patch"] else slow, rng), 1.0
+    monkeypatch.setattr(wf, "patches", lambda: reg)
+    assert wf.whatif([str(SCRIPTS / "input_bound.py")], out=str(tmp_path), runner=runner,
+                     max_runs=1) == 0
+    out = capsys.readouterr().out
+    assert "the machine was busy: baseline #2 ran" in out and "median 10 ms" in out, out
+    assert "the machine was busy" in (tmp_path / "whatif.md").read_text()
+    rc, md, _ = _go(tmp_path, monkeypatch, real_ev, {"loader_workers": (0.5, {})}, reg,
+                    max_runs=1)
+    assert "busy" not in capsys.readouterr().out and "busy" not in md
 
 
 # ------------------------------------------------------------------ the bracketed floor

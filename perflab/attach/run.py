@@ -102,6 +102,14 @@ def run_child(command: list[str], settings: dict, out_dir: Path,
     return rc, ev, wall
 
 
+def _unresolved_why(p: float) -> str:
+    """Why a cost whose interval may exclude 0 is still not resolved (a newcomer read
+    "-5.9..-0.3 %" beside "p=0.062, not resolved" as a contradiction)."""
+    if p >= 0.05:
+        return f"Wilcoxon p={p:.2g} >= 0.05, and resolved needs the test and the interval both"
+    return f"p={p:.2g}, but its interval or the A/A floor does not clear it"
+
+
 def log_tail(out_dir: Path, lines: int = 12) -> str:
     """The last lines of a quiet child's output (where a script that died before perflab
     could record its traceback, e.g. on a bad argument, says why)."""
@@ -276,7 +284,8 @@ def render(ev, s, d, extra, command, wall) -> str:
                      f"{100 * c['ci_low_ms'] / c['bare_median_ms']:+.1f}.."
                      f"{100 * c['ci_high_ms'] / c['bare_median_ms']:+.1f}%) "
                      + ("(resolved)" if c["resolved"] else
-                        f"(not resolved: p={c['p']:.2g}, perflab.instruments.stats.judge)")
+                        f"(not resolved: {_unresolved_why(c['p'])}, "
+                        "perflab.instruments.stats.judge)")
                      + "; the timed figures include both")
     else:
         lines.append("- **Observers' cost**: not measured (fewer than 2 hooks-on/off stretch "

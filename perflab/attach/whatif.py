@@ -518,7 +518,9 @@ def measured_row(name: str, entry, bases: list[dict], pairs: list[tuple[dict, in
     if bs and math.isfinite(row.change_pct):
         # the new side from the judged change, not from the runs' plain means: the two
         # disagreed in sign on a change inside the noise (+1.4 % a step, +2.5 % an example)
-        per = 1e3 * float(np.mean(base_steps)) / bs
+        # the median step, as the runs' lines say (a stalled run's mean read 3.0 ms an
+        # example on a 44 ms step of 32 examples: a newcomer's CPU, busy)
+        per = 1e3 * float(np.median(base_steps)) / bs
         row.per_example_us = (per, per * (1 + row.change_pct / 100) * bs / ns)
     base_e, how = [], ""
     for b in bases:
@@ -874,12 +876,38 @@ def whatif(argv: list[str], *, steps: int = DEFAULT_STEPS, warmup: int = 3, loss
             f"against the floor; undecided changes re-run in rounds, up to {max_runs} runs each",
             f"- {plan.count} runs, {spent:.0f} s" + (f" of a {budget:.0f} s budget" if budget else ""),
             "- energy: " + (rows_energy_note(rows) or "no intervention measured")]
+    busy = busy_note(plan.bases)
+    if busy:
+        head.insert(4, busy)
     md = markdown(rows, head)
-    print(summary(rows, head[2:4], floor))
+    print(summary(rows, head[2:4] + ([busy] if busy else []), floor))
     io.atomic_write_text(out_dir / "whatif.md", md)
     io.write_results(out_dir / "whatif.csv", [*rows_csv(rows), floor_row(floor, floor_how)])
     print(f"whatif: {out_dir / 'whatif.md'}, rows: {out_dir / 'whatif.csv'}", file=sys.stderr)
     return 0
+
+
+#: a baseline run whose median step is this many times the baselines' median (or under its
+#: inverse) was slowed by something else on the machine: identical runs do not differ so
+BUSY_RATIO = 1.5
+
+
+def busy_note(bases: list[dict]) -> str:
+    """A line naming the baseline runs a busy machine stalled ("" when none was): they are
+    identical runs, so one far from the others' median is the machine, not the script, and
+    it widens the floor every change is judged against (a newcomer's 2-core CPU: one
+    baseline at 360 ms a step against 45, a floor of ±2600 %, and no change decided)."""
+    meds = [float(np.median(steady_ms(b))) for b in bases if steady_ms(b)]
+    if len(meds) < 2:
+        return ""
+    mid = float(np.median(meds))
+    odd = [(i, m) for i, m in enumerate(meds, 1) if m > BUSY_RATIO * mid or m < mid / BUSY_RATIO]
+    if not odd:
+        return ""
+    return ("- the machine was busy: " + ", ".join(f"baseline #{i} ran {m:.3g} ms a step"
+                                                   for i, m in odd)
+            + f" against the baselines' median {mid:.3g} ms; identical runs, so the floor "
+            "widened by them is the machine's (run again on a quiet machine)")
 
 
 def summary(rows: list[Row], head: list[str], floor: float | None = None) -> str:
@@ -902,7 +930,9 @@ def summary(rows: list[Row], head: list[str], floor: float | None = None) -> str
         out.append(f"  {r.name:<{width}}  {r.verdict.split(':')[0]:<16} "
                    f"{r.change_pct:+.1f} %{ci} [{r.runs} run{'s' * (r.runs != 1)}]  {where}"
                    + ("  losses: " + r.check.split(":")[0] if not r.check.startswith("ok")
-                      else ""))
+                      else "")
+                   + "".join(f"  ({d.split(' (')[0]})" for d in r.reason.split("; ")
+                             if d.startswith("oversubscribed:")))
     for verdict in (FAILED, NOT_RUN, NOT_APPLICABLE):
         group = [r for r in rows if r.verdict == verdict and r.change_pct is None]
         if group:
