@@ -635,3 +635,16 @@ def test_a_change_inside_a_wide_floor_runs_again_to_narrow_it():
     assert faster.state == seq.FASTER and wf.another_run(faster, 10.0, 1, 3, 4) == ""
     edge = wf.judge_runs(list(-5 + 8 * rng.standard_normal(8)), 5.0, 45)
     assert not edge.decided and wf.another_run(edge, 5.0, 1, 3, 4) == "undecided"
+
+
+def test_a_change_that_saves_compiles_says_its_first_call_on_the_terminal():
+    """A CPU's recompiling script: dynamic=True left the steady step inside the floor and
+    saved 3.7 s of compiles; the terminal line says so (whatif.md alone did); a first call
+    within a second says nothing."""
+    row = wf.Row("compile_dynamic", wf.UNRESOLVED, change_pct=-3.8, ci_pct=(-15.3, 2.5), runs=3,
+                 first_call_cost_ms=-3698.0, site="recompile.py:57: x", check="ok")
+    row.extra["recompiles"] = (8, 1)
+    line = wf.summary([row], []).splitlines()[1]
+    assert "first call -3.7 s, recompiles 8→1" in line, line
+    row.first_call_cost_ms = 120.0
+    assert "first call" not in wf.summary([row], []).splitlines()[1]
