@@ -472,3 +472,27 @@ def test_an_unresolved_cost_says_which_test_held_it_back():
 
     assert "p=0.062 >= 0.05" in runmod._unresolved_why(0.062)
     assert "interval or the A/A floor" in runmod._unresolved_why(0.01)
+
+
+def test_the_terminal_shows_the_verdict_first_on_one_screen():
+    """A newcomer's `perflab run` printed diagnosis.md whole (51 lines, the verdict under 12
+    bullets): the terminal keeps the verdict, its runner-up, the next intervention and the
+    run's steps, phases and stop, verdict first; the candidates' table and evidence rows stay
+    in the file."""
+    md = "\n".join([
+        "# perflab run: train.py", "", "- **Steps**: per optimizer step; 40 timed",
+        "- **Time**: 14.3 s in all", "- **Phases** (mean ms per step): input_wait 14.1 (28%)",
+        "- **Memory owners**: parameters 0.4 MiB", "- **Stopped**: decided after 51 steps", "",
+        "## What is the machine waiting for?", "", "**Verdict: input pipeline** — 28.3%.", "",
+        "Evidence:", "- `E05 sync/input_wait phase_share value` = 28.2 %", "",
+        "Also fits, later in the order: device compute.", "",
+        "**Next intervention:** train.py:82: loader = DataLoader(...)", "",
+        "| candidate | outcome | because |", "| --- | --- | --- |",
+        "| optimizer | ruled out | 2.4% |"])
+    out = run.screen(md).splitlines()
+    assert out[0].startswith("**Verdict: input pipeline**"), out
+    assert out[1].startswith("Also fits") and out[2].startswith("**Next intervention:**")
+    assert [t.split("**")[1] for t in out if t.startswith("- **")] == [
+        "Steps", "Phases", "Stopped"]
+    assert not any(t.startswith(("|", "Evidence", "- `E05", "- **Memory")) for t in out), out
+    assert "Verdict:** none drawn" in run.screen("# perflab run: x\n\n- **Steps**: 0")

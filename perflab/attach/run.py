@@ -182,7 +182,7 @@ def run(argv: list[str], *, steps: int | None, seconds: float, follow: bool, war
             print(f"report: {rmod.write(out_dir, command, outcome)}")
         return rc or 1
     d, s, extra, md, frame = write_verdict(out_dir, ev, command, wall)
-    print(md)
+    print(screen(md))
     verdict_s = time.perf_counter() - t_verdict
     first = ev["unix0"] + ev["first_step_s"]
     timings = {
@@ -226,6 +226,25 @@ def write_verdict(out_dir: Path, ev: dict, command: list[str], wall: float):
     io.atomic_write_text(out_dir / "diagnosis.md", md)
     io.atomic_write_text(out_dir / "diagnosis.csv", dg.to_frame(d).to_csv(index=False))
     return d, s, extra, md, frame
+
+
+#: the run's bullets the terminal keeps (diagnosis.md has every one): what was timed, where
+#: the step's time goes, why it stopped, and a patch the run was under
+SCREEN_BULLETS = ("- **Patch**", "- **Steps**", "- **Phases**", "- **Stopped**")
+#: the verdict's lines the terminal keeps: the verdict, its rival or runner-up, what it
+#: lacked, the next intervention (the evidence rows and the candidates' table stay in the file)
+SCREEN_VERDICT = ("**Verdict", "Also fits", "**Cut short", "**Next intervention")
+
+
+def screen(md: str) -> str:
+    """The terminal's one screen of diagnosis.md, the verdict first: a newcomer's run printed
+    all 51 lines of it, the verdict a third of the way down under 12 bullets."""
+    lines = md.splitlines()
+    verdict = [t for t in lines if t.startswith(SCREEN_VERDICT)]
+    run = [t for t in lines if t.startswith(SCREEN_BULLETS)]
+    return "\n".join([*(verdict or ["**Verdict:** none drawn (diagnosis.md says why)"]), "",
+                      *run, "- every candidate, the evidence rows and the run's other details: "
+                      "diagnosis.md (below)"])
 
 
 def write_ledger(out_dir: Path, ledger) -> None:
