@@ -35,16 +35,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 _STARTED_UNIX = time.time()  # `perflab run` splits its command's time from here
 
 from perflab.experiments.catalogue import EXPERIMENTS  # noqa: E402 (after the start time)
-from perflab.instruments import workloads  # noqa: E402
 from perflab.kit import sampling  # noqa: E402
 from perflab.pipeline import budget as budgetmod  # noqa: E402
 from perflab.pipeline import config as cfgmod  # noqa: E402
 from perflab.pipeline import preflight  # noqa: E402
 from perflab.views import console, current, partial  # noqa: E402
+
+if TYPE_CHECKING:  # torch: imported by the commands that build a workload here, not on every
+    # command's start (1.7 s on this CPU, before diagnose's fork server and pre-flight start)
+    from perflab.instruments.workloads import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the experiments whose rows the verdict reads (perflab/views/diagnose.py), by device, as each
@@ -91,11 +95,13 @@ def _config(args) -> dict:
         sys.exit(f"perflab: {exc}")
 
 
-def _check(cfg: dict, timeout_s: float | None = None) -> workloads.Workload:
+def _check(cfg: dict, timeout_s: float | None = None) -> Workload:
     """Build and step the workload here; one message naming the target for a failure, a
     builder that calls sys.exit, or one that blocks past ``timeout_s`` (SIGALRM: the
     main thread of a POSIX process; elsewhere no time-out)."""
     import signal
+
+    from perflab.instruments import workloads
 
     target, params = cfgmod.workload_spec(cfg)
 
@@ -137,7 +143,7 @@ def check(args) -> int:
     return 0
 
 
-def _check_interventions(cfg: dict, w: workloads.Workload, names: list[str]) -> None:
+def _check_interventions(cfg: dict, w: Workload, names: list[str]) -> None:
     """Each named intervention applies to the built workload, or one error naming it."""
     import torch
 
@@ -246,7 +252,7 @@ def _preflight(args, cfg: dict, env: dict) -> int:
           f"{answer['batch']}" + (f", a step {answer['step_ms']:.3g} ms" if answer["step_ms"]
                                   else ""))
     env.update(preflight.done_env(spec, answer))
-    return _split_budget(args, cfg, answer, child_s)
+    return _split_budget(args, cfg, answer, child_s, env)
 
 
 def _budget_eids(args, cfg: dict) -> list[str]:
@@ -274,7 +280,8 @@ def _measured_wall_s(args, cfg: dict, eid: str) -> float | None:
     return float(wall) if isinstance(wall, (int, float)) and wall > 0 else None
 
 
-def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
+def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | None = None
+                  ) -> int:
     """With --budget: what is left of it after the pre-flight, split across the jobs from the
     step time and start cost the pre-flight measured, printed, and handed to the jobs as
     ``sampling`` (``args.sampling``: a config file beside the results, the last one read)."""
@@ -298,9 +305,12 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     # more starts than experiments: their further processes, Snakemake with its fork
     # server, and the diagnosis view
     least = budgetmod.least_s(contracts, fixed)
+    from perflab.core import forkserver
+
+    sock = (env or {}).get(forkserver.ENV_SOCKET)
+    start = budgetmod.start_s(answer, child_s, fork, forkserver.probe_s(sock) if sock else None)
     try:
-        shares = budgetmod.split(args.budget - spent, fixed,
-                                 budgetmod.start_s(answer, child_s, fork),
+        shares = budgetmod.split(args.budget - spent, fixed, start,
                                  other_jobs=2 + sum(procs.values()) - len(procs),
                                  least=least)
     except budgetmod.BudgetError as exc:
@@ -311,6 +321,10 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float) -> int:
     high = budgetmod.estimate_s(shares, fixed, least)
     print(budgetmod.line(args.budget, shares, spent, high,
                          budgetmod.estimate_low_s(shares, fixed, least)))
+    # where the pre-flight's seconds went, so a slow one says which part was slow
+    print(f"  pre-flight child {child_s:.1f} s: {preflight.child_split(answer, child_s)}; "
+          f"start-up a job {start:.1f} s"
+          + (" (a fork of the run's server: its device start and the check)" if fork else ""))
     if spent + high > args.budget * 1.05:
         print(f"perflab: the adaptive jobs' first rounds alone are estimated beyond --budget "
               f"{args.budget:.0f} s (from the pre-flight's step time): the run may take about "

@@ -406,3 +406,26 @@ def test_a_share_decided_by_its_anytime_interval_is_not_near_its_threshold():
     assert finding([decided], "optimizer").borderline == ""
     assert finding([undecided], "optimizer").borderline
     assert finding([decided], "input_pipeline").borderline  # its own share was not decided
+
+
+def test_a_forked_jobs_start_is_its_device_start_and_check_not_the_childs_interpreter():
+    """With the fork server a job inherits the imports: its start is the check (build, first
+    step) and a device start — the server's probe fork's where it is known (the pre-flight
+    child's own read the device's libraries from a cold disk), the child's where not."""
+    answer = {"check_s": 1.0, "device_init_s": 3.0, "steps_s": 0.5}
+    assert budget.start_s(answer, 9.0, fork_server=False) == pytest.approx(8.5)
+    assert budget.start_s(answer, 9.0, fork_server=True) == pytest.approx(4.0)
+    assert budget.start_s(answer, 9.0, fork_server=True, fork_device_s=0.4) == pytest.approx(1.4)
+    # a fresh interpreter pays at least the device start and the check
+    assert budget.start_s(answer, 2.0, fork_server=False) == pytest.approx(4.0)
+
+
+def test_the_pre_flights_split_names_its_parts_and_adds_up():
+    from perflab.pipeline import preflight
+
+    answer = {"device_init_s": 2.0, "check_s": 1.0, "lock_wait_s": 0.0, "steps_s": 3.0,
+              "probe_s": 2.5}
+    text = preflight.child_split(answer, 10.0)
+    assert text.startswith("start 4.0 s, device start 2.0 s, check 1.0 s")
+    assert "6 full-batch steps 0.5 s" in text and "R01/R02 probes 2.5 s" in text
+    assert "lock" not in text  # no wait: not a part worth a word

@@ -34,6 +34,15 @@ def server(tmp_path_factory):
     forkserver.stop(proc, sock)
 
 
+def test_a_ready_server_says_what_its_probe_fork_took_to_start_the_device(server, tmp_path):
+    """The budget's start-up of a forked job reads it (perflab.pipeline.budget.start_s); no
+    server, or one not ready: None, not a guess."""
+    sock, _ = server
+    took = forkserver.probe_s(sock)
+    assert took is not None and 0 < took < 60
+    assert forkserver.probe_s(tmp_path / "none.sock") is None
+
+
 def _job(tmp_path: Path, body: str) -> Path:
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent("""

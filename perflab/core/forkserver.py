@@ -49,6 +49,8 @@ ENV_CHILD = "PERFLAB_FORKED_JOB"
 #: job must import fresh) and never anything that touches a device
 PRELOAD = ("torch", "torch._dynamo", "numpy", "pandas", "scipy.stats",
            "snakemake.iocontainers", "snakemake.logging")
+#: beside the socket, the ready server's probe time (:func:`probe_s`)
+PROBE_SUFFIX = ".probe.json"
 #: seconds a job killed by its caller gets to exit before SIGKILL
 KILL_GRACE_S = 5.0
 _HEADER = struct.Struct("!I")
@@ -150,9 +152,19 @@ def start(socket_path: str | Path, log_path: str | Path, device: str) -> subproc
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def probe_s(socket_path: str | Path) -> float | None:
+    """Seconds the ready server's probe fork took to start the device and run one op (what a
+    job's fork pays for its device), or None while the server is not ready."""
+    try:
+        return float(json.loads(Path(f"{socket_path}{PROBE_SUFFIX}").read_text())["probe_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def stop(proc: subprocess.Popen | None, socket_path: str | Path) -> None:
     """Stop the server and remove its socket (jobs that start later run a fresh interpreter)."""
     Path(socket_path).unlink(missing_ok=True)
+    Path(f"{socket_path}{PROBE_SUFFIX}").unlink(missing_ok=True)
     if proc is not None and proc.poll() is None:
         proc.terminate()
         try:
@@ -192,7 +204,9 @@ def serve(socket_path: str, parent_pid: int, device: str) -> int:
     if torch.cuda.is_initialized():  # a fork of an initialised CUDA context is unusable
         print("perflab fork server: CUDA was initialised by an import; not serving", flush=True)
         return 1
+    t_probe = time.perf_counter()
     why = _probe(device)
+    probe = time.perf_counter() - t_probe
     if why:
         print(f"perflab fork server: {why}; not serving (jobs start fresh interpreters)",
               flush=True)
@@ -201,9 +215,11 @@ def serve(socket_path: str, parent_pid: int, device: str) -> int:
     tmp = f"{socket_path}.{os.getpid()}.tmp"
     listener.bind(tmp)
     listener.listen(16)
+    Path(f"{socket_path}{PROBE_SUFFIX}").write_text(json.dumps({"probe_s": round(probe, 3)}))
     os.replace(tmp, socket_path)  # the socket appears only once the server is ready
     print(f"perflab fork server: ready in {time.perf_counter() - t0:.1f} s "
-          f"(preloaded {', '.join(PRELOAD)})", flush=True)
+          f"(preloaded {', '.join(PRELOAD)}; a fork started the device and ran one op in "
+          f"{probe:.2f} s)", flush=True)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

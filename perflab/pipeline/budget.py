@@ -37,15 +37,22 @@ class BudgetError(ValueError):
         self.need_s = need_s
 
 
-def start_s(answer: Mapping, child_wall_s: float, fork_server: bool) -> float:
+def start_s(answer: Mapping, child_wall_s: float, fork_server: bool,
+            fork_device_s: float | None = None) -> float:
     """One job's measured start cost: the pre-flight child's wall minus its timed steps and
-    lock wait; with the fork server only its check (build and first step), since a fork
-    inherits the server's interpreter and imports."""
+    lock wait; with the fork server its device start and its check (build and first step),
+    since a fork inherits the server's interpreter and imports. ``fork_device_s``: what the
+    server's probe fork took to start the device — the pre-flight child's own device start
+    (``device_init_s``) read the device's libraries from a cold disk, which a fork after it
+    does not (on an H100, 4.5-6.6 s a start estimated, 1-3 s run)."""
     check = float(answer.get("check_s") or 0.0)
     if fork_server:
-        return check
+        device = fork_device_s if fork_device_s is not None else \
+            float(answer.get("device_init_s") or 0.0)
+        return check + device
     return max(child_wall_s - float(answer.get("steps_s") or 0.0)
-               - float(answer.get("lock_wait_s") or 0.0), check)
+               - float(answer.get("lock_wait_s") or 0.0),
+               check + float(answer.get("device_init_s") or 0.0))
 
 
 def least_s(contracts: Mapping[str, Mapping], fixed_s: Mapping[str, float]

@@ -355,12 +355,19 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     device = torch.device(spec["device"])
     if device.type == "cuda" and not torch.cuda.is_available():
         device = torch.device("cpu")  # a cluster's submit host: check the builder here
+    # the device's start (a CUDA context, its libraries read from disk) timed apart from the
+    # build and first step: a job forked from the run's server pays the build and first step
+    # again but starts its device as the server's probe fork did (forkserver.probe_s)
+    t_init = time.perf_counter()
+    if device.type == "cuda":
+        torch.zeros(1, device=device).add_(1).item()
+    init_s = round(time.perf_counter() - t_init, 2)
     t_check = time.perf_counter()
     w = workloads.check(spec["target"], device, **dict(spec["params"]))
     out = {"ok": True, "device": str(device), "description": w.description,
            "batch": w.batch_size, "step_ms": None, "input_shape": w.input_shape(),
            "parameters": w.parameter_count(), "optimizer": w.optimizer_name,
-           "check_s": round(time.perf_counter() - t_check, 2)}
+           "device_init_s": init_s, "check_s": round(time.perf_counter() - t_check, 2)}
     if w.make_optimizer is None and w.train_step is None:
         return out  # no training step (the experiments write unsupported rows)
     t_lock = time.perf_counter()
@@ -452,14 +459,19 @@ def clean_result_temps(result_dir: str | Path, log) -> list[Path]:
     return removed
 
 
-def _split(answer: Mapping[str, Any], wall_s: float) -> str:
+def child_split(answer: Mapping[str, Any], wall_s: float) -> str:
     """Where the child's time went: its start (interpreter, imports, device), the check, the
     timed steps — so a slow pre-flight says which part was slow."""
-    parts = {"check": answer.get("check_s", 0.0), "waiting for the device lock":
+    probe = float(answer.get("probe_s") or 0.0)  # steps_s holds the probes' time too
+    parts = {"device start": answer.get("device_init_s", 0.0),
+             "check": answer.get("check_s", 0.0), "waiting for the device lock":
              answer.get("lock_wait_s", 0.0), f"{1 + TIMED_STEPS} full-batch steps":
-             answer.get("steps_s", 0.0)}
+             max(float(answer.get("steps_s") or 0.0) - probe, 0.0),
+             "R01/R02 probes": probe}
     start = max(wall_s - sum(parts.values()), 0.0)
-    return ", ".join(f"{k} {v:.1f} s" for k, v in {"start": start, **parts}.items())
+    return ", ".join(f"{k} {v:.1f} s" for k, v in {"start": start, **parts}.items()
+                     if v >= 0.05 or k not in ("R01/R02 probes", "device start")
+                     and "lock" not in k)
 
 
 def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
@@ -478,7 +490,7 @@ def before_first_job(cfg: Mapping[str, Any], contracts: list[Mapping[str, Any]],
         sys.exit(f"perflab: pre-flight failed, no job has started: {answer['error']}")
     # a pre-flight perflab diagnose ran before Snakemake: its answer, not a second child
     how = ("(the answer of perflab diagnose's pre-flight)" if done else
-           f"in {wall_s:.1f} s: " + _split(answer, wall_s))
+           f"in {wall_s:.1f} s: " + child_split(answer, wall_s))
     log(f"pre-flight: {spec['target']} builds and steps on {answer['device']} "
         f"({answer['description']}, batch {answer['batch']}) {how}")
     if answer.get("compiler"):
