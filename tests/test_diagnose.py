@@ -359,6 +359,23 @@ def test_a_deciding_number_near_its_threshold_is_flagged():
     assert "inside the sync cost's spread" in sync.borderline
 
 
+def test_a_share_is_near_where_a_step_time_difference_of_the_floor_can_carry_it_across():
+    """The floor is a difference of step time: a share moves at most f (1 - t) points toward
+    a threshold t. A 0.1% input share is 24.9 points from 25%: a floor of 26% cannot carry it
+    there (it read "too close to call" on an H100), one of 34% can; a 30% share is 5 points
+    above: a floor of 6% moves it 4.5 (not near), one of 7% 5.25 (near)."""
+    def input_near(share, floor_pct):
+        d = diagnose.diagnose(frame(phases(), traced(launch=60.0, data=share, spread=0.0),
+                                    [_row("C00", *AA_FLOOR, floor_pct, unit="%")]))
+        return next(f for f in d.findings if f.bottleneck == "input_pipeline").borderline
+
+    assert not input_near(0.1, 26.0)
+    assert "within this run's A/A floor (34%" in input_near(0.1, 34.0)
+    assert not input_near(30.0, 6.0)
+    assert "moves it up to 5.2 points" in input_near(30.0, 7.0)
+    assert diagnose.floor_reach_pts(10.0, 25.0) == pytest.approx(7.5)
+
+
 # ------------------------------------------------------------------ a run with a failed job
 
 FAILED_LINE = "AttributeError: 'NoneType' object has no attribute 'detach'"

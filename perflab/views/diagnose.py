@@ -299,22 +299,37 @@ def _near(r: _Rows, value: float, threshold: float, what: str,
           spread: tuple[Reading, Reading] | None = None, sampled_as: str = "") -> str:
     """Why ``value`` (% of the step) may read the other way in another run, or "".
 
-    Within this run's A/A floor (C00, % of the step) of the threshold, or the threshold
-    inside the per-step spread (R02's p25..p75 of the same share) — unless the share was
-    sampled under a budget and decided (``sampled_as``): its anytime-valid interval clears
-    the threshold, the stronger evidence of the two.
+    Within reach of this run's A/A floor (C00: two copies of the step differ in time by up
+    to ``f`` % of it), or the threshold inside the per-step spread (R02's p25..p75 of the
+    same share) — unless the share was sampled under a budget and decided (``sampled_as``):
+    its anytime-valid interval clears the threshold, the stronger evidence of the two.
+
+    The floor is a difference of step time, the share a part of it: a step ``f`` longer
+    with all of the difference in the share reads ``(s + f) / (1 + f)``, with none of it
+    ``s / (1 + f)`` (and likewise shorter), so the farthest the share moves toward a
+    threshold ``t`` is ``f (1 - t)`` points (fractions of the step). Reading ``|s - t| < f``
+    instead held a 0.1 % input share near 25 % on a floor of 26 % (an H100's tiny_kernels).
     """
     if sampled_as and _decided(r, sampled_as):
         return ""
     floor = calibration.noise_floor_pct(r.rows)
-    if floor is not None and abs(value - threshold) < floor:
+    reach = None if floor is None else floor_reach_pts(floor, threshold)
+    if reach is not None and abs(value - threshold) <= reach:
         return (f"{what} ({value:.1f}%) is within this run's A/A floor ({floor:.2g}%, C00) "
-                f"of the {threshold:g}% threshold")
+                f"of the {threshold:g}% threshold (a step that much longer or shorter, all "
+                f"of the difference in this share or all outside it, moves it up to "
+                f"{reach:.2g} points)")
     if spread and None not in (spread[0].value, spread[1].value) \
             and spread[0].value <= threshold <= spread[1].value:
         return (f"the {threshold:g}% threshold lies inside {what}'s spread over the profiled "
                 f"steps ({spread[0].value:.1f}..{spread[1].value:.1f}%, p25..p75, R02)")
     return ""
+
+
+def floor_reach_pts(floor_pct: float, threshold_pct: float) -> float:
+    """The most a share of the step (%) can move toward ``threshold_pct`` when the step's
+    time moves by ``floor_pct`` (see :func:`_near`): ``f (1 - t)`` points."""
+    return floor_pct * (1 - threshold_pct / 100)
 
 
 def _spread(r: _Rows, variant: str) -> tuple[Reading, Reading]:
