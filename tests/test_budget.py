@@ -242,6 +242,14 @@ def test_r01_and_r02_are_costed_from_probes_of_their_instruments():
     faster = preflight.estimate_s([r01, r02], 1.0, {**probes, "matmul_flops": probes[
         "matmul_flops"] * 100, "profile_window_s": 0.3})
     assert faster["R01"] < est["R01"] / 2 and faster["R02"] < est["R02"] / 5
+    # a probed bfloat16 rate costs the half precisions at it (an H100's bfloat16 matmul runs
+    # ~10x float32's; all at float32's put R01 at 27 s where it ran 10), float32 unmoved
+    half = [d for d in p["dtypes"] if d in preflight.HALF_DTYPES]
+    assert half, "the chapter's R01 calibrates a half precision"
+    with_bf16 = preflight.estimate_s([r01], 1.0, {**probes, "matmul_flops_bf16": probes[
+        "matmul_flops"] * 10})["R01"]
+    assert with_bf16 < est["R01"] - 0.8 * reps * 0.1 * len(half)
+    assert with_bf16 > reps * 0.1 * 2  # float32 and the contract's dtype: still 100 ms a call
     # without probes: the step calls, as before
     assert preflight.estimate_s([r02], 1.0)["R02"] == preflight.step_calls(r02)[0] / 1e3
 

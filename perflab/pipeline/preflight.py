@@ -160,8 +160,12 @@ def estimate_s(contracts: Iterable[Mapping[str, Any]], step_ms: float,
 #: set by ``perflab diagnose --budget``: the pre-flight child also probes what R01's and R02's
 #: instruments cost on this step and machine (:func:`probe_instruments`)
 PROBE_ENV = "PERFLAB_PREFLIGHT_PROBE"
-#: the probe's profiled window (warm-up, active steps), matmul size and copy size
-PROBE_WINDOW, PROBE_MATMUL_N, PROBE_COPY_MIB = (1, 2), 512, 64
+#: the probe's profiled window (warm-up, active steps), matmul size and copy size; on CUDA
+#: a matmul of 512 ran far below the rate of R01's 8192 (an H100: R01 estimated at 27 s, run
+#: in 10), so there the probe times 2048 (17 GFLOP, ~1 ms in float32), in bfloat16 too
+PROBE_WINDOW, PROBE_MATMUL_N, PROBE_COPY_MIB = (1, 2), {"cpu": 512, "cuda": 2048}, 64
+#: R01's dtypes that run at the probed bfloat16 rate where it was probed
+HALF_DTYPES = ("bfloat16", "float16")
 
 
 def probe_instruments(step, device, sync) -> dict[str, float]:
@@ -180,10 +184,13 @@ def probe_instruments(step, device, sync) -> dict[str, float]:
         profiling.profile_window(step, device=device, sync=sync, warmup=PROBE_WINDOW[0],
                                  active=PROBE_WINDOW[1], trace_path=Path(tmp) / "probe.json.gz")
         out["profile_window_s"] = time.perf_counter() - t0
-    n = PROBE_MATMUL_N
-    mm = roofline.matmul_op(n, torch.float32, device)
-    out["matmul_flops"] = 2 * n ** 3 / (min(timing.time_calls(mm, warmup=1, repeats=3,
-                                                               sync=sync)) / 1e3)
+    cuda = torch.device(device).type == "cuda"
+    n = PROBE_MATMUL_N["cuda" if cuda else "cpu"]
+    for key, dtype in (("matmul_flops", torch.float32),
+                       *((("matmul_flops_bf16", torch.bfloat16),) if cuda else ())):
+        mm = roofline.matmul_op(n, dtype, device)
+        out[key] = 2 * n ** 3 / (min(timing.time_calls(mm, warmup=1, repeats=3,
+                                                       sync=sync)) / 1e3)
     kinds = ["host_memcpy"] + (["device_to_device", "host_to_device"]
                                if torch.device(device).type == "cuda" else [])
     for kind in kinds:
@@ -206,9 +213,13 @@ def _r01_s(p: Mapping[str, Any], t: Mapping[str, Any], step_ms: float,
     on CUDA device-to-device and both ways over the link), a cache-resident copy, and the
     step's phases at ``repeats`` + warm-up calls plus one counted step."""
     target, reps = float(p["target_ms"]), int(p["repeats"])
-    dtypes = len(set(p["dtypes"])) + 1
-    s = sum(_samples_s(2 * n ** 3 / probes["matmul_flops"] * 1e3, target, reps)
-            for n in p["matmul_sizes"]) * dtypes
+    # each dtype at its probed rate (a half precision at bfloat16's where probed), and the
+    # contract's dtype once more at float32's
+    rates = [probes.get("matmul_flops_bf16", probes["matmul_flops"]) if d in HALF_DTYPES
+             else probes["matmul_flops"] for d in sorted(set(p["dtypes"]))]
+    rates.append(probes["matmul_flops"])
+    s = sum(_samples_s(2 * n ** 3 / rate * 1e3, target, reps)
+            for n in p["matmul_sizes"] for rate in rates)
     s += _samples_s(float(p["host_copy_mib"]) * probes["host_memcpy_ms_per_mib"],
                     target, reps)
     for kind, times in (("device_to_device", 1), ("host_to_device", 2)):
