@@ -437,3 +437,26 @@ def test_the_pre_flights_split_names_its_parts_and_adds_up():
     assert text.startswith("start 4.0 s, device start 2.0 s, check 1.0 s")
     assert "6 full-batch steps 0.5 s" in text and "R01/R02 probes 2.5 s" in text
     assert "lock" not in text  # no wait: not a part worth a word
+
+
+def test_on_a_small_host_the_pre_flight_times_its_steps_once_the_fork_server_is_ready(
+        monkeypatch, tmp_path):
+    """Its imports took a core of the 2-core CPU while the pre-flight's steps were timed (a
+    20 ms step read 122 ms); a host with cores to spare does not wait."""
+    import threading
+
+    from perflab.core import forkserver
+    from perflab.pipeline import preflight
+
+    sock = tmp_path / "s.sock"
+    monkeypatch.setenv(forkserver.ENV_SOCKET, str(sock))
+    monkeypatch.setattr(preflight.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    threading.Timer(0.3, sock.touch).start()
+    assert preflight._wait_for_server() >= 0.25 and sock.exists()
+    monkeypatch.setattr(preflight.os, "sched_getaffinity", lambda _: set(range(16)),
+                        raising=False)
+    sock.unlink()
+    assert preflight._wait_for_server() == 0.0
+    monkeypatch.delenv(forkserver.ENV_SOCKET)
+    monkeypatch.setattr(preflight.os, "sched_getaffinity", lambda _: {0}, raising=False)
+    assert preflight._wait_for_server() == 0.0

@@ -152,6 +152,15 @@ def start(socket_path: str | Path, log_path: str | Path, device: str) -> subproc
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def wait_ready(socket_path: str | Path, timeout_s: float) -> float:
+    """Wait until the server's socket is there (it is ready) or ``timeout_s`` has passed;
+    the seconds waited."""
+    t0 = time.monotonic()
+    while not Path(socket_path).exists() and time.monotonic() - t0 < timeout_s:
+        time.sleep(0.05)
+    return time.monotonic() - t0
+
+
 def probe_s(socket_path: str | Path) -> float | None:
     """Seconds the ready server's probe fork took to start the device and run one op (what a
     job's fork pays for its device), or None while the server is not ready."""

@@ -51,7 +51,8 @@ def start_s(answer: Mapping, child_wall_s: float, fork_server: bool,
             float(answer.get("device_init_s") or 0.0)
         return check + device
     return max(child_wall_s - float(answer.get("steps_s") or 0.0)
-               - float(answer.get("lock_wait_s") or 0.0),
+               - float(answer.get("lock_wait_s") or 0.0)
+               - float(answer.get("server_wait_s") or 0.0),
                check + float(answer.get("device_init_s") or 0.0))
 
 
