@@ -280,6 +280,14 @@ def _measured_wall_s(args, cfg: dict, eid: str) -> float | None:
     return float(wall) if isinstance(wall, (int, float)) and wall > 0 else None
 
 
+def _plain_start_s(answer: dict, child_s: float) -> float:
+    """A fresh interpreter's start that builds nothing (Snakemake's, the diagnosis view's):
+    the pre-flight child's wall less its device start, check, compiling, waits and steps."""
+    spent = sum(float(answer.get(k) or 0.0) for k in (
+        "device_init_s", "check_s", "server_wait_s", "lock_wait_s", "steps_s"))
+    return max(child_s - spent, 0.0)
+
+
 def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | None = None
                   ) -> int:
     """With --budget: what is left of it after the pre-flight, split across the jobs from the
@@ -302,16 +310,17 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
     procs = {e: 1 + sum(1 for x, _ in cfgmod.process_jobs(cfg) if x == e) for e in eids}
     fixed = {e: procs[e] * (_measured_wall_s(args, cfg, e) or fixed.get(e, 0.0))
              for e in eids}
-    # more starts than experiments: their further processes, Snakemake with its fork
-    # server, and the diagnosis view
     least = budgetmod.least_s(contracts, fixed)
     from perflab.core import forkserver
 
     sock = (env or {}).get(forkserver.ENV_SOCKET)
     start = budgetmod.start_s(answer, child_s, fork, forkserver.probe_s(sock) if sock else None)
+    # more starts than experiments: their further processes, which build, step and compile
+    # as the others do; Snakemake and the diagnosis view, which only start an interpreter
     try:
         shares = budgetmod.split(args.budget - spent, fixed, start,
-                                 other_jobs=2 + sum(procs.values()) - len(procs),
+                                 other_jobs=2, other_start_s=_plain_start_s(answer, child_s),
+                                 further_jobs=sum(procs.values()) - len(procs),
                                  least=least)
     except budgetmod.BudgetError as exc:
         print(f"perflab: --budget {args.budget:.0f} s is too small: the pre-flight took "

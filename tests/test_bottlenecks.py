@@ -180,5 +180,16 @@ def test_the_preflight_sets_compiling_steps_apart_from_the_steady_step(monkeypat
         monkeypatch.setattr(preflight, "TIMED_STEPS", 2)  # every timed step recompiles
         got = preflight.measure_step({**spec, "params": {"backend": "eager"}})
         assert got["step_ms"] is None and "never from compile time" in got["no_steady_step"]
+        # under --budget it steps on until steady steps come (the recompile limit makes the
+        # step eager), so the split has a step time; its compiling is each job's start
+        torch._dynamo.reset()
+        monkeypatch.setenv(preflight.PROBE_ENV, "1")
+        monkeypatch.setattr(preflight, "probe_instruments", lambda *a: {})
+        got = preflight.measure_step({**spec, "params": {"backend": "eager"}})
+        assert got["step_ms"] is not None and got["stepped"] > 1 + preflight.TIMED_STEPS, got
+        assert got["compiler"]["eager_fallback"]
+        from perflab.pipeline import budget
+        assert budget.start_s(got, 0.0, True, 0.0) == pytest.approx(
+            got["check_s"] + got["compiler"]["compile_s"])
     finally:
         torch._dynamo.reset()

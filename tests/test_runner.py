@@ -139,7 +139,7 @@ def test_measure_that_records_nothing_leaves_no_files(tmp_path, tiny_contract):
 
 
 @pytest.mark.parametrize("preset", [False, True], ids=["unset-before", "set-before"])
-def test_private_compile_cache_set_during_measure_and_restored(tmp_path, tiny_contract,
+def testprivate_compile_cache_set_during_measure_and_restored(tmp_path, tiny_contract,
                                                                monkeypatch, preset):
     for k in CACHE_VARS:
         if preset:
@@ -168,7 +168,7 @@ def test_private_compile_cache_set_during_measure_and_restored(tmp_path, tiny_co
         env.portable_path(cache))
 
 
-def test_private_compile_cache_restored_when_measure_raises(tmp_path, tiny_contract, monkeypatch):
+def testprivate_compile_cache_restored_when_measure_raises(tmp_path, tiny_contract, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/user/inductor")
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     seen = []

@@ -44,8 +44,11 @@ def start_s(answer: Mapping, child_wall_s: float, fork_server: bool,
     since a fork inherits the server's interpreter and imports. ``fork_device_s``: what the
     server's probe fork took to start the device — the pre-flight child's own device start
     (``device_init_s``) read the device's libraries from a cold disk, which a fork after it
-    does not (on an H100, 4.5-6.6 s a start estimated, 1-3 s run)."""
-    check = float(answer.get("check_s") or 0.0)
+    does not (on an H100, 4.5-6.6 s a start estimated, 1-3 s run). A compiled step's
+    compiling (the pre-flight's) is part of every job's start."""
+    # a job compiles the step afresh (its compile cache is its own), as the pre-flight did
+    check = float(answer.get("check_s") or 0.0) \
+        + float((answer.get("compiler") or {}).get("compile_s") or 0.0)
     if fork_server:
         device = fork_device_s if fork_device_s is not None else \
             float(answer.get("device_init_s") or 0.0)
@@ -73,18 +76,24 @@ def least_s(contracts: Mapping[str, Mapping], fixed_s: Mapping[str, float]
 
 
 def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
-          other_jobs: int = 1, least: Mapping[str, float] | None = None) -> dict[str, float]:
+          other_jobs: int = 1, least: Mapping[str, float] | None = None,
+          further_jobs: int = 0, other_start_s: float | None = None) -> dict[str, float]:
     """{"start-up": s, eid: s, ...} summing to ``total_s`` (what is left of the budget once
     the pre-flight has run).
 
-    ``fixed_s``: each measuring job's seconds under the fixed-count contract; ``other_jobs``:
-    starts that measure nothing (Snakemake with its fork server, the diagnosis view). A job
+    ``fixed_s``: each measuring job's seconds under the fixed-count contract, each costing
+    ``start_each_s`` to start (its build, first step and compiling), as do ``further_jobs``
+    (further processes of an experiment); ``other_jobs``: starts that measure nothing
+    (Snakemake, the diagnosis view), each ``other_start_s`` (default ``start_each_s``): they
+    build and compile nothing (a recompiling step's start was 27 s, theirs 1-4 s). A job
     that does not stop on its budget (not in ``ADAPTIVE``) is given what its fixed count
     takes: splitting time it will spend anyway would make the estimate wrong; a job that only
     corroborates (``CORROBORATING``) gets at most ``CORROBORATION_SHARE`` of what the
     start-ups leave; the adaptive jobs share the rest in proportion to their fixed-count
     seconds."""
-    startup = start_each_s * (len(fixed_s) + other_jobs)
+    measuring = len(fixed_s) + further_jobs
+    startup = start_each_s * measuring + other_jobs * (
+        start_each_s if other_start_s is None else other_start_s)
     reserved = {e: (min(s, CORROBORATION_SHARE * max(0.0, total_s - startup))
                     if e in CORROBORATING else s)
                 for e, s in fixed_s.items() if e not in ADAPTIVE}
@@ -94,7 +103,7 @@ def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
     if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):
         need = startup + sum(reserved.values()) + MIN_JOB_S * len(adaptive)
         raise BudgetError(f"{max(total_s, 0):.0f} s left of the budget does not cover the "
-                          f"start-up of {len(fixed_s) + other_jobs} jobs ({startup:.0f} s "
+                          f"start-up of {measuring + other_jobs} jobs ({startup:.0f} s "
                           f"measured) and the jobs that run a fixed count "
                           f"({sum(reserved.values()):.0f} s): they need at least {need:.0f} s",
                           need)

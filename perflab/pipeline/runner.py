@@ -375,7 +375,7 @@ def _logging(log_path: str | None):
 
 
 @contextmanager
-def _private_compile_cache(contract: Mapping[str, Any]):
+def private_compile_cache(contract: Mapping[str, Any]):
     """A fresh Inductor/Triton cache per job unless the contract names one."""
     given = contract.get("params", {}).get("inductor_cache_dir")
     saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
@@ -440,7 +440,7 @@ def execute(eid: str, measure: Callable[[Context], None], contract: Mapping[str,
         print(f"[{eid} +{time.perf_counter() - t_start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     what = f"{eid} of {contract.get('tag', '?')}"
-    with _logging(log_path), _private_compile_cache(contract) as cache_dir, \
+    with _logging(log_path), private_compile_cache(contract) as cache_dir, \
             devicelock.held(contract["device"], what, log) as lock:
         torch.manual_seed(contract["seed"])
         # the cores first: every thread and worker started from here on inherits them
