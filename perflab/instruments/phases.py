@@ -226,8 +226,17 @@ class PhaseRanges:
 
 
 def ranged(step, names: Iterable[str] = PHASES) -> Callable[[], Any]:
-    """``step`` with a ``record_function`` range per phase (the profiler's view); returns the loss."""
+    """``step`` with a ``record_function`` range per phase (the profiler's view); returns the loss.
+
+    Inductor's graph cache is off from here on in this process (a job's, whose cache is its
+    own and cold anyway): a range the model's hooks open inside a compiled forward reaches the
+    graph Inductor hashes for its cache, which cannot pickle the range and raised (R02 on a
+    recompiling step: "Tried to serialize ... _RecordFunction"). Set once, not per call: the
+    ranges' own cost is what E23 measures."""
     names = tuple(names)
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = False
 
     def one() -> Any:
         return observe(step, PhaseRanges(names))
