@@ -284,7 +284,8 @@ def _plain_start_s(answer: dict, child_s: float) -> float:
     """A fresh interpreter's start that builds nothing (Snakemake's, the diagnosis view's):
     the pre-flight child's wall less its device start, check, compiling, waits and steps."""
     spent = sum(float(answer.get(k) or 0.0) for k in (
-        "device_init_s", "check_s", "server_wait_s", "lock_wait_s", "steps_s"))
+        "device_init_s", "check_s", "check_warm_s", "server_wait_s", "lock_wait_s",
+        "steps_s"))
     return max(child_s - spent, 0.0)
 
 

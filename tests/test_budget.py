@@ -426,6 +426,11 @@ def test_a_forked_jobs_start_is_its_device_start_and_check_not_the_childs_interp
     assert budget.start_s(answer, 9.0, fork_server=True, fork_device_s=0.4) == pytest.approx(1.4)
     # a fresh interpreter pays at least the device start and the check
     assert budget.start_s(answer, 2.0, fork_server=False) == pytest.approx(4.0)
+    # on CUDA a second check, without the libraries' first use (which the probe fork paid)
+    warm = {**answer, "check_warm_s": 0.3}
+    assert budget.start_s(warm, 9.0, fork_server=True, fork_device_s=0.4) == pytest.approx(0.7)
+    assert budget.start_s(warm, 9.0, fork_server=True) == pytest.approx(4.0)  # no probe: not
+    assert budget.start_s(warm, 9.0, fork_server=False) == pytest.approx(8.5)
 
 
 def test_the_pre_flights_split_names_its_parts_and_adds_up():

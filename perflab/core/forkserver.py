@@ -183,15 +183,25 @@ def stop(proc: subprocess.Popen | None, socket_path: str | Path) -> None:
 
 
 def _probe(device: str) -> str | None:
-    """Fork a child that initialises ``device`` and runs one op; None if it worked, else why."""
+    """Fork a child that starts as a job does before its workload — perflab's job modules
+    imported fresh, the device initialised, a matmul and its backward (the math libraries'
+    handles) — and checks one result; None if it worked, else why. Its time is what a job's
+    fork pays before it builds the workload (:func:`probe_s`)."""
     pid = os.fork()
     if pid == 0:
         try:
             import torch
+            try:  # what a job imports first; a server serves even where it cannot
+                importlib.import_module("perflab.pipeline.runner")
+            except Exception:
+                pass
             dev = "cuda" if device.startswith("cuda") or (
                 device == "auto" and torch.cuda.is_available()) else "cpu"
             x = torch.ones(64, device=dev)
             assert float((x * 2).sum()) == 128.0
+            w = torch.ones(64, 64, device=dev, requires_grad=True)
+            (w @ w).sum().backward()
+            assert float(w.grad[0, 0]) == 128.0
             os._exit(0)
         except BaseException:
             traceback.print_exc()
@@ -227,8 +237,9 @@ def serve(socket_path: str, parent_pid: int, device: str) -> int:
     Path(f"{socket_path}{PROBE_SUFFIX}").write_text(json.dumps({"probe_s": round(probe, 3)}))
     os.replace(tmp, socket_path)  # the socket appears only once the server is ready
     print(f"perflab fork server: ready in {time.perf_counter() - t0:.1f} s "
-          f"(preloaded {', '.join(PRELOAD)}; a fork started the device and ran one op in "
-          f"{probe:.2f} s)", flush=True)
+          f"(preloaded {', '.join(PRELOAD)}; a probe fork imported perflab's job modules, "
+          f"started the device and ran a matmul and its backward in {probe:.2f} s)",
+          flush=True)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

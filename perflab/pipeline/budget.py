@@ -47,9 +47,14 @@ def start_s(answer: Mapping, child_wall_s: float, fork_server: bool,
     does not (on an H100, 4.5-6.6 s a start estimated, 1-3 s run). A compiled step's
     compiling (the pre-flight's) is part of every job's start."""
     # a job compiles the step afresh (its compile cache is its own), as the pre-flight did
-    check = float(answer.get("check_s") or 0.0) \
-        + float((answer.get("compiler") or {}).get("compile_s") or 0.0)
+    compiling = float((answer.get("compiler") or {}).get("compile_s") or 0.0)
+    check = float(answer.get("check_s") or 0.0) + compiling
     if fork_server:
+        if fork_device_s is not None and answer.get("check_warm_s") is not None:
+            # the probe paid the device libraries' first use in a fork, the second check
+            # the build and first step without it (CUDA: the first check's 4.3-6.5 s
+            # held that first use, on an H100 whose jobs started in 2-3 s)
+            return fork_device_s + float(answer["check_warm_s"]) + compiling
         device = fork_device_s if fork_device_s is not None else \
             float(answer.get("device_init_s") or 0.0)
         return check + device
