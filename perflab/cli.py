@@ -316,6 +316,12 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
 
     sock = (env or {}).get(forkserver.ENV_SOCKET)
     start = budgetmod.start_s(answer, child_s, fork, forkserver.probe_s(sock) if sock else None)
+    # where the pre-flight's seconds went, so a slow one (or a refused budget) says which
+    # part was slow
+    split_line = (f"  pre-flight child {child_s:.1f} s: {preflight.child_split(answer, child_s)}"
+                  f"; start-up a job {start:.1f} s" + (" (a fork of the run's server: its "
+                                                      "device start and the check)" if fork
+                                                      else ""))
     # more starts than experiments: their further processes, which build, step and compile
     # as the others do; Snakemake and the diagnosis view, which only start an interpreter
     try:
@@ -324,6 +330,7 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
                                  further_jobs=sum(procs.values()) - len(procs),
                                  least=least)
     except budgetmod.BudgetError as exc:
+        print(split_line, file=sys.stderr)
         print(f"perflab: --budget {args.budget:.0f} s is too small: the pre-flight took "
               f"{spent:.0f} s of it; {exc}: give --budget {math.ceil(spent + exc.need_s)}s or "
               "more (or no --budget: the fixed counts)", file=sys.stderr)
@@ -331,10 +338,7 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
     high = budgetmod.estimate_s(shares, fixed, least)
     print(budgetmod.line(args.budget, shares, spent, high,
                          budgetmod.estimate_low_s(shares, fixed, least)))
-    # where the pre-flight's seconds went, so a slow one says which part was slow
-    print(f"  pre-flight child {child_s:.1f} s: {preflight.child_split(answer, child_s)}; "
-          f"start-up a job {start:.1f} s"
-          + (" (a fork of the run's server: its device start and the check)" if fork else ""))
+    print(split_line)
     if spent + high > args.budget * 1.05:
         print(f"perflab: the adaptive jobs' first rounds alone are estimated beyond --budget "
               f"{args.budget:.0f} s (from the pre-flight's step time): the run may take about "
