@@ -455,6 +455,7 @@ def test_on_a_small_host_the_pre_flight_times_its_steps_once_the_fork_server_is_
 
     sock = tmp_path / "s.sock"
     monkeypatch.setenv(forkserver.ENV_SOCKET, str(sock))
+    monkeypatch.setenv(preflight.PROBE_ENV, "1")
     monkeypatch.setattr(preflight.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     threading.Timer(0.3, sock.touch).start()
     assert preflight._wait_for_server() >= 0.25 and sock.exists()
@@ -464,4 +465,7 @@ def test_on_a_small_host_the_pre_flight_times_its_steps_once_the_fork_server_is_
     assert preflight._wait_for_server() == 0.0
     monkeypatch.delenv(forkserver.ENV_SOCKET)
     monkeypatch.setattr(preflight.os, "sched_getaffinity", lambda _: {0}, raising=False)
+    assert preflight._wait_for_server() == 0.0
+    monkeypatch.setenv(forkserver.ENV_SOCKET, str(tmp_path / "none.sock"))
+    monkeypatch.delenv(preflight.PROBE_ENV)  # no budget: its step time is not split on
     assert preflight._wait_for_server() == 0.0

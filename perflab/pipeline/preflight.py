@@ -59,7 +59,7 @@ NO_HELPER = ("R01", "R02")
 #: until that many steady steps come (the recompiling example reaches the recompile limit,
 #: then runs eager, after 9 of its 12 lengths)
 TIMED_STEPS, EXTRA_STEPS, EXTRA_S = 5, 15, 30.0
-#: on a host of this many cores or fewer, the pre-flight times its steps only once the run's
+#: under --budget, on a host of this many cores or fewer, the pre-flight times its steps once the run's
 #: fork server is ready (waiting at most SERVER_WAIT_S): its imports took a core of the 2-core
 #: CPU while the steps were timed, which read 122 ms for a 20 ms step and put the estimate at
 #: 40-60 s for a 23 s run
@@ -455,13 +455,15 @@ def _check_again(spec: Mapping[str, Any], device) -> float:
 
 
 def _wait_for_server() -> float:
-    """On a small host, wait for the run's fork server to be ready (its imports done) before
-    the steps are timed; the seconds waited (0 where there is no server or cores to spare)."""
+    """On a small host under --budget, wait for the run's fork server to be ready (its imports
+    done) before the steps are timed; the seconds waited (0 where there is no server, no
+    budget or cores to spare)."""
     from perflab.core import forkserver
 
     sock = os.environ.get(forkserver.ENV_SOCKET)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if not sock or (cores or 1) > SMALL_HOST_CORES:
+    # only a --budget's split reads the step time closely enough to wait for it
+    if not sock or not os.environ.get(PROBE_ENV) or (cores or 1) > SMALL_HOST_CORES:
         return 0.0
     return forkserver.wait_ready(sock, SERVER_WAIT_S)
 
