@@ -469,3 +469,15 @@ def test_on_a_small_host_the_pre_flight_times_its_steps_once_the_fork_server_is_
     monkeypatch.setenv(forkserver.ENV_SOCKET, str(tmp_path / "none.sock"))
     monkeypatch.delenv(preflight.PROBE_ENV)  # no budget: its step time is not split on
     assert preflight._wait_for_server() == 0.0
+
+
+def test_the_second_check_builds_and_steps_the_workload_again():
+    """What a forked job's build and first step cost on CUDA (where the first check also
+    paid the device libraries' first use); run here on the CPU: its own seconds, positive."""
+    import torch
+
+    from perflab.pipeline import preflight
+
+    spec = {"target": "mlp", "params": {}}  # the CPU MLP: ~1 s to build and step
+    took = preflight._check_again(spec, torch.device("cpu"))
+    assert 0 < took < 60

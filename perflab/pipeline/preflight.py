@@ -432,7 +432,10 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     out["steps_s"] = round(time.perf_counter() - t_steps, 2)  # with the probes: no start-up
     if os.environ.get(PROBE_ENV) and device.type == "cuda":
         del w, step, loss  # the first build's memory, before the second
-        out["check_warm_s"] = _check_again(spec, device)
+        try:
+            out["check_warm_s"] = _check_again(spec, device)
+        except Exception as exc:  # an estimate's input: the first check stands for it
+            out["probe_error"] = f"second check: {type(exc).__name__}: {exc}"
     return out
 
 
