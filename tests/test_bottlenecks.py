@@ -189,6 +189,9 @@ def test_the_preflight_sets_compiling_steps_apart_from_the_steady_step(monkeypat
         assert got["step_ms"] is not None and got["stepped"] > 1 + preflight.TIMED_STEPS, got
         assert got["compiler"]["eager_fallback"]
         from perflab.pipeline import budget
+        # a fork's start: its probe (0 here), the first check (it holds the first compile,
+        # which the second check, from a warm cache, does not) and the rest of the compiling
+        assert "check_warm_s" in got
         assert budget.start_s(got, 0.0, True, 0.0) == pytest.approx(
             got["check_s"] + got["compiler"]["compile_s"])
     finally:

@@ -426,11 +426,15 @@ def test_a_forked_jobs_start_is_its_device_start_and_check_not_the_childs_interp
     assert budget.start_s(answer, 9.0, fork_server=True, fork_device_s=0.4) == pytest.approx(1.4)
     # a fresh interpreter pays at least the device start and the check
     assert budget.start_s(answer, 2.0, fork_server=False) == pytest.approx(4.0)
-    # on CUDA a second check, without the libraries' first use (which the probe fork paid)
+    # a second check, without the libraries' first use (which the probe fork paid)
     warm = {**answer, "check_warm_s": 0.3}
     assert budget.start_s(warm, 9.0, fork_server=True, fork_device_s=0.4) == pytest.approx(0.7)
     assert budget.start_s(warm, 9.0, fork_server=True) == pytest.approx(4.0)  # no probe: not
     assert budget.start_s(warm, 9.0, fork_server=False) == pytest.approx(8.5)
+    # a compiled step: the first check holds its first (cold) compile, so it stands
+    compiled = {**warm, "compiler": {"compile_s": 2.0}}
+    assert budget.start_s(compiled, 9.0, fork_server=True, fork_device_s=0.4) == \
+        pytest.approx(0.4 + 1.0 + 2.0)
 
 
 def test_the_pre_flights_split_names_its_parts_and_adds_up():
@@ -472,8 +476,8 @@ def test_on_a_small_host_the_pre_flight_times_its_steps_once_the_fork_server_is_
 
 
 def test_the_second_check_builds_and_steps_the_workload_again():
-    """What a forked job's build and first step cost on CUDA (where the first check also
-    paid the device libraries' first use); run here on the CPU: its own seconds, positive."""
+    """What a forked job's build and first step cost (the first check also paid the
+    libraries' first use in a process): its own seconds, positive."""
     import torch
 
     from perflab.pipeline import preflight

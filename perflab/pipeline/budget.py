@@ -50,10 +50,13 @@ def start_s(answer: Mapping, child_wall_s: float, fork_server: bool,
     compiling = float((answer.get("compiler") or {}).get("compile_s") or 0.0)
     check = float(answer.get("check_s") or 0.0) + compiling
     if fork_server:
-        if fork_device_s is not None and answer.get("check_warm_s") is not None:
-            # the probe paid the device libraries' first use in a fork, the second check
-            # the build and first step without it (CUDA: the first check's 4.3-6.5 s
-            # held that first use, on an H100 whose jobs started in 2-3 s)
+        if fork_device_s is not None and answer.get("check_warm_s") is not None \
+                and not compiling:
+            # the probe paid the libraries' first use in a fork, the second check the build
+            # and first step without it (the first check's 4.3-6.5 s held that first use on
+            # an H100 whose jobs started in 2-3 s). Not for a compiled step: the first check
+            # holds its first compile, cold as a job's (the recompiling example: 15 s of
+            # it), which the second, from the same cache, does not (estimated 43 % short)
             return fork_device_s + float(answer["check_warm_s"]) + compiling
         device = fork_device_s if fork_device_s is not None else \
             float(answer.get("device_init_s") or 0.0)

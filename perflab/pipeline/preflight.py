@@ -430,7 +430,7 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
             out["probe_s"] = round(time.perf_counter() - t_probe, 2)
     out.update(_steady(times, compiling, seen))
     out["steps_s"] = round(time.perf_counter() - t_steps, 2)  # with the probes: no start-up
-    if os.environ.get(PROBE_ENV) and device.type == "cuda":
+    if os.environ.get(PROBE_ENV):
         del w, step, loss  # the first build's memory, before the second
         try:
             out["check_warm_s"] = _check_again(spec, device)
@@ -440,10 +440,11 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_again(spec: Mapping[str, Any], device) -> float:
-    """Seconds of a second build and first step, the first one's memory freed: on CUDA the
-    first check paid the device libraries' first use in a process (4.3-6.5 s on an H100,
-    where a job's whole start was 2-3 s), which a job forked after the server's probe pays
-    in the probe's time (:func:`perflab.core.forkserver.probe_s`), not in its check."""
+    """Seconds of a second build and first step, the first one's memory freed. The first
+    check paid the libraries' first use in a process (on CUDA 4.3-6.5 s on an H100, where a
+    job's whole start was 2-3 s; on the 2-core CPU it put the estimate 29-38 % over two
+    walls, -8 % and +12 % with this), which a job forked after the server's probe pays in the probe's
+    time (:func:`perflab.core.forkserver.probe_s`), not in its check."""
     import gc
 
     import torch
