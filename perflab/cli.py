@@ -209,7 +209,7 @@ def _fork_server(cfg: dict, env: dict, workdir: Path, dry: bool = False):
         return
     sock = os.path.join(tempfile.gettempdir(), f"perflab-fork-{os.getpid()}.sock")
     log = workdir / "logs" / cfgmod.result_dir(cfg).name / "fork_server.log"
-    proc = forkserver.start(sock, log, str(cfg["device"]))
+    proc = forkserver.start(sock, log, str(cfg["device"]), budgetmod.JOB_IMPORTS)
     env[forkserver.ENV_SOCKET] = sock
     try:
         yield
@@ -320,8 +320,7 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
     # part was slow
     split_line = (f"  pre-flight child {child_s:.1f} s: {preflight.child_split(answer, child_s)}"
                   f"; start-up a job {start:.1f} s" + (" (a fork of the run's server: its "
-                                                      "device start and the check)" if fork
-                                                      else ""))
+                                                      "probe and a check)" if fork else ""))
     # more starts than experiments: their further processes, which build, step and compile
     # as the others do; Snakemake and the diagnosis view, which only start an interpreter
     try:

@@ -628,7 +628,7 @@ def test_the_fork_server_starts_before_the_preflight_and_serves_the_run(monkeypa
     from perflab.pipeline import preflight
 
     order = []
-    monkeypatch.setattr(forkserver, "start", lambda sock, log, dev: order.append(("start", sock))
+    monkeypatch.setattr(forkserver, "start", lambda sock, log, dev, imports=(): order.append(("start", sock))
                         or "proc")
     monkeypatch.setattr(forkserver, "stop", lambda proc, sock: order.append(("stop", sock)))
     answer = {"ok": True, "device": "cpu", "description": "d", "batch": 16, "step_ms": 1.0}

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("fork")
     sock = base / "s.sock"
-    proc = forkserver.start(sock, base / "server.log", "cpu")
+    proc = forkserver.start(sock, base / "server.log", "cpu", ("perflab.pipeline.budget",))
     deadline = time.monotonic() + 120
     while not sock.exists():
         assert proc.poll() is None, (base / "server.log").read_text()
@@ -40,6 +40,8 @@ def test_a_ready_server_says_what_its_probe_fork_took_to_start_the_device(server
     sock, _ = server
     took = forkserver.probe_s(sock)
     assert took is not None and 0 < took < 60
+    log = (sock.parent / "server.log").read_text()
+    assert "a probe fork imported perflab.pipeline.budget" in log, log
     assert forkserver.probe_s(tmp_path / "none.sock") is None
 
 

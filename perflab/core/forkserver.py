@@ -143,12 +143,17 @@ def _recv_all(conn: socket.socket) -> bytes:
 # ------------------------------------------------------------------ the server's side
 
 
-def start(socket_path: str | Path, log_path: str | Path, device: str) -> subprocess.Popen:
-    """Start the server for this process's run (it exits when this process does)."""
+def start(socket_path: str | Path, log_path: str | Path, device: str,
+          job_imports: tuple[str, ...] = ()) -> subprocess.Popen:
+    """Start the server for this process's run (it exits when this process does).
+    ``job_imports``: the modules a job imports first (never preloaded: a job imports them
+    fresh), which its probe fork imports so that its time is a job's start (the caller
+    names them: this floor knows nothing of the pipeline's jobs)."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
     return subprocess.Popen(
-        [sys.executable, "-m", "perflab.core.forkserver", str(socket_path), str(os.getpid()), device],
+        [sys.executable, "-m", "perflab.core.forkserver", str(socket_path), str(os.getpid()), device,
+         *job_imports],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -162,8 +167,8 @@ def wait_ready(socket_path: str | Path, timeout_s: float) -> float:
 
 
 def probe_s(socket_path: str | Path) -> float | None:
-    """Seconds the ready server's probe fork took to start the device and run one op (what a
-    job's fork pays for its device), or None while the server is not ready."""
+    """Seconds the ready server's probe fork took (:func:`_probe`: what a job's fork pays
+    before it builds its workload), or None while the server is not ready."""
     try:
         return float(json.loads(Path(f"{socket_path}{PROBE_SUFFIX}").read_text())["probe_s"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -182,19 +187,20 @@ def stop(proc: subprocess.Popen | None, socket_path: str | Path) -> None:
             proc.kill()
 
 
-def _probe(device: str) -> str | None:
-    """Fork a child that starts as a job does before its workload — perflab's job modules
-    imported fresh, the device initialised, a matmul and its backward (the math libraries'
-    handles) — and checks one result; None if it worked, else why. Its time is what a job's
-    fork pays before it builds the workload (:func:`probe_s`)."""
+def _probe(device: str, job_imports: tuple[str, ...] = ()) -> str | None:
+    """Fork a child that starts as a job does before its workload — ``job_imports`` imported
+    fresh, the device initialised, a matmul and its backward (the math libraries' handles) —
+    and checks one result; None if it worked, else why. Its time is what a job's fork pays
+    before it builds the workload (:func:`probe_s`)."""
     pid = os.fork()
     if pid == 0:
         try:
             import torch
-            try:  # what a job imports first; a server serves even where it cannot
-                importlib.import_module("perflab.pipeline.runner")
-            except Exception:
-                pass
+            for name in job_imports:  # a server serves even where one cannot be imported
+                try:
+                    importlib.import_module(name)
+                except Exception:
+                    pass
             dev = "cuda" if device.startswith("cuda") or (
                 device == "auto" and torch.cuda.is_available()) else "cpu"
             x = torch.ones(64, device=dev)
@@ -211,7 +217,8 @@ def _probe(device: str) -> str | None:
     return None if code == 0 else f"the probe job exited with {code}"
 
 
-def serve(socket_path: str, parent_pid: int, device: str) -> int:
+def serve(socket_path: str, parent_pid: int, device: str,
+          job_imports: tuple[str, ...] = ()) -> int:
     """Preload, probe, then fork a handler per connection until the run's process is gone."""
     t0 = time.perf_counter()
     # an import that asks whether CUDA is there asks NVML, which a fork survives, not the
@@ -224,7 +231,7 @@ def serve(socket_path: str, parent_pid: int, device: str) -> int:
         print("perflab fork server: CUDA was initialised by an import; not serving", flush=True)
         return 1
     t_probe = time.perf_counter()
-    why = _probe(device)
+    why = _probe(device, job_imports)
     probe = time.perf_counter() - t_probe
     if why:
         print(f"perflab fork server: {why}; not serving (jobs start fresh interpreters)",
@@ -237,8 +244,9 @@ def serve(socket_path: str, parent_pid: int, device: str) -> int:
     Path(f"{socket_path}{PROBE_SUFFIX}").write_text(json.dumps({"probe_s": round(probe, 3)}))
     os.replace(tmp, socket_path)  # the socket appears only once the server is ready
     print(f"perflab fork server: ready in {time.perf_counter() - t0:.1f} s "
-          f"(preloaded {', '.join(PRELOAD)}; a probe fork imported perflab's job modules, "
-          f"started the device and ran a matmul and its backward in {probe:.2f} s)",
+          f"(preloaded {', '.join(PRELOAD)}; a probe fork imported "
+          f"{', '.join(job_imports) or 'no job modules'}, started the device and ran a matmul "
+          f"and its backward in {probe:.2f} s)",
           flush=True)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -378,4 +386,4 @@ def _threads_from_environment() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    sys.exit(serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], tuple(sys.argv[4:])))

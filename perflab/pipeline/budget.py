@@ -28,6 +28,11 @@ MIN_JOB_S = 2.0
 MAX_OVER_FIXED = 2
 
 
+#: what a job imports first (fresh in each fork: the server never preloads perflab): the
+#: fork server's probe imports them too, so its time (forkserver.probe_s) is a job's start
+JOB_IMPORTS = ("perflab.pipeline.runner",)
+
+
 class BudgetError(ValueError):
     """A budget that cannot pay for the run's start-ups: one line; ``need_s``: the least
     that would, beyond the pre-flight."""

@@ -284,6 +284,7 @@ def before_first_job():
 # nothing else (perflab/core/forkserver.py): each is still a new process of its own, without the
 # interpreter's import (3.3 s a job on the H200). Stopped when the run ends.
 from perflab.core import forkserver as perflab_forkserver  # noqa: E402
+from perflab.pipeline import budget as perflab_budget  # noqa: E402
 
 FORK_SERVER = {}
 
@@ -299,7 +300,8 @@ def start_fork_server():
     sock = os.path.join(tempfile.gettempdir(), f"perflab-fork-{os.getpid()}.sock")
     log = f"{LOGS}/fork_server.log"
     FORK_SERVER.update(
-        proc=perflab_forkserver.start(sock, log, RUN["device"]), socket=sock
+        proc=perflab_forkserver.start(sock, log, RUN["device"], perflab_budget.JOB_IMPORTS),
+        socket=sock,
     )
     os.environ[perflab_forkserver.ENV_SOCKET] = sock
 
