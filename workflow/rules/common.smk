@@ -300,7 +300,9 @@ def start_fork_server():
     sock = os.path.join(tempfile.gettempdir(), f"perflab-fork-{os.getpid()}.sock")
     log = f"{LOGS}/fork_server.log"
     FORK_SERVER.update(
-        proc=perflab_forkserver.start(sock, log, RUN["device"], perflab_budget.JOB_IMPORTS),
+        proc=perflab_forkserver.start(
+            sock, log, RUN["device"], perflab_budget.JOB_IMPORTS
+        ),
         socket=sock,
     )
     os.environ[perflab_forkserver.ENV_SOCKET] = sock
