@@ -345,6 +345,8 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
     args.sampling = Path(args.directory).resolve() / cfgmod.result_dir(cfg) / "sampling.yaml"
     args.sampling.parent.mkdir(parents=True, exist_ok=True)
     budgetmod.write_config(args.sampling, shares, args.budget, procs)
+    budgetmod.write_estimate(args.sampling.with_name(budgetmod.ESTIMATE_FILE), shares, fixed,
+                             start, answer.get("probes"))
     return 0
 
 

@@ -153,7 +153,35 @@ def bench(a, contract: str) -> dict:
     print(_line("the Snakemake invocation (split below)", b.wall_s, total))
     print(_line("after Snakemake (reading, printing)", after, total))
     print(bench_pipeline.format_breakdown(b))
+    if contract == "adaptive":
+        print(_per_job(workdir))
     return got
+
+
+def _per_job(workdir: Path) -> str:
+    """Each measuring job's wall against what the pre-flight estimated its fixed count at
+    and the share it was given (the split's file, :data:`budget.ESTIMATE_FILE`)."""
+    import json
+
+    from perflab.pipeline import budget
+
+    found = sorted(workdir.glob(f"results/**/{budget.ESTIMATE_FILE}"))
+    if not found:
+        return "  per job: no estimate file (the split was not written)"
+    est = json.loads(found[0].read_text())
+    parts = []
+    for eid, share in est["shares_s"].items():
+        if eid == "start-up":
+            continue
+        prov = found[0].parent / f"{eid.lower()}_*.json"
+        walls = [json.loads(p.read_text()).get("wall_s") for p in found[0].parent.glob(
+            prov.name) if not p.name.endswith("_samples.json")]
+        wall = next((w for w in walls if isinstance(w, (int, float))), None)
+        fixed = est["fixed_s"].get(eid)
+        parts.append(f"{eid} {'n/a' if wall is None else f'{wall:.1f}'} s (share {share:.1f}"
+                     + (f", fixed count est. {fixed:.1f}" if fixed is not None else "") + ")")
+    return (f"  per job, wall (in-process) vs the split; a job's start est. "
+            f"{est['start_s']:.1f} s: " + "; ".join(parts))
 
 
 def main(argv: list[str] | None = None) -> int:

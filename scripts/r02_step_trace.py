@@ -237,6 +237,8 @@ def measure(ctx):
     timing.warm(ranged, t["warmup"], ctx.sync)
     hits = syncs.located(step, p["sync_steps"]) if ctx.is_cuda else []
     free_ms = _free_running(ctx, ranged, p["active"]) if ctx.is_cuda else None
+    # each stage's end in the log: which of them a slow R02 spent its time in
+    ctx.log(f"warmed, syncs located ({len(hits)}), free-running {free_ms or 0:.3f} ms a step")
     acts = "CPU + CUDA" if ctx.is_cuda else "CPU"
     window = (f"{p['active']} free-running steps (torch.profiler schedule wait 0, warmup "
               f"{p['warmup']}, active {p['active']}, activities {acts}) after {t['warmup']} "
@@ -245,8 +247,11 @@ def measure(ctx):
         path = ctx.outputs.get("trace") or str(Path(d) / "trace.json.gz")
         profiling.profile_window(ranged, device=ctx.device, sync=ctx.sync,
                                  warmup=p["warmup"], active=p["active"], trace_path=path)
+        ctx.log(f"profiled window written ({Path(path).stat().st_size / 2**20:.1f} MiB)")
         w = trace.read_chrome_trace(path, PHASES)
     att = trace.attribute(w)
+    ctx.log(f"trace read and attributed: {len(w.activities)} device activities, "
+            f"{len(w.syncs)} sync calls")
     ctx.summary(att.step_ms, variant=WINDOW, metric=STEP_TIME, window=window,
                 sync_boundary="each step's ProfilerStep range on the host clock (the last one "
                 "until the device finished it); profiled, so slower than unprofiled",

@@ -268,7 +268,8 @@ def test_the_probes_are_measured_on_the_step(tmp_path):
         opt.step()
 
     got = preflight.probe_instruments(step, "cpu", lambda: None)
-    assert set(got) == {"profile_window_s", "matmul_flops", "host_memcpy_ms_per_mib"}
+    assert set(got) == {"profile_window_s", "matmul_flops", "host_memcpy_ms_per_mib",
+                        "host_fill_ms_per_mib"}
     assert all(np.isfinite(v) and v > 0 for v in got.values()), got
 
 
@@ -485,3 +486,25 @@ def test_the_second_check_builds_and_steps_the_workload_again():
     spec = {"target": "mlp", "params": {}}  # the CPU MLP: ~1 s to build and step
     took = preflight._check_again(spec, torch.device("cpu"))
     assert 0 < took < 60
+
+
+def test_r01_pays_its_copy_buffers_and_r02_its_located_syncs():
+    """R01 fills its host buffer and page-locks a buffer each way over the link before it
+    times a copy (on an H100 ~1.5 s of its 5 s, the timed copies ~0.5 s); R02 runs its
+    sync-locating steps under the sync debug mode, a stack per sync (a step of ~100 syncs
+    is far slower there than its step time): each probed, each costed."""
+    from perflab.pipeline import preflight
+
+    cfg = _resolved({"run": "R01,R02"})
+    r01, r02 = cfgmod.contract(cfg, "R01"), cfgmod.contract(cfg, "R02")
+    base = {"matmul_flops": 1e12, "host_memcpy_ms_per_mib": 0.1, "profile_window_s": 0.3,
+            "device_to_device_ms_per_mib": 0.001, "host_to_device_ms_per_mib": 0.02}
+    est = preflight.estimate_s([r01, r02], 1.0, base)
+    p = r01["params"]
+    filled = preflight.estimate_s([r01], 1.0, {**base, "host_fill_ms_per_mib": 1.0,
+                                               "pinned_fill_ms_per_mib": 2.0})["R01"]
+    want = (p["host_copy_mib"] * 1.0 + 2 * p["copy_mib"] * 2.0) / 1e3
+    assert filled - est["R01"] == pytest.approx(want)
+    # the sync-locating steps at the probed step under the debug mode, not at the step time
+    located = preflight.estimate_s([r02], 1.0, {**base, "sync_locate_s": 0.5})["R02"]
+    assert located - est["R02"] == pytest.approx(r02["params"]["sync_steps"] * (0.5 - 1e-3))

@@ -31,6 +31,8 @@ MAX_OVER_FIXED = 2
 #: what a job imports first (fresh in each fork: the server never preloads perflab): the
 #: fork server's probe imports them too, so its time (forkserver.probe_s) is a job's start
 JOB_IMPORTS = ("perflab.pipeline.runner",)
+#: beside the sampling config: the shares, each job's fixed-count estimate and the probes
+ESTIMATE_FILE = "budget_estimate.json"
 
 
 class BudgetError(ValueError):
@@ -186,3 +188,19 @@ def write_config(path, shares: Mapping[str, float], total_s: float,
     text = yaml.safe_dump({"sampling": {"rule": "adaptive", "budget_s": round(total_s, 2),
                                         "job_budget_s": jobs}}, sort_keys=False)
     io.atomic_write_text(path, text)
+
+
+def write_estimate(path, shares: Mapping[str, float], fixed: Mapping[str, float],
+                   start_s: float, probes: Mapping[str, float] | None) -> None:
+    """What the split was made of, beside the sampling config: each job's share (s), what
+    its fixed count was estimated to take (s), a job's start (s) and the pre-flight's probes,
+    so a run's jobs' ``wall_s`` can be set against them (scripts/bench_diagnose.py)."""
+    import json
+
+    from perflab.core import io
+
+    doc = {"shares_s": {e: round(float(v), 3) for e, v in shares.items()},
+           "fixed_s": {e: round(float(v), 3) for e, v in fixed.items()},
+           "start_s": round(float(start_s), 3),
+           "probes": {k: float(v) for k, v in (probes or {}).items()}}
+    io.atomic_write_text(path, json.dumps(doc, indent=1) + "\n")

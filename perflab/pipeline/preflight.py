@@ -178,21 +178,33 @@ HALF_DTYPES = ("bfloat16", "float16")
 
 def probe_instruments(step, device, sync) -> dict[str, float]:
     """What the estimate of R01 and R02 needs, measured on the pre-flight's step: the wall of
-    a short profiled window with its trace exported (``profile_window_s``), a float32
-    matmul's rate (``matmul_flops``) and each copy's ms per MiB (``<kind>_ms_per_mib``)."""
+    a short profiled window with its trace exported, read and attributed
+    (``profile_window_s``), on CUDA a step under the sync debug mode (``sync_locate_s``), a
+    float32 matmul's rate (``matmul_flops``, and bfloat16's on CUDA), each copy's ms per MiB
+    (``<kind>_ms_per_mib``) and a buffer's fill (``host_fill_ms_per_mib``; pinned on CUDA,
+    ``pinned_fill_ms_per_mib``)."""
     import tempfile
 
     import torch
 
-    from perflab.instruments import profiling, roofline, timing
+    from perflab.core.names import PHASES
+    from perflab.instruments import profiling, roofline, syncs, timing, trace
 
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="perflab-probe-") as tmp:
         t0 = time.perf_counter()
-        profiling.profile_window(step, device=device, sync=sync, warmup=PROBE_WINDOW[0],
-                                 active=PROBE_WINDOW[1], trace_path=Path(tmp) / "probe.json.gz")
+        path = profiling.profile_window(step, device=device, sync=sync,
+                                        warmup=PROBE_WINDOW[0], active=PROBE_WINDOW[1],
+                                        trace_path=Path(tmp) / "probe.json.gz")
+        # R02 reads and attributes its trace too: on a GPU step of ~1,000 kernels and ~100
+        # syncs that was most of its job (its estimate 3 s, its job 10 s on an H100)
+        trace.attribute(trace.read_chrome_trace(path, PHASES))
         out["profile_window_s"] = time.perf_counter() - t0
     cuda = torch.device(device).type == "cuda"
+    if cuda:  # R02 locates its syncs under the sync debug mode: a stack per sync
+        t0 = time.perf_counter()
+        syncs.located(step, 1)
+        out["sync_locate_s"] = time.perf_counter() - t0
     n = PROBE_MATMUL_N["cuda" if cuda else "cpu"]
     for key, dtype in (("matmul_flops", torch.float32),
                        *((("matmul_flops_bf16", torch.bfloat16),) if cuda else ())):
@@ -205,6 +217,16 @@ def probe_instruments(step, device, sync) -> dict[str, float]:
         fn, _ = roofline.copy_op(kind, PROBE_COPY_MIB * 2 ** 20, torch.device(device))
         ms = min(timing.time_calls(fn, warmup=1, repeats=3, sync=sync))
         out[f"{kind}_ms_per_mib"] = ms / PROBE_COPY_MIB
+    # R01 builds each copy's buffers before timing it: a host buffer filled, and on CUDA
+    # pinned ones (page-locking 1 GiB twice and filling one: ~1.5 s of its 5 s on an H100,
+    # where its timed copies were ~0.5 s)
+    n = PROBE_COPY_MIB * 2 ** 18  # float32 elements
+    for key, pinned in (("host_fill_ms_per_mib", False),
+                        *((("pinned_fill_ms_per_mib", True),) if cuda else ())):
+        t0 = time.perf_counter()
+        buffer = torch.ones(n, pin_memory=pinned)
+        out[key] = (time.perf_counter() - t0) * 1e3 / PROBE_COPY_MIB
+        del buffer
     return out
 
 
@@ -228,12 +250,15 @@ def _r01_s(p: Mapping[str, Any], t: Mapping[str, Any], step_ms: float,
     rates.append(probes["matmul_flops"])
     s = sum(_samples_s(2 * n ** 3 / rate * 1e3, target, reps)
             for n in p["matmul_sizes"] for rate in rates)
-    s += _samples_s(float(p["host_copy_mib"]) * probes["host_memcpy_ms_per_mib"],
-                    target, reps)
+    host_mib, copy_mib = float(p["host_copy_mib"]), float(p["copy_mib"])
+    s += _samples_s(host_mib * probes["host_memcpy_ms_per_mib"], target, reps)
+    s += host_mib * probes.get("host_fill_ms_per_mib", 0.0) / 1e3  # its source, filled
     for kind, times in (("device_to_device", 1), ("host_to_device", 2)):
         if f"{kind}_ms_per_mib" in probes:
-            s += times * _samples_s(float(p["copy_mib"])
-                                    * probes[f"{kind}_ms_per_mib"], target, reps)
+            s += times * _samples_s(copy_mib * probes[f"{kind}_ms_per_mib"], target, reps)
+    # each way over the link has its pinned buffer (one filled, one empty: both at the
+    # fill's rate, the page-locking dominates)
+    s += 2 * copy_mib * probes.get("pinned_fill_ms_per_mib", 0.0) / 1e3
     s += _samples_s(0.0, target, reps)  # the cache-resident copy
     return s + (reps + int(t.get("warmup", 0)) + 1) * step_ms / 1e3
 
@@ -247,8 +272,10 @@ def _r02_s(p: Mapping[str, Any], t: Mapping[str, Any], step_ms: float,
 
     window = int(p["warmup"]) + int(p["active"])
     per = probes["profile_window_s"] / sum(PROBE_WINDOW)
-    free = (FREE_STRETCHES * int(p["active"]) + int(p["sync_steps"])) * step_ms / 1e3
-    return window * per + free
+    # a located step: its stacks where the probe timed one (CUDA), else a step call
+    locate_s = probes.get("sync_locate_s", step_ms / 1e3)
+    free = FREE_STRETCHES * int(p["active"]) * step_ms / 1e3
+    return window * per + free + int(p["sync_steps"]) * locate_s
 
 
 #: the jobs whose instruments, not step calls, set their time, costed from the probes
