@@ -6,6 +6,7 @@ import copy
 
 import numpy as np
 import pandas as pd
+import pytest
 from claims_rows import case, rows, sample_series, with_samples
 from experiments import assert_cpu_scale_sets, run_tiny
 
@@ -28,6 +29,34 @@ def test_the_synchronized_step_takes_the_experiments_repeats(tiny_cfg, tmp_path)
     for n in contract["params"]["loops"]:
         assert (rows.variant == e01.naive_loop(n)).any()
     assert_cpu_scale_sets("E01", "repeats", 200, 400)
+
+
+@pytest.mark.parametrize("rule", ["adaptive", "fixed"])
+def test_the_rounds_stop_once_the_claims_quantities_are_decided(tiny_cfg, tmp_path, rule):
+    """Under the adaptive rule (the default) the loop rounds stop once C01's, C02's and C04's
+    quantities are decided against their bounds: on a CPU (no queue) a loop reports its
+    real time and the host returns when the step is done, all three far from their bounds,
+    so 24 rounds are not needed; the fixed rule runs every round, and says nothing of it."""
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["E01"].update(loop_rounds=24, loops=[2, 4], repeats=5)
+    if rule == "fixed":
+        cfg["sampling"] = {"rule": "fixed"}
+    contract, out = run_tiny(cfg, "E01", tmp_path)
+    rows = io.read_results([out["csv"]])
+    samples = pd.read_csv(out["samples"])
+    loops = samples[(samples.variant == e01.naive_loop(2))
+                    & (samples.metric == e01.REPORTED_MS_PER_STEP)]
+    decided = rows[rows.metric == "sampling_decision"]
+    if rule == "fixed":
+        assert len(loops) == 24 and decided.empty
+        return
+    assert len(decided) == 3, decided
+    assert decided.reason.str.startswith("decided").all(), decided.reason.tolist()
+    assert 2 <= len(loops) < 24 and (decided.n == len(loops)).all()
+    # the round medians C04 reads: one a round that ran
+    medians = samples[(samples.variant == e01.HOST_RETURN)
+                      & (samples.metric == e01.ROUND_MEDIAN)]
+    assert len(medians) == len(loops)
 
 
 # ------------------------------------------------------------------ the claims' cases
