@@ -315,6 +315,11 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
     from perflab.core import forkserver
 
     sock = (env or {}).get(forkserver.ENV_SOCKET)
+    if fork and sock:
+        # a job's start is the server's probe fork: wait for it where the pre-flight beat the
+        # server (on an H100 a 13 s pre-flight of a 15 ms step did, and each start was then
+        # costed at the pre-flight's cold check, 4.6-5.9 s, where a fork took 1 s: refused)
+        forkserver.wait_ready(sock, preflight.SERVER_WAIT_S)
     start = budgetmod.start_s(answer, child_s, fork, forkserver.probe_s(sock) if sock else None)
     # where the pre-flight's seconds went, so a slow one (or a refused budget) says which
     # part was slow

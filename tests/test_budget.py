@@ -508,3 +508,35 @@ def test_r01_pays_its_copy_buffers_and_r02_its_located_syncs():
     # the sync-locating steps at the probed step under the debug mode, not at the step time
     located = preflight.estimate_s([r02], 1.0, {**base, "sync_locate_s": 0.5})["R02"]
     assert located - est["R02"] == pytest.approx(r02["params"]["sync_steps"] * (0.5 - 1e-3))
+
+
+def test_the_split_waits_for_the_fork_servers_probe_before_costing_a_start(
+        tmp_path, monkeypatch, capsys):
+    """A job's start is the server's probe fork plus the pre-flight's second check; where
+    the pre-flight finished before the server was ready (on an H100, a 13 s pre-flight of a
+    15 ms step) the split costed each start at the cold first check (4.6-5.9 s against a
+    1 s fork) and refused --budget 60s. It now waits for the server's probe."""
+    import argparse
+    import json
+    import threading
+    import time
+
+    from perflab import cli
+    from perflab.core import forkserver
+
+    cfg = _resolved({"fork_server": True})
+    sock = tmp_path / "s.sock"
+
+    def ready():
+        (tmp_path / f"s.sock{forkserver.PROBE_SUFFIX}").write_text(json.dumps({"probe_s": 0.5}))
+        sock.touch()
+
+    threading.Timer(0.4, ready).start()
+    monkeypatch.setattr(cli, "_STARTED_UNIX", time.time())
+    args = argparse.Namespace(budget=600.0, directory=str(tmp_path), command="diagnose",
+                              no_whatif=True)
+    answer = {"step_ms": 5.0, "check_s": 5.0, "check_warm_s": 0.25, "device_init_s": 0.2,
+              "steps_s": 0.1}
+    assert cli._split_budget(args, cfg, answer, 8.0, {forkserver.ENV_SOCKET: str(sock)}) == 0
+    out = capsys.readouterr().out
+    assert "start-up a job 0.8 s" in out, out  # the probe 0.5 + the second check 0.25
