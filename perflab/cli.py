@@ -242,7 +242,8 @@ def _preflight(args, cfg: dict, env: dict) -> int:
     t0 = time.perf_counter()
     # a --budget's estimate costs R01 and R02 from probes of their instruments (a second)
     probe = None if getattr(args, "budget", None) is None else \
-        {**(os.environ if env is None else env), preflight.PROBE_ENV: "1"}
+        {**(os.environ if env is None else env), preflight.PROBE_ENV: "1",
+         preflight.PROBE_THREADS_ENV: str(_job_threads(args, cfg))}
     answer = preflight.run_child(spec, timeout_s=args.timeout, env=probe or env)
     child_s = time.perf_counter() - t0
     if not answer["ok"]:
@@ -253,6 +254,13 @@ def _preflight(args, cfg: dict, env: dict) -> int:
                                   else ""))
     env.update(preflight.done_env(spec, answer))
     return _split_budget(args, cfg, answer, child_s, env)
+
+
+def _job_threads(args, cfg: dict) -> int:
+    """The intra-op threads a local job runs with: the config's, or (``threads: auto``) the
+    cores Snakemake gives it, every one of ``--cores`` (workflow/rules/common.smk)."""
+    threads = cfg.get("threads")
+    return threads if isinstance(threads, int) and threads > 0 else int(getattr(args, "cores", 1))
 
 
 def _budget_eids(args, cfg: dict) -> list[str]:

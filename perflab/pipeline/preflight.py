@@ -21,6 +21,7 @@ Any stop is one message naming the target or the keys, and no job has started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -168,6 +169,10 @@ def estimate_s(contracts: Iterable[Mapping[str, Any]], step_ms: float,
 #: set by ``perflab diagnose --budget``: the pre-flight child also probes what R01's and R02's
 #: instruments cost on this step and machine (:func:`probe_instruments`)
 PROBE_ENV = "PERFLAB_PREFLIGHT_PROBE"
+#: the intra-op threads a job will run with (a local job takes the cores it is given: one
+#: under --cores 1), under which the probes of host copies run: on an H100's 16-core host the
+#: pre-flight's copy ran at 170 GB/s on every core where R01's, on one, ran at 11
+PROBE_THREADS_ENV = "PERFLAB_PREFLIGHT_PROBE_THREADS"
 #: the probe's profiled window (warm-up, active steps), matmul size and copy size; on CUDA
 #: a matmul of 512 ran far below the rate of R01's 8192 (an H100: R01 estimated at 27 s, run
 #: in 10), so there the probe times 2048 (17 GFLOP, ~1 ms in float32), in bfloat16 too
@@ -206,14 +211,40 @@ def probe_instruments(step, device, sync) -> dict[str, float]:
         syncs.located(step, 1)
         out["sync_locate_s"] = time.perf_counter() - t0
     n = PROBE_MATMUL_N["cuda" if cuda else "cpu"]
-    for key, dtype in (("matmul_flops", torch.float32),
-                       *((("matmul_flops_bf16", torch.bfloat16),) if cuda else ())):
-        mm = roofline.matmul_op(n, dtype, device)
-        out[key] = 2 * n ** 3 / (min(timing.time_calls(mm, warmup=1, repeats=3,
-                                                       sync=sync)) / 1e3)
-    kinds = ["host_memcpy"] + (["device_to_device", "host_to_device"]
-                               if torch.device(device).type == "cuda" else [])
-    for kind in kinds:
+    with _job_threads():  # a CPU's matmul and every host copy run on R01's threads
+        for key, dtype in (("matmul_flops", torch.float32),
+                           *((("matmul_flops_bf16", torch.bfloat16),) if cuda else ())):
+            mm = roofline.matmul_op(n, dtype, device)
+            out[key] = 2 * n ** 3 / (min(timing.time_calls(mm, warmup=1, repeats=3,
+                                                           sync=sync)) / 1e3)
+        out.update(_copy_probes(device, sync))
+    return out
+
+
+@contextlib.contextmanager
+def _job_threads():
+    """torch's intra-op threads set to a job's (:data:`PROBE_THREADS_ENV`) for the block."""
+    import torch
+
+    want, before = int(os.environ.get(PROBE_THREADS_ENV) or 0), torch.get_num_threads()
+    if want > 0:
+        torch.set_num_threads(want)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _copy_probes(device, sync) -> dict[str, float]:
+    """Each copy's ms per MiB (``<kind>_ms_per_mib``) and a buffer's fill
+    (``host_fill_ms_per_mib``, pinned on CUDA: ``pinned_fill_ms_per_mib``)."""
+    import torch
+
+    from perflab.instruments import roofline, timing
+
+    out: dict[str, float] = {}
+    cuda = torch.device(device).type == "cuda"
+    for kind in ["host_memcpy"] + (["device_to_device", "host_to_device"] if cuda else []):
         fn, _ = roofline.copy_op(kind, PROBE_COPY_MIB * 2 ** 20, torch.device(device))
         ms = min(timing.time_calls(fn, warmup=1, repeats=3, sync=sync))
         out[f"{kind}_ms_per_mib"] = ms / PROBE_COPY_MIB
