@@ -271,6 +271,13 @@ def test_the_probes_are_measured_on_the_step(tmp_path):
     assert set(got) == {"profile_window_s", "matmul_flops", "host_memcpy_ms_per_mib",
                         "host_fill_ms_per_mib"}
     assert all(np.isfinite(v) and v > 0 for v in got.values()), got
+    # a phased step (as the pre-flight builds and R01 counts) also has its counted step timed
+    from perflab.instruments import steps, workloads
+
+    phased = steps.build(workloads.build("mlp", "cpu", dim=16, depth=1, num_classes=4,
+                                         batch=4), "cpu")
+    counted = preflight.probe_instruments(phased, "cpu", lambda: None)
+    assert counted["counted_step_s"] > 0
 
 
 def test_a_probe_that_fails_leaves_the_step_time_and_says_why(monkeypatch):
@@ -505,6 +512,9 @@ def test_r01_pays_its_copy_buffers_and_r02_its_located_syncs():
                                                "pinned_fill_ms_per_mib": 2.0})["R01"]
     want = (p["host_copy_mib"] * 1.0 + 2 * p["copy_mib"] * 2.0) / 1e3
     assert filled - est["R01"] == pytest.approx(want)
+    # its counted step at the probed one, not at a step call's time
+    counted = preflight.estimate_s([r01], 1.0, {**base, "counted_step_s": 0.8})["R01"]
+    assert counted - est["R01"] == pytest.approx(0.8 - 1e-3)
     # the sync-locating steps at the probed step under the debug mode, not at the step time
     located = preflight.estimate_s([r02], 1.0, {**base, "sync_locate_s": 0.5})["R02"]
     assert located - est["R02"] == pytest.approx(r02["params"]["sync_steps"] * (0.5 - 1e-3))

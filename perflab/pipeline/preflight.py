@@ -184,7 +184,8 @@ HALF_DTYPES = ("bfloat16", "float16")
 def probe_instruments(step, device, sync) -> dict[str, float]:
     """What the estimate of R01 and R02 needs, measured on the pre-flight's step: the wall of
     a short profiled window with its trace exported, read and attributed
-    (``profile_window_s``), on CUDA a step under the sync debug mode (``sync_locate_s``), a
+    (``profile_window_s``), a step with its FLOPs and bytes counted (``counted_step_s``), on
+    CUDA a step under the sync debug mode (``sync_locate_s``), a
     float32 matmul's rate (``matmul_flops``, and bfloat16's on CUDA), each copy's ms per MiB
     (``<kind>_ms_per_mib``) and a buffer's fill (``host_fill_ms_per_mib``; pinned on CUDA,
     ``pinned_fill_ms_per_mib``)."""
@@ -205,6 +206,12 @@ def probe_instruments(step, device, sync) -> dict[str, float]:
         # syncs that was most of its job (its estimate 3 s, its job 10 s on an H100)
         trace.attribute(trace.read_chrome_trace(path, PHASES))
         out["profile_window_s"] = time.perf_counter() - t0
+    # R01 counts one step's FLOPs and bytes first, every op through Python (on an H100 ~0.8 s
+    # of a 15 ms step's R01, which a step call's time put at 15 ms)
+    if hasattr(step, "next_batch"):  # a phased step (steps.Step), as R01 counts
+        t0 = time.perf_counter()
+        roofline.counted_step(step)
+        out["counted_step_s"] = time.perf_counter() - t0
     cuda = torch.device(device).type == "cuda"
     if cuda:  # R02 locates its syncs under the sync debug mode: a stack per sync
         t0 = time.perf_counter()
@@ -291,7 +298,8 @@ def _r01_s(p: Mapping[str, Any], t: Mapping[str, Any], step_ms: float,
     # fill's rate, the page-locking dominates)
     s += 2 * copy_mib * probes.get("pinned_fill_ms_per_mib", 0.0) / 1e3
     s += _samples_s(0.0, target, reps)  # the cache-resident copy
-    return s + (reps + int(t.get("warmup", 0)) + 1) * step_ms / 1e3
+    counted = probes.get("counted_step_s", step_ms / 1e3)  # its counted step, where probed
+    return s + (reps + int(t.get("warmup", 0))) * step_ms / 1e3 + counted
 
 
 def _r02_s(p: Mapping[str, Any], t: Mapping[str, Any], step_ms: float,
