@@ -65,8 +65,18 @@ def test_split_sums_to_the_budget_and_reserves_fixed_jobs():
 
 
 def test_split_too_small_a_budget_says_how_much():
-    with pytest.raises(budget.BudgetError, match="at least"):
-        budget.split(10.0, FIXED, start_each_s=2.0, other_jobs=2)
+    least = {"C00": 3.0, "E05": 4.0}
+    with pytest.raises(budget.BudgetError, match="at least") as err:
+        budget.split(10.0, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+    # its parts add up: the starts, the fixed counts and the adaptive jobs' first rounds
+    msg, need = str(err.value), err.value.need_s
+    assert need == pytest.approx(2.0 * 6 + FIXED["R01"] + FIXED["R02"] + 3.0 + 4.0)
+    assert "4 measuring jobs and 2 other processes (12 s measured)" in msg
+    assert "(7 s): at least 26 s" in msg, msg
+    # the least it names runs without the first rounds overrunning it: each adaptive job's
+    # share is at least its first rounds (a newcomer given the old least was warned at once)
+    shares = budget.split(need, FIXED, start_each_s=2.0, other_jobs=2, least=least)
+    assert all(shares[e] >= least[e] - 1e-9 for e in least), shares
 
 
 def test_the_split_is_printed_and_the_estimate_does_not_exceed_twice_fixed():

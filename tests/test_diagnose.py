@@ -650,3 +650,28 @@ def test_the_fork_server_starts_before_the_preflight_and_serves_the_run(monkeypa
     order.clear()
     cli.main([*argv, "-n"])
     assert not any(o[0] == "start" for o in order), order
+
+
+def test_under_a_budget_the_workflow_prints_no_second_estimate(monkeypatch, tmp_path):
+    """Under --budget the split printed before Snakemake is the run's estimate; the fixed
+    counts' estimate the onstart printed beside it read to a newcomer as a second, contrary
+    one (C00 8 s where its share was 29 s). Without a budget it is printed as before."""
+    from pathlib import Path
+
+    from perflab.pipeline import config, preflight
+
+    test_yaml = Path(__file__).resolve().parents[1] / "config" / "test.yaml"
+    answer = {"ok": True, "device": "cpu", "description": "d", "batch": 16, "step_ms": 1.0}
+    for budget, printed in ((None, True), (60.0, False)):
+        extra = {"device": "cpu"}
+        if budget is not None:
+            extra["sampling"] = {"rule": "adaptive", "budget_s": budget,
+                                 "job_budget_s": {"E05": 20.0}}
+        cfg = config.load([test_yaml], extra)
+        for k, v in preflight.done_env(preflight.workload_spec(cfg), answer).items():
+            monkeypatch.setenv(k, v)
+        logs = []
+        preflight.before_first_job(cfg, [config.contract(cfg, "E05")], str(tmp_path),
+                                   logs.append)
+        assert any("estimated measurement time" in m for m in logs) == printed, logs
+        assert any("pre-flight:" in m for m in logs)

@@ -349,8 +349,10 @@ def test_scale_keeps_the_users_value_and_says_so(tmp_path):
     rc, out = snakemake(tmp_path, "-n", "e01_lying_benchmark",
                         config=("scale=cpu", "results_dir=res"), configfiles=[mine])
     assert rc == 0, out[-3000:]
-    assert "perflab: scale cpu sets defaults, not your values; kept: workloads.mlp.batch=128 " \
-           "(the scale's: 64)" in out, out[-3000:]
+    # the files the kept values came from are named (the helper adds config/test.yaml)
+    assert "perflab: scale cpu sets defaults, not what the config files (test.yaml, " \
+           f"{mine.name}) or --config set; kept: workloads.mlp.batch=128 (the scale's: 64)" \
+           in out, out[-3000:]
 
 
 # ---------------------------------------------------------------- the pre-flight

@@ -116,12 +116,17 @@ def split(total_s: float, fixed_s: Mapping[str, float], start_each_s: float,
     adaptive = {e: max(s, 1e-9) for e, s in fixed_s.items() if e in ADAPTIVE}
     floor = {e: (least or {}).get(e, MIN_JOB_S) for e in adaptive}
     if left <= 0 or (adaptive and left < MIN_JOB_S * len(adaptive)):
-        need = startup + sum(reserved.values()) + MIN_JOB_S * len(adaptive)
-        raise BudgetError(f"{max(total_s, 0):.0f} s left of the budget does not cover the "
-                          f"start-up of {measuring + other_jobs} jobs ({startup:.0f} s "
-                          f"measured) and the jobs that run a fixed count "
-                          f"({sum(reserved.values()):.0f} s): they need at least {need:.0f} s",
-                          need)
+        # what the budget it suggests must pay: every start, the fixed counts and each
+        # adaptive job's first rounds, which it runs whatever its share (a newcomer given
+        # the least that covered the first two was then told the run would overrun it)
+        first = sum(max(MIN_JOB_S, floor[e]) for e in adaptive)
+        need = startup + sum(reserved.values()) + first
+        raise BudgetError(
+            f"{max(total_s, 0):.0f} s left of the budget does not cover the start-up of "
+            f"{measuring} measuring jobs and {other_jobs} other processes ({startup:.0f} s "
+            f"measured), the jobs that run a fixed count ({sum(reserved.values()):.0f} s) and "
+            f"the first rounds of the adaptive ones ({first:.0f} s): at least {need:.0f} s",
+            need)
     wsum, spare = sum(adaptive.values()), left - sum(floor.values())
     if spare < 0:
         # the first rounds are estimated beyond what is left: each adaptive job runs them

@@ -35,8 +35,12 @@ try:
 except perflab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 if RUN["scale_kept"] and not workflow.remote_exec:
+    # name the files the kept values came from: perflab diagnose passes its own contract
+    # (config/diagnose.yaml), and a newcomer who set nothing read "your values" as a mistake
     print(
-        f"perflab: scale {RUN['resolved_scale']} sets defaults, not your values; kept: "
+        f"perflab: scale {RUN['resolved_scale']} sets defaults, not what the config files "
+        f"({', '.join(os.path.basename(f) for f in workflow.config_settings.configfiles)})"
+        " or --config set; kept: "
         + "; ".join(
             f"{k}={v['yours']!r} (the scale's: {v['scale']!r})"
             for k, v in RUN["scale_kept"].items()
