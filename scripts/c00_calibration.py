@@ -360,12 +360,16 @@ def _aa_until_precise(ctx, step_a, step_b, budget_s: float):
         line = f"decided: the A/A floor is {iv}, within ±{state['need']:.2g} points"
     else:
         more = state["n"] * ((state["half"] / state["need"]) ** 2 - 1)  # half-width ~ 1/sqrt(n)
-        line = (f"undecided within budget: the A/A floor is {iv}, not yet within "
-                f"±{state['need']:.2g} points; about {max(1, round(more))} more block pairs "
-                f"would decide it")
+        # "within budget" only where the budget stopped it: a newcomer read "undecided within
+        # budget [stopped: max_n reached ...]" as a contradiction
+        why = ("undecided within budget" if reason == budgeted.BUDGET else
+               f"undecided at its most block pairs (twice the fixed {ctx.params['aa_blocks']})")
+        line = (f"{why}: the A/A floor is {iv}, not yet within ±{state['need']:.2g} points; "
+                f"about {max(1, round(more))} more block pairs would decide it")
     ctx.log(f"A/A floor: {rounds} rounds in {elapsed:.1f} s ({reason}); {line}")
-    return aa, (state["floor"], f"{line} [stopped: {reason}; {budget_s:.1f} s of C00's share "
-                                f"was left for the A/A, {elapsed:.1f} s spent]")
+    over = " (its first rounds run whatever the share)" if elapsed > budget_s else ""
+    return aa, (state["floor"], f"{line} [stopped: {reason}; the A/A had {budget_s:.1f} s of "
+                                f"C00's share and took {elapsed:.1f} s{over}]")
 
 
 def _noise_floor(ctx, step_a, step_b, budget_s: float | None = None):

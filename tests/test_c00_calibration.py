@@ -489,3 +489,32 @@ def test_the_diagnose_parts_are_the_clock_and_the_aa_floor(tiny_cfg, tmp_path):
     assert "clock/perf_counter" in variants and "aa_b_minus_aa_a" in variants
     assert not {v for v in variants if v.startswith(("process/", "peer/", "profiler/",
                                                      "planted"))}
+
+
+@pytest.mark.parametrize("share_s, stop", [(0.01, "budget spent"), (600.0, None)])
+def test_the_aa_under_a_share_says_what_stopped_it(tiny_cfg, tmp_path, share_s, stop):
+    """Under a budget C00's A/A row names what stopped it in words that agree: "undecided
+    within budget" only where the budget did (a newcomer read "undecided within budget
+    [stopped: max_n reached ...]" as a contradiction), and the share it had beside what it
+    took, saying where its first rounds ran past the share."""
+    import copy
+
+    from experiments import run_tiny
+
+    from perflab.core import io
+    from perflab.core.names import SAMPLING_DECISION
+
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg["experiments"]["C00"]["parts"] = ["clock", "aa"]
+    cfg["sampling"] = {"rule": "adaptive", "budget_s": 60.0, "job_budget_s": {"C00": share_s}}
+    _, out = run_tiny(cfg, "C00", tmp_path)
+    rows = io.read_results([out["csv"]])
+    reason = str(rows[rows.metric == SAMPLING_DECISION].reason.iloc[0])
+    assert f"the A/A had {share_s:.1f} s of C00's share and took" in reason, reason
+    if stop == "budget spent":
+        assert reason.startswith("undecided within budget") and "[stopped: budget spent" in reason
+        assert "(its first rounds run whatever the share)" in reason, reason
+    elif reason.startswith("undecided"):  # not precise by its most pairs: never "budget"
+        assert reason.startswith("undecided at its most block pairs") and "max_n" in reason
+    else:
+        assert reason.startswith("decided") and "precise enough" in reason, reason
