@@ -93,3 +93,32 @@ def test_a_core_the_os_refuses_keeps_every_core_and_says_so(restore_cores, monke
     assert not rec["pinned"] and rec["kept"] == allowed and "could not pin" in rec["error"]
     assert sorted(os.sched_getaffinity(0)) == allowed
     assert "could not pin" in affinity.describe(rec)
+
+
+class _Affinity:
+    """A dataset whose one example is the cores the process serving it may run on."""
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        return sorted(os.sched_getaffinity(0))
+
+
+def test_a_dataloader_worker_forked_after_pinning_gets_every_allowed_core(restore_cores):
+    """The step's launches run on the fast cores; the user's input pipeline (its DataLoader
+    workers) on every core the run allows, as in their own training, not squeezed onto the
+    kept ones (an H100 job kept one core, and a ResNet's two decoding workers shared it)."""
+    import torch
+
+    allowed = restore_cores
+    if len(allowed) < 2:
+        pytest.skip("one core: nothing to choose between")
+    planted = lambda cores: {c: (4.0 if c != allowed[-1] else 2.4) for c in cores}  # noqa: E731
+    rec = affinity.choose("fast", "cuda", speeds_of=planted)
+    assert rec["pinned"] and sorted(os.sched_getaffinity(0)) == [allowed[-1]]
+    loader = torch.utils.data.DataLoader(_Affinity(), batch_size=None, num_workers=1,
+                                         multiprocessing_context="fork")
+    (worker_cores,) = list(loader)
+    assert worker_cores == allowed and sorted(os.sched_getaffinity(0)) == [allowed[-1]]
+    assert f"forked workers on all {len(allowed)}" in affinity.describe(rec)

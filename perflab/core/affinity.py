@@ -10,8 +10,11 @@ a job's main thread landed on, and moved 40-80% between processes of one run. Hy
 So a job on a CUDA device first times a fixed piece of interpreter work on each core it is
 allowed (round robin, the fastest of a few tries each: a core's speed is what it can do,
 not how often it was interrupted) and keeps the cores within :data:`FAST_WITHIN_PCT` of the
-fastest. The main thread, which launches every kernel, and every thread and worker started
-after it, then run on those cores. What was measured and kept goes into the job's
+fastest. The main thread, which launches every kernel, and every thread started after it,
+then run on those cores; a process forked from it (a DataLoader's workers) gets every allowed
+core back, as in the user's training: on an H100's 16-core host a job kept 1-11 cores from one
+job to the next, and a ResNet's two decoding workers shared the one kept core with the main
+thread in some jobs and not in others. What was measured and kept goes into the job's
 provenance. On the CPU device the default keeps every core: there the step's compute runs
 on all of them, and the contract's thread count says how many.
 """
@@ -102,6 +105,7 @@ def choose(policy: str, device: str, *,
         if kept and kept != allowed:
             os.sched_setaffinity(0, set(kept))
             record["pinned"] = True
+            _children_on(allowed)
     except OSError as exc:  # a container that refuses a core: measure on all, and say so
         os.sched_setaffinity(0, set(allowed))
         record.update(error=f"could not pin ({exc}): every allowed core kept")
@@ -109,6 +113,26 @@ def choose(policy: str, device: str, *,
     record.update(work_ms={str(c): round(ms, 4) for c, ms in speeds.items()}, kept=kept,
                   within_pct=FAST_WITHIN_PCT)
     return record
+
+
+_CHILD_CORES: list[set[int]] = []
+
+
+def _children_on(cores: list[int]) -> None:
+    """A process forked from here from now on runs on ``cores`` (its workers are the user's
+    input pipeline, not the step's launches: they get the cores the user's run would give
+    them). One hook per process, the latest cores."""
+    if not _CHILD_CORES:
+        os.register_at_fork(after_in_child=_widen)
+        _CHILD_CORES.append(set(cores))
+    _CHILD_CORES[0] = set(cores)
+
+
+def _widen() -> None:
+    try:
+        os.sched_setaffinity(0, _CHILD_CORES[0])
+    except OSError:
+        pass  # a core taken away meanwhile: the child keeps its parent's
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -124,4 +148,4 @@ def describe(record: dict[str, Any]) -> str:
     slow = [c for c in allowed if c not in kept]
     return (f"host cores: {len(kept)} of {len(allowed)} kept, within {FAST_WITHIN_PCT:g}% of "
             f"the fastest ({min(ms.values()):.3f} ms of work; the slowest left out "
-            f"{max(ms[str(c)] for c in slow):.3f} ms)")
+            f"{max(ms[str(c)] for c in slow):.3f} ms); forked workers on all {len(allowed)}")
