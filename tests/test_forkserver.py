@@ -192,3 +192,64 @@ def _alive(pid: int) -> bool:
     except OSError:  # it exited (and was reaped) between the kill and the read
         return False
     return state != "Z"
+
+
+def test_a_preloaded_library_is_in_every_later_job_one_that_imports_perflab_is_not(
+        tmp_path, monkeypatch):
+    """perflab's pre-flight hands the server the libraries the workload's build imported
+    (transformers, timm, ...): a job forked after it starts with them imported, and its
+    provenance names them; a library that imports perflab is taken out again (a job must
+    import perflab fresh)."""
+    libs = tmp_path / "libs"
+    for name, body in (("fakelib_pl", "VALUE = 7\n"),
+                       ("usesperflab_pl", "import perflab.kit.sampling\n")):
+        (libs / name).mkdir(parents=True)
+        (libs / name / "__init__.py").write_text(body)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(libs)]))
+    sock = tmp_path / "p.sock"
+    proc = forkserver.start(sock, tmp_path / "server.log", "cpu")
+    try:
+        assert forkserver.wait_ready(sock, 120) < 120 and proc.poll() is None
+        assert forkserver.preload(sock, ["fakelib_pl", "usesperflab_pl", "no_such_lib_pl"])
+        script = _job(tmp_path, """
+            print("libs", "fakelib_pl" in sys.modules, "usesperflab_pl" in sys.modules,
+                  os.environ.get("PERFLAB_FORK_PRELOADED"))
+            from perflab.core.forkserver import process_start
+            print(process_start())
+        """)
+        out, err = _launch(script, sock).communicate(timeout=60)
+        assert "libs True False fakelib_pl" in out, (out, err)
+        assert "the workload's libraries: fakelib_pl" in out
+        log = (tmp_path / "server.log").read_text()
+        assert "left out usesperflab_pl (they import perflab)" in log, log
+    finally:
+        forkserver.stop(proc, sock)
+    assert not forkserver.preload(sock, ["fakelib_pl"])  # no server: nothing asked
+
+
+def test_the_preflight_names_the_libraries_its_build_imported_not_the_users_code(
+        tmp_path, monkeypatch):
+    """Modules imported from outside the working directory, leaves only; never the user's
+    own code (under the working directory, or the target's package) nor perflab's."""
+    from perflab.pipeline import preflight
+
+    outside, inside = tmp_path / "site", tmp_path / "work"
+    (outside / "libpkg_pl").mkdir(parents=True)
+    (outside / "libpkg_pl" / "__init__.py").write_text("")
+    (outside / "libpkg_pl" / "core.py").write_text("")
+    (outside / "targetpkg_pl").mkdir()
+    (outside / "targetpkg_pl" / "__init__.py").write_text("")
+    inside.mkdir()
+    (inside / "mycode_pl.py").write_text("")
+    monkeypatch.chdir(inside)
+    monkeypatch.syspath_prepend(str(outside))
+    monkeypatch.syspath_prepend(str(inside))
+    before = set(sys.modules)
+    import libpkg_pl.core  # noqa: F401
+    import mycode_pl  # noqa: F401
+    import targetpkg_pl  # noqa: F401
+    try:
+        assert preflight.library_modules(before, "targetpkg_pl.models:make") == ["libpkg_pl.core"]
+    finally:
+        for m in ("libpkg_pl", "libpkg_pl.core", "mycode_pl", "targetpkg_pl"):
+            sys.modules.pop(m, None)

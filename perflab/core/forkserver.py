@@ -4,9 +4,10 @@ Every experiment is a fresh process, so that allocator state and compile caches 
 from one experiment into the next. A fresh interpreter pays for that before it measures
 anything: importing torch took 3.3 s on the H200 (C00's process floor), about two minutes of a
 run of some thirty-five jobs, and torch._dynamo (which the first optimizer imports) about 2 s
-more. The server imports those, numpy, pandas, scipy and Snakemake's job object once, and
-nothing else: no device touched, no tensor made, no model built, nothing
-compiled, no perflab module but itself (which a job drops). Each job is then a fork of it: a new process with its own
+more. The server imports those, numpy, pandas, scipy and Snakemake's job object once, and,
+once perflab's pre-flight has built the workload, the installed libraries that build imported
+(:func:`preload`: transformers, timm, ...), and nothing else: no device touched, no tensor made,
+no model built, nothing compiled, no perflab module but itself (which a job drops). Each job is then a fork of it: a new process with its own
 address space, in which the CUDA context, the caching allocator, cuBLAS/cuDNN handles,
 Dynamo's caches, Inductor's state and every perflab module are created for the first time, as in
 a fresh interpreter. What a job inherits is the imported code of those libraries.
@@ -49,8 +50,13 @@ ENV_CHILD = "PERFLAB_FORKED_JOB"
 #: job must import fresh) and never anything that touches a device
 PRELOAD = ("torch", "torch._dynamo", "numpy", "pandas", "scipy.stats",
            "snakemake.iocontainers", "snakemake.logging")
+#: set in a forked job: the libraries the server imported for this run's workload
+#: (:func:`preload`), comma-separated top-level names
+ENV_PRELOADED = "PERFLAB_FORK_PRELOADED"
 #: beside the socket, the ready server's probe time (:func:`probe_s`)
 PROBE_SUFFIX = ".probe.json"
+#: seconds the server waits for a connected caller's request before it drops it
+RECEIVE_TIMEOUT_S = 10.0
 #: seconds a job killed by its caller gets to exit before SIGKILL
 KILL_GRACE_S = 5.0
 _HEADER = struct.Struct("!I")
@@ -64,7 +70,9 @@ def forked() -> bool:
 def process_start() -> str:
     """How this job's process started, for its provenance."""
     if forked():
-        return "forked from the run's fork server (imported: " + ", ".join(PRELOAD) + ")"
+        extra = os.environ.get(ENV_PRELOADED)
+        return ("forked from the run's fork server (imported: " + ", ".join(PRELOAD)
+                + (f"; the workload's libraries: {extra}" if extra else "") + ")")
     return "a fresh interpreter"
 
 
@@ -155,6 +163,25 @@ def start(socket_path: str | Path, log_path: str | Path, device: str,
         [sys.executable, "-m", "perflab.core.forkserver", str(socket_path), str(os.getpid()), device,
          *job_imports],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def preload(socket_path: str | Path, names: list[str]) -> bool:
+    """Ask the ready server to import ``names`` (the workload's libraries, as the pre-flight
+    found them: perflab.pipeline.preflight.library_modules) before it forks the next job,
+    so that a job's start is its build and first step, not the libraries' import too (a
+    GPT-2 from transformers: 11-14 s before each job measured on an H100's host, where the
+    pre-flight's second check, its imports done, took 3.4 s). The server does it before it
+    accepts the next job; the caller does not wait. False where no server answers."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(socket_path))
+        payload = json.dumps({"preload": list(names)}).encode()
+        conn.sendall(_HEADER.pack(len(payload)) + payload)
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.close()
 
 
 def wait_ready(socket_path: str | Path, timeout_s: float) -> float:
@@ -256,11 +283,25 @@ def serve(socket_path: str, parent_pid: int, device: str,
             if not ready:
                 continue
             conn, _ = listener.accept()
+            conn.settimeout(RECEIVE_TIMEOUT_S)  # a caller that connects and says nothing
+            try:
+                request, fds = _receive(conn)
+                conn.settimeout(None)
+            except (OSError, ValueError, struct.error):
+                conn.close()
+                continue
+            if "preload" in request:
+                conn.close()
+                if not _preload(request["preload"]):
+                    return 1  # CUDA initialised by an import: no more forks
+                continue
             if os.fork() == 0:
                 listener.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os._exit(_handle(conn))
+                os._exit(_handle(conn, request, fds))
+            for fd in fds:
+                os.close(fd)
             conn.close()
     finally:
         listener.close()
@@ -268,14 +309,67 @@ def serve(socket_path: str, parent_pid: int, device: str,
     return 0
 
 
-def _handle(conn: socket.socket) -> int:
-    """One job: receive it, fork it, wait for it (or for its caller to go), relay its status."""
+#: the top-level names of the libraries :func:`_preload` imported (a job's provenance)
+_PRELOADED: list[str] = []
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A request (a job's, or a preload's) and the descriptors that came with it."""
     data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     (size,) = _HEADER.unpack_from(data)
     body = data[_HEADER.size:]
     while len(body) < size:
-        body += conn.recv(size - len(body))
-    request = json.loads(body)
+        more = conn.recv(size - len(body))
+        if not more:
+            raise ValueError("the request ended early")
+        body += more
+    return json.loads(body), fds
+
+
+def _preload(names: list[str]) -> bool:
+    """Import the workload's libraries here, package by package, so each job forked after
+    inherits them. A package whose import brings in perflab (a user's library built on it:
+    a job must import perflab fresh) is taken out again; one that fails is skipped. False
+    (stop serving) if an import initialised CUDA, which a fork cannot use."""
+    import torch
+
+    t0 = time.perf_counter()
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(name.split(".")[0], []).append(name)
+    done, left_out = [], []
+    for top, members in groups.items():
+        before = set(sys.modules)
+        for name in members:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+        added = set(sys.modules) - before
+        if any(m == "perflab" or m.startswith("perflab.") for m in added):
+            for m in added:
+                del sys.modules[m]
+            left_out.append(top)
+        elif top in sys.modules:
+            done.append(top)
+    if torch.cuda.is_initialized():
+        print(f"perflab fork server: importing {', '.join(done)} initialised CUDA; not "
+              "serving further jobs (they start fresh interpreters)", flush=True)
+        return False
+    # the provenance names the third-party packages (the standard library's and private
+    # modules are imported too, unnamed)
+    _PRELOADED.extend(t for t in done if t not in _PRELOADED and not t.startswith("_")
+                      and "__" not in t and t not in sys.stdlib_module_names)
+    print(f"perflab fork server: imported the workload's libraries "
+          f"({', '.join(_PRELOADED) or 'none named'}; {len(names)} modules) in "
+          f"{time.perf_counter() - t0:.1f} s"
+          + (f"; left out {', '.join(left_out)} (they import perflab)" if left_out else ""),
+          flush=True)
+    return True
+
+
+def _handle(conn: socket.socket, request: dict, fds: list[int]) -> int:
+    """One job: fork it, wait for it (or for its caller to go), relay its status."""
     pid = os.fork()
     if pid == 0:
         conn.close()
@@ -333,6 +427,8 @@ def _become_job(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ[ENV_CHILD] = "1"
+        if _PRELOADED:
+            os.environ[ENV_PRELOADED] = ",".join(_PRELOADED)
         sys.argv = list(request["argv"])
         sys.path[:] = request["path"]
         # the server itself is a perflab module: the job imports perflab afresh, from its own

@@ -451,6 +451,7 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
         torch.zeros(1, device=device).add_(1).item()
     init_s = round(time.perf_counter() - t_init, 2)
     t_check = time.perf_counter()
+    imported_before = set(sys.modules)
     w = workloads.check(spec["target"], device, **dict(spec["params"]))
     out = {"ok": True, "device": str(device), "description": w.description,
            "batch": w.batch_size, "step_ms": None, "input_shape": w.input_shape(),
@@ -499,6 +500,7 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
             out["probe_s"] = round(time.perf_counter() - t_probe, 2)
     out.update(_steady(times, compiling, seen))
     out["steps_s"] = round(time.perf_counter() - t_steps, 2)  # with the probes: no start-up
+    out[LIBRARY_MODULES] = library_modules(imported_before, spec["target"])
     if os.environ.get(PROBE_ENV):
         del w, step, loss  # the first build's memory, before the second
         try:
@@ -506,6 +508,31 @@ def measure_step(spec: Mapping[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # an estimate's input: the first check stands for it
             out["probe_error"] = f"second check: {type(exc).__name__}: {exc}"
     return out
+
+
+#: the answer's key for :func:`library_modules` (taken out of it before it travels in the
+#: environment: thousands of names)
+LIBRARY_MODULES = "library_modules"
+
+
+def library_modules(before: set[str], target: str = "") -> list[str]:
+    """The modules imported since ``before`` from outside the working directory (installed
+    libraries, wherever they are installed), in import order, leaves only (importing
+    ``a.b.c`` imports ``a`` and ``a.b``): what building and stepping the workload imported,
+    which a job forked from the run's server would import again unless the server has
+    (perflab.core.forkserver.preload). Never perflab's modules, the target's own package nor
+    code under the working directory: a job imports those fresh."""
+    here = os.path.join(os.path.realpath(os.getcwd()), "")
+    own = {"perflab", target.split(":")[0].split(".")[0], "__main__"}
+    names = []
+    for name, module in list(sys.modules.items()):
+        if name in before or name.split(".")[0] in own or module is None:
+            continue
+        path = getattr(module, "__file__", None)
+        if path and not os.path.realpath(path).startswith(here):
+            names.append(name)
+    parents = {n.rsplit(".", i)[0] for n in names for i in range(1, n.count(".") + 1)}
+    return [n for n in names if n not in parents]
 
 
 def _check_again(spec: Mapping[str, Any], device) -> float:
