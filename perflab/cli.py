@@ -252,8 +252,22 @@ def _preflight(args, cfg: dict, env: dict) -> int:
     print(f"{args.target}: OK on {answer['device']} — {answer['description']}, batch "
           f"{answer['batch']}" + (f", a step {answer['step_ms']:.3g} ms" if answer["step_ms"]
                                   else ""))
+    libraries = answer.pop(preflight.LIBRARY_MODULES, None) or []
     env.update(preflight.done_env(spec, answer))
-    return _split_budget(args, cfg, answer, child_s, env)
+    code = _split_budget(args, cfg, answer, child_s, env)
+    _preload_libraries(env, libraries)
+    return code
+
+
+def _preload_libraries(env: dict, names: list[str]) -> None:
+    """Have the run's fork server import the libraries the pre-flight's build imported, so
+    each job forked after pays its build and first step, not their import (the budget's
+    split costs a job's start at the pre-flight's second check, made with them imported)."""
+    from perflab.core import forkserver
+
+    sock = env.get(forkserver.ENV_SOCKET)
+    if names and sock and os.path.exists(sock):
+        forkserver.preload(sock, names)
 
 
 def _job_threads(args, cfg: dict) -> int:
@@ -312,9 +326,11 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
     fork = str(cfg.get("fork_server", True)).lower() == "true"
     eids = _budget_eids(args, cfg)
     contracts = {e: cfgmod.contract(cfg, e) for e in eids}
-    fixed = preflight.estimate_s(contracts.values(),
-                                 float(answer.get("step_min_ms") or answer["step_ms"]),
-                                 answer.get("probes"))
+    step_ms = float(answer.get("step_min_ms") or answer["step_ms"])
+    sized = budgetmod.sized_for_step(contracts, step_ms)  # e.g. a long step's A/A blocks
+    for e, params in sized.items():
+        contracts[e]["params"].update(params)
+    fixed = preflight.estimate_s(contracts.values(), step_ms, answer.get("probes"))
     # an experiment of claim_processes runs that many processes, each its fixed count
     procs = {e: 1 + sum(1 for x, _ in cfgmod.process_jobs(cfg) if x == e) for e in eids}
     fixed = {e: procs[e] * (_measured_wall_s(args, cfg, e) or fixed.get(e, 0.0))
@@ -333,7 +349,11 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
     # part was slow
     split_line = (f"  pre-flight child {child_s:.1f} s: {preflight.child_split(answer, child_s)}"
                   f"; start-up a job {start:.1f} s" + (" (a fork of the run's server: its "
-                                                      "probe and a check)" if fork else ""))
+                                                      "probe and a check)" if fork else "")
+                  + ("; C00's A/A blocks of {} calls (about {:.1f} s each at {:.0f} ms a step)"
+                     .format(sized["C00"]["aa_inner"],
+                             sized["C00"]["aa_inner"] * step_ms / 1e3, step_ms)
+                     if "C00" in sized else ""))
     # more starts than experiments: their further processes, which build, step and compile
     # as the others do; Snakemake and the diagnosis view, which only start an interpreter
     try:
@@ -357,7 +377,7 @@ def _split_budget(args, cfg: dict, answer: dict, child_s: float, env: dict | Non
               f"{spent + high:.0f} s", file=sys.stderr)
     args.sampling = Path(args.directory).resolve() / cfgmod.result_dir(cfg) / "sampling.yaml"
     args.sampling.parent.mkdir(parents=True, exist_ok=True)
-    budgetmod.write_config(args.sampling, shares, args.budget, procs)
+    budgetmod.write_config(args.sampling, shares, args.budget, procs, sized)
     budgetmod.write_estimate(args.sampling.with_name(budgetmod.ESTIMATE_FILE), shares, fixed,
                              start, answer.get("probes"))
     return 0

@@ -589,3 +589,34 @@ def test_the_host_probes_run_on_a_jobs_threads(monkeypatch):
     args = cli.parser().parse_args(["diagnose", "mlp", "--cores", "3"])
     assert cli._job_threads(args, {"threads": "auto"}) == 3
     assert cli._job_threads(args, {"threads": 2}) == 2
+
+
+def test_a_long_step_gets_shorter_aa_blocks_under_a_budget_a_short_one_keeps_its_own():
+    """At 30 calls a block the A/A's first rounds (6 pairs) took 48-57 s of a 133-159 ms
+    step on an H100; under a budget a block lasts about half a second, never below the
+    short-block floor's 10 calls nor above the configured count."""
+    from perflab.experiments.c00_calibration import AA_SHORT_INNER, aa_inner_under_budget
+
+    assert aa_inner_under_budget(3.6, 30) == 30  # the chapter MLP: unchanged
+    assert aa_inner_under_budget(25.0, 30) == 20
+    assert aa_inner_under_budget(133.0, 30) == AA_SHORT_INNER  # not 3: a floor of 3 calls
+    assert aa_inner_under_budget(40.0, 8) == 8  # never more than configured
+    contracts = {"C00": {"params": {"aa_inner": 30, "aa_blocks": 48}}, "E05": {"params": {}}}
+    assert budget.sized_for_step(contracts, 4.0) == {}
+    assert budget.sized_for_step(contracts, 133.0) == {"C00": {"aa_inner": AA_SHORT_INNER}}
+
+
+def test_params_sized_for_the_step_reach_the_jobs_contract(tmp_path):
+    """The sampling config carries them under ``experiments``, merged over the run's own:
+    C00's contract (its parameters and its cache key) has the shortened blocks, the rest of
+    its parameters as configured."""
+    shares = budget.split(60.0, FIXED, start_each_s=2.0, other_jobs=2)
+    path = tmp_path / "sampling.yaml"
+    budget.write_config(path, shares, 60.0, params={"C00": {"aa_inner": 10}})
+    over = {"workload": "mlp", "device": "cpu", "run": "C00,E05"}
+    own = cfgmod.contract(cfgmod.load([], over), "C00")
+    c00 = cfgmod.contract(cfgmod.load([path], over), "C00")
+    assert own["params"]["aa_inner"] != 10 and c00["params"]["aa_inner"] == 10
+    assert {k: v for k, v in c00["params"].items() if k != "aa_inner"} == \
+        {k: v for k, v in own["params"].items() if k != "aa_inner"}
+    assert sampling.job_budget_s(c00, "C00") == pytest.approx(shares["C00"], abs=0.01)

@@ -134,6 +134,23 @@ AA_FLOOR_SHORT = ("aa/short_blocks", "aa_median_diff_bound")
 AA_BLOCK = ("aa", "block_duration")
 #: calls per block of the short-block floor (at most the A/A's own calls per block)
 AA_SHORT_INNER = 10
+#: under a budget an A/A block lasts at most about this long (ms), down to AA_SHORT_INNER
+#: calls: its fixed 30 calls a block made the A/A's first rounds (AA_MIN_BLOCKS pairs, 360
+#: calls) 48-57 s of a 133-159 ms step on an H100 (ViT-B/16, an input-bound ResNet-50),
+#: where a step of a few ms spends 1-2 s. A floor from shorter blocks is wider, so it errs
+#: towards calling a difference noise, never towards a finding; the block length it is for
+#: is written beside it (AA_BLOCK)
+AA_BUDGET_BLOCK_MS = 500.0
+
+
+def aa_inner_under_budget(step_ms: float, aa_inner: int) -> int:
+    """Calls per A/A block under a budget, for a step of ``step_ms``: the configured
+    ``aa_inner``, or fewer where that many calls would last beyond AA_BUDGET_BLOCK_MS (never
+    fewer than AA_SHORT_INNER, nor more than configured)."""
+    if step_ms <= 0:
+        return aa_inner
+    fit = int(AA_BUDGET_BLOCK_MS // step_ms)
+    return min(aa_inner, max(AA_SHORT_INNER, fit))
 AA_DIFFERENCE, PLANTED_DIFFERENCE = f"{AA_B}_minus_{AA_A}", f"{PLANTED_2X}_minus_{PLANTED_A}"
 #: peer timers on the same step (``step_latency``) and their medians over the helper's
 PEER_HELPER, PEER_TIMER, PEER_DO_BENCH = "peer/helper", "peer/timer", "peer/do_bench"

@@ -179,19 +179,39 @@ def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
                if span else ""))
 
 
+def sized_for_step(contracts: Mapping[str, Mapping], step_ms: float) -> dict[str, dict]:
+    """The params a budget sizes by the step: {experiment: {param: value}} where they differ
+    from the contract's. C00's A/A blocks: at most about half a second a block
+    (c00_calibration.aa_inner_under_budget), so a long step's first rounds fit a minute."""
+    from perflab.experiments.c00_calibration import aa_inner_under_budget
+
+    out: dict[str, dict] = {}
+    params = (contracts.get("C00") or {}).get("params") or {}
+    if isinstance(params.get("aa_inner"), int):
+        inner = aa_inner_under_budget(step_ms, params["aa_inner"])
+        if inner != params["aa_inner"]:
+            out["C00"] = {"aa_inner": inner}
+    return out
+
+
 def write_config(path, shares: Mapping[str, float], total_s: float,
-                 processes: Mapping[str, int] | None = None) -> None:
+                 processes: Mapping[str, int] | None = None,
+                 params: Mapping[str, Mapping] | None = None) -> None:
     """The ``sampling`` section as a config file for Snakemake's ``--configfile`` (its
     ``--config`` reads a nested number as a string). An experiment that runs ``processes[e]``
-    processes (claim_processes) gives each its part of its share."""
+    processes (claim_processes) gives each its part of its share. ``params``
+    (:func:`sized_for_step`) go under ``experiments``, over the run's own."""
     import yaml
 
     from perflab.core import io
 
     jobs = {e: round(float(s) / (processes or {}).get(e, 1), 2)
             for e, s in shares.items() if e != "start-up"}
-    text = yaml.safe_dump({"sampling": {"rule": "adaptive", "budget_s": round(total_s, 2),
-                                        "job_budget_s": jobs}}, sort_keys=False)
+    doc: dict = {"sampling": {"rule": "adaptive", "budget_s": round(total_s, 2),
+                              "job_budget_s": jobs}}
+    if params:
+        doc["experiments"] = {e: dict(p) for e, p in params.items()}
+    text = yaml.safe_dump(doc, sort_keys=False)
     io.atomic_write_text(path, text)
 
 
