@@ -266,7 +266,7 @@ def _preload_libraries(env: dict, names: list[str]) -> None:
     from perflab.core import forkserver
 
     sock = env.get(forkserver.ENV_SOCKET)
-    if names and sock and os.path.exists(sock):
+    if names and sock:
         forkserver.preload(sock, names)
 
 

@@ -209,8 +209,9 @@ def test_a_preloaded_library_is_in_every_later_job_one_that_imports_perflab_is_n
     sock = tmp_path / "p.sock"
     proc = forkserver.start(sock, tmp_path / "server.log", "cpu")
     try:
+        # asked while the server may still be starting: it takes the list before any job
+        forkserver.preload(sock, ["fakelib_pl", "usesperflab_pl", "no_such_lib_pl"])
         assert forkserver.wait_ready(sock, 120) < 120 and proc.poll() is None
-        assert forkserver.preload(sock, ["fakelib_pl", "usesperflab_pl", "no_such_lib_pl"])
         script = _job(tmp_path, """
             print("libs", "fakelib_pl" in sys.modules, "usesperflab_pl" in sys.modules,
                   os.environ.get("PERFLAB_FORK_PRELOADED"))
@@ -224,7 +225,7 @@ def test_a_preloaded_library_is_in_every_later_job_one_that_imports_perflab_is_n
         assert "left out usesperflab_pl (they import perflab)" in log, log
     finally:
         forkserver.stop(proc, sock)
-    assert not forkserver.preload(sock, ["fakelib_pl"])  # no server: nothing asked
+    assert not list(tmp_path.glob("p.sock*"))  # the list went with the server
 
 
 def test_the_preflight_names_the_libraries_its_build_imported_not_the_users_code(

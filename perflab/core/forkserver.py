@@ -53,6 +53,8 @@ PRELOAD = ("torch", "torch._dynamo", "numpy", "pandas", "scipy.stats",
 #: set in a forked job: the libraries the server imported for this run's workload
 #: (:func:`preload`), comma-separated top-level names
 ENV_PRELOADED = "PERFLAB_FORK_PRELOADED"
+#: beside the socket, the libraries the server is to import (:func:`preload`)
+PRELOAD_SUFFIX = ".preload.json"
 #: beside the socket, the ready server's probe time (:func:`probe_s`)
 PROBE_SUFFIX = ".probe.json"
 #: seconds the server waits for a connected caller's request before it drops it
@@ -165,23 +167,18 @@ def start(socket_path: str | Path, log_path: str | Path, device: str,
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def preload(socket_path: str | Path, names: list[str]) -> bool:
-    """Ask the ready server to import ``names`` (the workload's libraries, as the pre-flight
+def preload(socket_path: str | Path, names: list[str]) -> None:
+    """Have the run's server import ``names`` (the workload's libraries, as the pre-flight
     found them: perflab.pipeline.preflight.library_modules) before it forks the next job,
     so that a job's start is its build and first step, not the libraries' import too (a
     GPT-2 from transformers: 11-14 s before each job measured on an H100's host, where the
-    pre-flight's second check, its imports done, took 3.4 s). The server does it before it
-    accepts the next job; the caller does not wait. False where no server answers."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(socket_path))
-        payload = json.dumps({"preload": list(names)}).encode()
-        conn.sendall(_HEADER.pack(len(payload)) + payload)
-        return True
-    except OSError:
-        return False
-    finally:
-        conn.close()
+    pre-flight's second check, its imports done, took 3.4 s). Written beside the socket, for
+    a server that is ready or still starting: it takes the file before it accepts a job
+    (:func:`_take_preload`). The caller does not wait."""
+    path = Path(f"{socket_path}{PRELOAD_SUFFIX}")
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(list(names)))
+    os.replace(tmp, path)
 
 
 def wait_ready(socket_path: str | Path, timeout_s: float) -> float:
@@ -206,6 +203,7 @@ def stop(proc: subprocess.Popen | None, socket_path: str | Path) -> None:
     """Stop the server and remove its socket (jobs that start later run a fresh interpreter)."""
     Path(socket_path).unlink(missing_ok=True)
     Path(f"{socket_path}{PROBE_SUFFIX}").unlink(missing_ok=True)
+    Path(f"{socket_path}{PRELOAD_SUFFIX}").unlink(missing_ok=True)
     if proc is not None and proc.poll() is None:
         proc.terminate()
         try:
@@ -279,9 +277,13 @@ def serve(socket_path: str, parent_pid: int, device: str,
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         while os.getppid() == parent_pid and os.path.exists(socket_path):
+            if not _take_preload(socket_path):
+                return 1  # CUDA initialised by an import: no more forks
             ready, _, _ = select.select([listener], [], [], 1.0)
             if not ready:
                 continue
+            if not _take_preload(socket_path):  # written while a job was already waiting
+                return 1
             conn, _ = listener.accept()
             conn.settimeout(RECEIVE_TIMEOUT_S)  # a caller that connects and says nothing
             try:
@@ -289,11 +291,6 @@ def serve(socket_path: str, parent_pid: int, device: str,
                 conn.settimeout(None)
             except (OSError, ValueError, struct.error):
                 conn.close()
-                continue
-            if "preload" in request:
-                conn.close()
-                if not _preload(request["preload"]):
-                    return 1  # CUDA initialised by an import: no more forks
                 continue
             if os.fork() == 0:
                 listener.close()
@@ -324,6 +321,18 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
             raise ValueError("the request ended early")
         body += more
     return json.loads(body), fds
+
+
+def _take_preload(socket_path: str) -> bool:
+    """Import the libraries :func:`preload` listed beside the socket, once; False where that
+    initialised CUDA (the server must stop forking)."""
+    path = Path(f"{socket_path}{PRELOAD_SUFFIX}")
+    try:
+        names = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return True
+    path.unlink(missing_ok=True)
+    return _preload([str(n) for n in names]) if isinstance(names, list) else True
 
 
 def _preload(names: list[str]) -> bool:
