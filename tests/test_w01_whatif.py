@@ -564,6 +564,65 @@ def test_checkpointing_wraps_blocks_and_refuses_batchnorm():
         transforms.checkpoint_blocks(conv.model)
 
 
+class _MaskedBlock(torch.nn.Module):
+    """A library's block: its forward takes an attention mask by keyword."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, *, attention_mask=None):
+        return self.lin(x) * (1 if attention_mask is None else attention_mask)
+
+
+def test_checkpointed_blocks_pass_keywords_through_with_the_same_gradients():
+    """HF GPT-2's blocks got ``encoder_attention_mask=`` and the wrapper took none (TypeError
+    in W01's activation_checkpointing on a real model)."""
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([_MaskedBlock(), _MaskedBlock()])
+    x, mask = torch.randn(3, 4), torch.tensor([1.0, 0.0, 1.0, 1.0])
+
+    def loss_of(bs):
+        h = x
+        for b in bs:
+            h = b(h, attention_mask=mask)
+        return h.square().sum()
+
+    import copy
+
+    wrapped = torch.nn.ModuleList([transforms.Recompute(copy.deepcopy(b)) for b in blocks])
+    loss_of(blocks).backward()
+    loss_of(wrapped).backward()
+    for b, w in zip(blocks, wrapped):
+        assert torch.allclose(b.lin.weight.grad, w.inner.lin.weight.grad)
+
+
+def test_a_model_with_its_own_checkpointing_switch_gets_it_turned_on_not_wrapped():
+    """A Hugging Face model (gradient_checkpointing_enable) or a timm model
+    (set_grad_checkpointing) checkpoints as its library does: its blocks' key-value cache is
+    the library's to turn off."""
+    class HF(torch.nn.Module):
+        supports_gradient_checkpointing = True
+
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+            self.asked = None
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+            self.asked = gradient_checkpointing_kwargs
+
+    class Timm(torch.nn.Sequential):
+        def set_grad_checkpointing(self, enable=True):
+            self.on = enable
+
+    model, what = transforms.checkpoint_blocks(HF())
+    assert model.asked == {"use_reentrant": False} and "gradient_checkpointing_enable" in what
+    assert not any(isinstance(m, transforms.Recompute) for m in model.modules())
+    model, what = transforms.checkpoint_blocks(Timm(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
+    assert model.on is True and "set_grad_checkpointing" in what
+
+
 def test_a_loader_is_rebuilt_with_its_batches_kept():
     from torch.utils.data import DataLoader, TensorDataset
 

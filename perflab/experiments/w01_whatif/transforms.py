@@ -68,8 +68,8 @@ class Recompute(nn.Module):
         super().__init__()
         self.inner = inner
 
-    def forward(self, *args):
-        return checkpoint(self.inner, *args, use_reentrant=False)
+    def forward(self, *args, **kwargs):  # a library's block takes keywords (attention masks)
+        return checkpoint(self.inner, *args, use_reentrant=False, **kwargs)
 
 
 def checkpoint_blocks(model: nn.Module) -> tuple[nn.Module, str]:
@@ -85,6 +85,9 @@ def checkpoint_blocks(model: nn.Module) -> tuple[nn.Module, str]:
     """
     if isinstance(model, workloads.MLP):
         return interventions.Checkpointed(model), "each (Linear, GELU) block of the MLP"
+    own = _own_checkpointing(model)
+    if own:
+        return model, own
     containers = [(name, m) for name, m in model.named_modules()
                   if isinstance(m, (nn.Sequential, nn.ModuleList))
                   and sum(1 for c in m if any(True for _ in c.parameters())) >= 2]
@@ -102,6 +105,25 @@ def checkpoint_blocks(model: nn.Module) -> tuple[nn.Module, str]:
     for i, child in enumerate(list(blocks)):
         blocks[i] = Recompute(child)
     return model, f"each of the {len(blocks)} children of {name or 'the model'}"
+
+
+def _own_checkpointing(model: nn.Module) -> str | None:
+    """Turn on the model's library's own activation checkpointing where it has one, as its
+    user would, and say which; None where it has none. A Hugging Face model's blocks take a
+    key-value cache that a recompute would extend twice (its own switch turns the cache off
+    in training); timm's blocks are its own to choose."""
+    hf = getattr(model, "gradient_checkpointing_enable", None)
+    if callable(hf) and getattr(model, "supports_gradient_checkpointing", True):
+        try:
+            hf(gradient_checkpointing_kwargs={"use_reentrant": False})
+        except TypeError:  # a transformers from before the keyword
+            hf()
+        return "the model's own gradient checkpointing (gradient_checkpointing_enable)"
+    timm = getattr(model, "set_grad_checkpointing", None)
+    if callable(timm):
+        timm(True)
+        return "the model's own gradient checkpointing (set_grad_checkpointing)"
+    return None
 
 
 def compiled(model: nn.Module, mode: str) -> nn.Module:
