@@ -74,7 +74,10 @@ def _only(args) -> list[str] | None:
 
 
 def _configfiles(args) -> list:
-    own = [DIAGNOSE_CONFIG] if args.command == "diagnose" else []
+    # what-if reads of C00 only its A/A floor, as the verdict does: on a CPU GPT-2 its other
+    # parts (planted 2x, peers, process and profiler floors) were 46 s of a 3-minute budget;
+    # one contract also lets a what-if after a diagnose reuse its C00
+    own = [DIAGNOSE_CONFIG] if args.command in ("diagnose", "whatif") else []
     return own + [Path(f).resolve() for f in args.configfile]
 
 

@@ -204,3 +204,20 @@ def test_summary_without_results_guesses_nothing(tmp_path):
     (tmp_path / "diagnosis.csv").write_text("candidate,label,outcome,verdict,because\n"
                                             "x,x,ruled out,False,no\n")
     assert summary.lines(tmp_path)[0].startswith("perflab: verdict: no verdict")
+
+
+def test_whatif_measures_the_floor_it_reads_as_diagnose_does_not_the_chapters_calibration():
+    """W01 reads only C00's A/A floor: its planted 2x, peers and process floors were 46 s of
+    a 3-minute what-if on a CPU GPT-2. Both commands get one C00 contract (a what-if after a
+    diagnose reuses its C00); the pipeline's own contract keeps every part."""
+    from perflab import cli
+    from perflab.pipeline import config as cfgmod
+
+    def c00(argv):
+        args = cli.parser().parse_args(argv)
+        cfg = cfgmod.load(cli._configfiles(args), {"device": "cpu", "workload": "mlp"})
+        return cfgmod.contract(cfg, "C00")["params"]
+
+    whatif, diagnose = c00(["whatif", "mlp"]), c00(["diagnose", "mlp"])
+    assert whatif == diagnose and whatif["parts"] == ["clock", "aa"]
+    assert "planted" in cfgmod.contract(cfgmod.load([], {"device": "cpu"}), "C00")["params"]["parts"]
