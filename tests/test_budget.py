@@ -604,6 +604,8 @@ def test_a_long_step_gets_shorter_aa_blocks_under_a_budget_a_short_one_keeps_its
     contracts = {"C00": {"params": {"aa_inner": 30, "aa_blocks": 48}}, "E05": {"params": {}}}
     assert budget.sized_for_step(contracts, 4.0) == {}
     assert budget.sized_for_step(contracts, 133.0) == {"C00": {"aa_inner": AA_SHORT_INNER}}
+    # a what-if's A/Bs are judged against the floor in blocks of their own length: kept
+    assert budget.sized_for_step({**contracts, "W01": {"params": {"inner": 30}}}, 133.0) == {}
 
 
 def test_params_sized_for_the_step_reach_the_jobs_contract(tmp_path):

@@ -618,6 +618,14 @@ def test_a_model_with_its_own_checkpointing_switch_gets_it_turned_on_not_wrapped
 
     model, what = transforms.checkpoint_blocks(HF())
     assert model.asked == {"use_reentrant": False} and "gradient_checkpointing_enable" in what
+
+    class HF5(HF):  # transformers 5's name, preferred (the old one warns)
+        def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None):
+            self.asked = ("new", activation_checkpointing_kwargs)
+
+    model, what = transforms.checkpoint_blocks(HF5())
+    assert model.asked == ("new", {"use_reentrant": False})
+    assert "activation_checkpointing_enable" in what
     assert not any(isinstance(m, transforms.Recompute) for m in model.modules())
     model, what = transforms.checkpoint_blocks(Timm(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
     assert model.on is True and "set_grad_checkpointing" in what

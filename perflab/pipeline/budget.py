@@ -182,12 +182,15 @@ def line(total_s: float, shares: Mapping[str, float], preflight_s: float,
 def sized_for_step(contracts: Mapping[str, Mapping], step_ms: float) -> dict[str, dict]:
     """The params a budget sizes by the step: {experiment: {param: value}} where they differ
     from the contract's. C00's A/A blocks: at most about half a second a block
-    (c00_calibration.aa_inner_under_budget), so a long step's first rounds fit a minute."""
+    (c00_calibration.aa_inner_under_budget), so a long step's first rounds fit a minute —
+    only where no A/B is judged against the floor (no W01): an A/B's blocks are as long as
+    configured, and a floor from shorter blocks is wider (on a CPU GPT-2 8.0 % from blocks of
+    0.5 s against 3.6 % from 1.3 s, and a what-if's -7.9 % [-11.4, -5.5] went unresolved)."""
     from perflab.experiments.c00_calibration import aa_inner_under_budget
 
     out: dict[str, dict] = {}
     params = (contracts.get("C00") or {}).get("params") or {}
-    if isinstance(params.get("aa_inner"), int):
+    if "W01" not in contracts and isinstance(params.get("aa_inner"), int):
         inner = aa_inner_under_budget(step_ms, params["aa_inner"])
         if inner != params["aa_inner"]:
             out["C00"] = {"aa_inner": inner}

@@ -112,17 +112,21 @@ def _own_checkpointing(model: nn.Module) -> str | None:
     user would, and say which; None where it has none. A Hugging Face model's blocks take a
     key-value cache that a recompute would extend twice (its own switch turns the cache off
     in training); timm's blocks are its own to choose."""
-    hf = getattr(model, "gradient_checkpointing_enable", None)
-    if callable(hf) and getattr(model, "supports_gradient_checkpointing", True):
-        try:
-            hf(gradient_checkpointing_kwargs={"use_reentrant": False})
-        except TypeError:  # a transformers from before the keyword
-            hf()
-        return "the model's own gradient checkpointing (gradient_checkpointing_enable)"
+    if getattr(model, "supports_gradient_checkpointing", True):
+        # transformers 5 names it activation_checkpointing_enable (the older name warns)
+        for name in ("activation_checkpointing_enable", "gradient_checkpointing_enable"):
+            hf = getattr(model, name, None)
+            if not callable(hf):
+                continue
+            try:
+                hf(**{name.split("_enable")[0] + "_kwargs": {"use_reentrant": False}})
+            except TypeError:  # a transformers from before the keyword
+                hf()
+            return f"the model's own activation checkpointing ({name})"
     timm = getattr(model, "set_grad_checkpointing", None)
     if callable(timm):
         timm(True)
-        return "the model's own gradient checkpointing (set_grad_checkpointing)"
+        return "the model's own activation checkpointing (set_grad_checkpointing)"
     return None
 
 
