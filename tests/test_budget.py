@@ -348,8 +348,12 @@ def test_a_verdict_whose_sampled_evidence_is_decided_is_not_cut_short():
     d, view = _diagnosis("decided")
     md = view.render_markdown(d)
     assert "Sampling" in md and "Cut short" not in md
+    # its words said once, under its lines; not where nothing was sampled
+    assert "the A/A floor: how far two identical copies of your step" in md
+    assert "an anytime interval: a 95% interval" in md
     plain, _ = _diagnosis()
     assert "Sampling" not in view.render_markdown(plain) and plain.sampled == []
+    assert "anytime interval:" not in view.render_markdown(plain)
 
 
 def test_an_experiment_of_two_processes_gives_each_half_its_share(tmp_path):

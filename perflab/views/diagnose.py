@@ -158,6 +158,13 @@ HYPOTHESES = {
     "memory_growth": (),
 }
 
+#: the sampling lines' words, said once under them (a newcomer met "A/A floor", "anytime
+#: interval" and "block pairs" on the screen unexplained)
+GLOSSARY = ("the A/A floor: how far two identical copies of your step, timed in alternating "
+            "blocks (block pairs), differ in time — differences within it are noise; an "
+            "anytime interval: a 95% interval that stays valid however often the sampling "
+            "looks at it before it stops; docs/sampling.md")
+
 ORDER = ("straggler", "communication", "compiler", "input_pipeline", "synchronization", "optimizer",
          "host_overhead", "device_bound")
 FITS, RULED_OUT, NOT_MEASURED = "fits", "ruled out", "not measured"
@@ -884,7 +891,7 @@ def render_markdown(d: Diagnosis) -> str:
         lines += ["Sampling (each quantity measured in rounds until decided or its share of "
                   "the budget was spent):"]
         lines += [f"- `{x.source}`: {x.line}" for x in d.sampled]
-        lines.append("")
+        lines += [f"  ({GLOSSARY})", ""]
     if d.cut_short:
         lines += ["**Cut short by the budget:** this verdict lacks "
                   + "; ".join(f"`{x.source}` decided" for x in d.cut_short)
