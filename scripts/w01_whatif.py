@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from perflab.core import io
+from perflab.core import env, io
 from perflab.experiments import w01_whatif as names
 from perflab.experiments.e08_batch_sweep import sweep
 from perflab.experiments.w01_whatif import transforms, whatif
@@ -377,13 +377,20 @@ def _sequential_pair(ctx, iv, fa, fb, blocks: int, calls: int) -> timing.ABResul
 
 
 def _budget_share_s(ctx) -> float | None:
-    """This intervention's seconds for its A/B: W01's job budget split evenly among the
-    interventions asked for (None: no budget was split)."""
+    """This intervention's seconds for its A/B (None: no budget was split): its job's part of
+    W01's share, split evenly among the interventions that apply (``ctx.applying``, the plan's
+    count; all those asked for where it is unknown), less what the job has spent so far and,
+    where peak memory is measured after the A/B (a fresh process per side, built as the job
+    built both), as much again. Split among every intervention asked for, and the A/B given
+    the whole part, a CPU GPT-2's seven jobs got 12 s each of a 146 s share, each then spent
+    10 s more around it, and W01 took 187 s."""
     total = sampling.job_budget_s(ctx.contract, whatif.EID)
     if total is None:
         return None
-    asked = ctx.params.get("interventions", "all")
-    return total / max(1, len(whatif.selected(asked)))
+    count = getattr(ctx, "applying", None) or len(
+        whatif.selected(ctx.params.get("interventions", "all")))
+    around = (2 if int(ctx.params.get("peak_calls") or 0) else 1) * (env.process_age_s() or 0.0)
+    return max(0.0, total / max(1, count) - around)
 
 
 def _break_even(ctx, iv, pc, first_ms, examples, kw) -> None:
@@ -499,9 +506,15 @@ def measure_one_in(result_dir: Path):
 
         frame = pd.concat(pd.read_csv(f) for f in files)
 
+    applies = Path(whatif.job_outputs(result_dir, whatif.PLAN)["applies"])
+
     def measure(ctx):
         from perflab.experiments import floors
 
+        try:  # the plan's count: W01's budget is split among the interventions that apply
+            ctx.applying = len(json.loads(applies.read_text())) or None
+        except (OSError, ValueError, TypeError):
+            ctx.applying = None
         if frame is not None and floors.noise_floor_pct(frame) is not None:
             ctx.noise_floor_pct = floors.noise_floor_pct(frame)
             # the floor for the fixed contract's pairs an A/B's stretches fill (C00's

@@ -817,3 +817,27 @@ def test_compile_dynamic_does_not_apply_without_recompiles(tiny_cfg, tmp_path, r
         plan = _run(c, tmp_path, whatif.PLAN, SCRIPT.measure_plan)
         row = plan[plan.variant == "compile_dynamic/plan"]
         assert row.status.iloc[0] != "ok" and why in row.reason.iloc[0], row.reason.iloc[0]
+
+
+def test_an_interventions_ab_gets_its_jobs_part_of_the_budget_less_what_surrounds_it(
+        monkeypatch):
+    """W01's share is split among the interventions that apply (the plan's count), not all
+    asked for, and an A/B gets its job's part less what the job spent before it and, where
+    peak memory follows in fresh processes, as much again: a CPU GPT-2's seven jobs got 12 s
+    A/Bs of a 146 s share, spent 10 s more each, and W01 took 187 s."""
+    from types import SimpleNamespace
+
+    from experiments import load_script
+
+    script = load_script("w01_whatif")
+    monkeypatch.setattr(script.env, "process_age_s", lambda: 5.0)
+    contract = {"sampling": {"rule": "adaptive", "job_budget_s": {"W01": 140.0}}}
+    ctx = SimpleNamespace(contract=contract, params={"peak_calls": 3}, applying=7)
+    assert script._budget_share_s(ctx) == pytest.approx(140.0 / 7 - 2 * 5.0)
+    ctx.params = {"peak_calls": 0}  # no peak processes after the A/B
+    assert script._budget_share_s(ctx) == pytest.approx(140.0 / 7 - 5.0)
+    ctx.applying = None  # no plan to read: every intervention asked for
+    assert script._budget_share_s(ctx) == pytest.approx(
+        140.0 / len(w01.whatif.selected("all")) - 5.0)
+    ctx.contract = {}
+    assert script._budget_share_s(ctx) is None  # no budget: the fixed count
