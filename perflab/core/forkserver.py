@@ -311,7 +311,7 @@ _PRELOADED: list[str] = []
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
-    """A request (a job's, or a preload's) and the descriptors that came with it."""
+    """A job's request and the descriptors (its stdio) that came with it."""
     data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     (size,) = _HEADER.unpack_from(data)
     body = data[_HEADER.size:]

@@ -151,6 +151,8 @@ def aa_inner_under_budget(step_ms: float, aa_inner: int) -> int:
         return aa_inner
     fit = int(AA_BUDGET_BLOCK_MS // step_ms)
     return min(aa_inner, max(AA_SHORT_INNER, fit))
+
+
 AA_DIFFERENCE, PLANTED_DIFFERENCE = f"{AA_B}_minus_{AA_A}", f"{PLANTED_2X}_minus_{PLANTED_A}"
 #: peer timers on the same step (``step_latency``) and their medians over the helper's
 PEER_HELPER, PEER_TIMER, PEER_DO_BENCH = "peer/helper", "peer/timer", "peer/do_bench"

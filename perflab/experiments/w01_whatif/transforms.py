@@ -114,12 +114,13 @@ def _own_checkpointing(model: nn.Module) -> str | None:
     in training); timm's blocks are its own to choose."""
     if getattr(model, "supports_gradient_checkpointing", True):
         # transformers 5 names it activation_checkpointing_enable (the older name warns)
-        for name in ("activation_checkpointing_enable", "gradient_checkpointing_enable"):
+        for name, keyword in (("activation_checkpointing_enable", "activation_checkpointing_kwargs"),
+                              ("gradient_checkpointing_enable", "gradient_checkpointing_kwargs")):
             hf = getattr(model, name, None)
             if not callable(hf):
                 continue
             try:
-                hf(**{name.split("_enable")[0] + "_kwargs": {"use_reentrant": False}})
+                hf(**{keyword: {"use_reentrant": False}})
             except TypeError:  # a transformers from before the keyword
                 hf()
             return f"the model's own activation checkpointing ({name})"
